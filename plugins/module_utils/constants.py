@@ -1,0 +1,35 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Names and in-container paths shared by the renderers, the backends and the images. One place for each."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+# Labels every object we render carries (see DESIGN.md); the first two select what we own and may prune.
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_NODESET = "slurm.soperator.dev/nodeset"
+FIELD_MANAGER = "soperator.slurm"
+
+# Inside the images.
+SLURM_CONF_DIR = "/etc/slurm"
+SLURM_CONFIG_FILES = ("slurm.conf", "cgroup.conf", "gres.conf", "plugstack.conf", "mpi.conf", "topology.conf")
+SLURMDBD_CONF = "slurmdbd.conf"
+JAIL_MOUNT = "/mnt/jail"
+MUNGE_KEY_DIR = "/etc/munge"
+MUNGE_SOCKET_DIR = "/run/munge"
+CONTROLLER_SPOOL = "/var/spool/slurmctld"
+SLURMD_SPOOL = "/var/spool/slurmd"
+SLURM_LOG_DIR = "/var/log/slurm"
+SLURM_RUN_DIR = "/run/slurm"
+HEALTH_CHECK_PROGRAM = "/opt/soperator/bin/health-check"
+CHECKS_DIR = "/opt/soperator/checks"
+SPANK_CHROOT_PLUGIN = "/usr/lib/slurm/spank_chroot.so"
+SSH_HOST_KEY_DIR = "/etc/ssh/host-keys"
+
+SLURMD_PORT = 6818
+SLURM_USER = "slurm"

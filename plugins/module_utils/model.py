@@ -1,0 +1,294 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""ClusterModel: the fully defaulted, validated cluster. The only input of the renderers and the backends.
+
+Build it with spec.build_model(); never by hand from user input.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
+
+API_GROUP = "slurm.soperator.dev"
+API_VERSION = API_GROUP + "/v1alpha1"
+MANAGED_BY = "soperator.slurm"
+
+
+@dataclass(frozen=True)
+class Images:
+    controller: str
+    worker: str
+    login: str
+    populate_jail: str
+    accounting: str
+    mariadb: str
+    remediation: str
+    pull_policy: str
+    pull_secrets: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Gres:
+    name: str
+    type: Optional[str]
+    count: int
+
+    def __str__(self):
+        return ":".join([self.name] + ([self.type] if self.type else []) + [str(self.count)])
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: Optional[str]
+    operator: str
+    value: Optional[str]
+    effect: Optional[str]
+    toleration_seconds: Optional[int]
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """Where the pods of one component may run."""
+    node_selector: Dict[str, str] = field(default_factory=dict)
+    tolerations: Tuple[Toleration, ...] = ()
+    affinity: Optional[dict] = None
+    priority_class_name: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class NodeSet:
+    name: str
+    replicas: int
+    max_replicas: int
+    resources: Dict[str, str]          # Kubernetes resource name -> quantity, as the user wrote it
+    cpus: int
+    real_memory_mib: int
+    sockets: Optional[int]
+    cores_per_socket: Optional[int]
+    threads_per_core: Optional[int]
+    weight: int
+    gres: Tuple[Gres, ...]
+    features: Tuple[str, ...]
+    scheduling: Scheduling
+    max_unavailable: int
+    image: str
+    shared_memory: Optional[str]
+
+    @property
+    def gpus(self):
+        return sum(g.count for g in self.gres if g.name == "gpu")
+
+    def node_name(self, ordinal):
+        """Slurm node name == worker pod name: the pod's DNS name is what slurmctld dials."""
+        return "%s-%d" % (self.name, ordinal)
+
+    @property
+    def node_range(self):
+        """Every Slurm node this nodeset may ever have, as one hostlist expression."""
+        if self.max_replicas == 0:
+            return None
+        if self.max_replicas == 1:
+            return self.node_name(0)
+        return "%s-[0-%d]" % (self.name, self.max_replicas - 1)
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    node_sets: Tuple[str, ...]
+    default: bool
+    config: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class JailVolume:
+    existing_claim: Optional[str]
+    size: Optional[str]
+    storage_class_name: Optional[str]
+    access_modes: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Jail:
+    volume: JailVolume
+    populate_image: str
+    overwrite: str                     # never | if_empty | always
+    populate_backoff_limit: int
+
+
+@dataclass(frozen=True)
+class Controller:
+    resources: Dict[str, str]
+    spool_size: str
+    spool_storage_class_name: Optional[str]
+    port: int
+    scheduling: Scheduling
+
+
+@dataclass(frozen=True)
+class LoginService:
+    type: str
+    port: int
+    node_port: Optional[int]
+    source_ranges: Tuple[str, ...]
+    annotations: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class Login:
+    replicas: int
+    service: LoginService
+    ssh_root_public_keys: Tuple[str, ...]
+    resources: Dict[str, str]
+    scheduling: Scheduling
+
+
+@dataclass(frozen=True)
+class PasswordSecretRef:
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
+class InClusterDatabase:
+    storage: str
+    storage_class_name: Optional[str]
+    resources: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class ExternalDatabase:
+    host: str
+    port: int
+    user: str
+    database: str
+    password_secret: PasswordSecretRef
+
+
+@dataclass(frozen=True)
+class Accounting:
+    enabled: bool
+    port: int
+    resources: Dict[str, str]
+    in_cluster: Optional[InClusterDatabase]
+    external: Optional[ExternalDatabase]
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    node_sets: Tuple[str, ...]
+    switches: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Topology:
+    enabled: bool
+    switches: Tuple[Switch, ...]
+
+
+@dataclass(frozen=True)
+class Mpi:
+    default: str
+    config: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class CustomCheck:
+    name: str
+    command: str
+    timeout_seconds: int
+
+
+@dataclass(frozen=True)
+class PassiveChecks:
+    enabled: bool
+    interval: int
+    node_states: Tuple[str, ...]
+    cycle: bool
+    gpu: bool
+    memory: bool
+    munge: bool
+    min_free_disk_percent: int
+    custom: Tuple[CustomCheck, ...]
+
+
+@dataclass(frozen=True)
+class ActiveCheck:
+    name: str
+    type: str                          # gpuBurn | ncclAllReduce | storage | sbatch
+    schedule: str
+    node_sets: Tuple[str, ...]
+    script: Optional[str]
+    timeout_seconds: int
+    min_bus_bandwidth_gbs: Optional[float]
+    min_write_mbs: Optional[float]
+    min_read_mbs: Optional[float]
+    drain_on_failure: bool
+
+
+@dataclass(frozen=True)
+class HealthChecks:
+    passive: PassiveChecks
+    active: Tuple[ActiveCheck, ...]
+
+
+@dataclass(frozen=True)
+class Remediation:
+    enabled: bool
+    schedule: str
+    drain_reason_prefix: str
+    replace_drained_nodes: bool
+    cordon_kubernetes_node: bool
+    successful_jobs_history_limit: int
+    failed_jobs_history_limit: int
+
+
+@dataclass(frozen=True)
+class ClusterModel:
+    name: str
+    namespace: str
+    cluster_domain: str
+    images: Images
+    jail: Jail
+    controller: Controller
+    login: Login
+    accounting: Accounting
+    node_sets: Tuple[NodeSet, ...]
+    partitions: Tuple[Partition, ...]
+    slurm_config: Dict[str, str]
+    cgroup_config: Dict[str, str]
+    mpi: Mpi
+    topology: Topology
+    health_checks: HealthChecks
+    remediation: Remediation
+    # The validated documents, defaults filled in: what we write back as the CRs.
+    cluster_spec: dict = field(repr=False, compare=False, default_factory=dict)
+    node_set_specs: Dict[str, dict] = field(repr=False, compare=False, default_factory=dict)
+
+    def node_set(self, name):
+        for ns in self.node_sets:
+            if ns.name == name:
+                return ns
+        raise KeyError(name)
+
+    @property
+    def worker_service(self):
+        """One headless Service governs every worker StatefulSet, so `gpu-3.<svc>` resolves for any nodeset."""
+        return "%s-workers" % self.name
+
+    @property
+    def controller_host(self):
+        return "%s-controller-0" % self.name
+
+    def dns_name(self, host, service):
+        return "%s.%s.%s.svc.%s" % (host, service, self.namespace, self.cluster_domain)
+
+    @property
+    def total_workers(self):
+        return sum(ns.replicas for ns in self.node_sets)
+

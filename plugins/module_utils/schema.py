@@ -1,0 +1,316 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One schema, two uses: validate + default a spec in Python, and emit the CRD's OpenAPI v3 schema.
+
+Keeping both in one place means the Kubernetes API server and the Ansible modules can never disagree on what a
+field is called, what type it has or what its default is.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import re
+
+_MISSING = object()
+
+
+class SpecIssue:
+    """One problem in a spec: where (a field path) and what rule it broke."""
+
+    __slots__ = ("path", "message")
+
+    def __init__(self, path, message):
+        self.path = path
+        self.message = message
+
+    def __str__(self):
+        return "%s: %s" % (self.path, self.message) if self.path else self.message
+
+    def __repr__(self):
+        return "SpecIssue(%r, %r)" % (self.path, self.message)
+
+    def __eq__(self, other):
+        return isinstance(other, SpecIssue) and (self.path, self.message) == (other.path, other.message)
+
+    def __hash__(self):
+        return hash((self.path, self.message))
+
+
+class SpecError(ValueError):
+    """Raised with every issue of a spec at once."""
+
+    def __init__(self, issues):
+        self.issues = list(issues)
+        lines = [str(i) for i in self.issues]
+        super(SpecError, self).__init__(
+            "invalid spec (%d error%s):\n  %s" % (len(lines), "" if len(lines) == 1 else "s", "\n  ".join(lines)))
+
+
+def child_path(path, key):
+    """`spec.login` + `replicas` -> `spec.login.replicas`; odd keys are quoted like kubectl explain does."""
+    if isinstance(key, int):
+        return "%s[%d]" % (path, key)
+    if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+        return "%s.%s" % (path, key) if path else key
+    return '%s["%s"]' % (path, key)
+
+
+def _type_name(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
+
+
+class Node:
+    """A schema node. Build them with the helpers below (Str, Int, Obj, ...), not directly."""
+
+    def __init__(self, kind, description="", default=_MISSING, enum=None, minimum=None, maximum=None,
+                 pattern=None, pattern_help=None, max_length=None, properties=None, required=(), items=None,
+                 values=None, min_items=None, unique_key=None, optional=False, checks=(), cel=(),
+                 openapi_extra=None):
+        self.kind = kind
+        self.description = description
+        self.default = default
+        self.enum = list(enum) if enum else None
+        self.minimum = minimum
+        self.maximum = maximum
+        self.pattern = pattern
+        self.pattern_help = pattern_help
+        self.max_length = max_length
+        self.properties = properties or {}
+        self.required = tuple(required)
+        self.items = items
+        self.values = values
+        self.min_items = min_items
+        self.unique_key = unique_key
+        self.optional = optional
+        self.checks = tuple(checks)
+        self.cel = tuple(cel)
+        self.openapi_extra = openapi_extra or {}
+
+    # ---- validation + defaulting -------------------------------------------------------------------------------
+
+    def validate(self, value, path, issues):
+        """Return `value` with defaults filled in; append a SpecIssue for every rule it breaks."""
+        checker = getattr(self, "_check_" + self.kind)
+        result = checker(value, path, issues)
+        if result is not _MISSING:
+            for check in self.checks:
+                message = check(result)
+                if message:
+                    issues.append(SpecIssue(path, message))
+        return None if result is _MISSING else result
+
+    def _wrong_type(self, value, path, issues, expected):
+        issues.append(SpecIssue(path, "must be %s, got %s" % (expected, _type_name(value))))
+        return _MISSING
+
+    def _check_string(self, value, path, issues):
+        if not isinstance(value, str):
+            return self._wrong_type(value, path, issues, "a string")
+        if self.enum and value not in self.enum:
+            issues.append(SpecIssue(path, "must be one of %s, got %r" % (", ".join(self.enum), value)))
+        if self.max_length is not None and len(value) > self.max_length:
+            issues.append(SpecIssue(path, "must be at most %d characters long" % self.max_length))
+        if self.pattern and not re.search(self.pattern, value):
+            issues.append(SpecIssue(path, "%r %s" % (value, self.pattern_help or "must match %s" % self.pattern)))
+        return value
+
+    def _check_number_like(self, value, path, issues, kinds, expected):
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            return self._wrong_type(value, path, issues, expected)
+        if self.minimum is not None and value < self.minimum:
+            issues.append(SpecIssue(path, "must be >= %s, got %s" % (self.minimum, value)))
+        if self.maximum is not None and value > self.maximum:
+            issues.append(SpecIssue(path, "must be <= %s, got %s" % (self.maximum, value)))
+        return value
+
+    def _check_integer(self, value, path, issues):
+        return self._check_number_like(value, path, issues, int, "an integer")
+
+    def _check_number(self, value, path, issues):
+        return self._check_number_like(value, path, issues, (int, float), "a number")
+
+    def _check_boolean(self, value, path, issues):
+        if not isinstance(value, bool):
+            return self._wrong_type(value, path, issues, "a boolean (true/false)")
+        return value
+
+    def _check_int_or_string(self, value, path, issues):
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            return self._wrong_type(value, path, issues, "an integer or a string")
+        if isinstance(value, str) and self.pattern and not re.search(self.pattern, value):
+            issues.append(SpecIssue(path, "%r %s" % (value, self.pattern_help or "must match %s" % self.pattern)))
+        return value
+
+    def _check_object(self, value, path, issues):
+        if not isinstance(value, dict):
+            return self._wrong_type(value, path, issues, "an object (mapping)")
+        out = {}
+        for key in value:
+            if not isinstance(key, str):
+                issues.append(SpecIssue(path, "field names must be strings, got %r" % (key,)))
+            elif key not in self.properties:
+                known = ", ".join(sorted(self.properties)) or "none"
+                issues.append(SpecIssue(child_path(path, key), "unknown field (known fields: %s)" % known))
+        for name, node in self.properties.items():
+            sub = child_path(path, name)
+            if name in value and value[name] is not None:
+                out[name] = node.validate(value[name], sub, issues)
+            elif name in self.required:
+                issues.append(SpecIssue(sub, "is required"))
+            elif node.default is not _MISSING:
+                out[name] = node.validate(copy.deepcopy(node.default), sub, issues)
+            elif node.kind == "object" and not node.optional:
+                # Present-by-default sections: `login: {}` and no `login` mean the same thing.
+                out[name] = node.validate({}, sub, issues)
+            else:
+                out[name] = None
+        return out
+
+    def _check_map(self, value, path, issues):
+        if not isinstance(value, dict):
+            return self._wrong_type(value, path, issues, "a mapping")
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                issues.append(SpecIssue(path, "keys must be strings, got %r" % (key,)))
+                continue
+            out[key] = self.values.validate(item, child_path(path, key), issues)
+        return out
+
+    def _check_array(self, value, path, issues):
+        if not isinstance(value, list):
+            return self._wrong_type(value, path, issues, "a list")
+        if self.min_items is not None and len(value) < self.min_items:
+            issues.append(SpecIssue(path, "must have at least %d item%s" % (self.min_items,
+                                                                            "" if self.min_items == 1 else "s")))
+        out = [self.items.validate(item, child_path(path, i), issues) for i, item in enumerate(value)]
+        if self.unique_key:
+            seen = {}
+            for i, item in enumerate(out):
+                key = item.get(self.unique_key) if isinstance(item, dict) else item
+                if key is None:
+                    continue
+                if key in seen:
+                    issues.append(SpecIssue(child_path(child_path(path, i), self.unique_key) if isinstance(item, dict)
+                                            else child_path(path, i),
+                                            "duplicate %r (already at index %d)" % (key, seen[key])))
+                else:
+                    seen[key] = i
+        return out
+
+    def _check_any(self, value, path, issues):
+        return copy.deepcopy(value)
+
+    def _check_any_object(self, value, path, issues):
+        if not isinstance(value, dict):
+            return self._wrong_type(value, path, issues, "an object (mapping)")
+        return copy.deepcopy(value)
+
+    # ---- OpenAPI v3 (structural schema for a CRD) ------------------------------------------------------------
+
+    def openapi(self):
+        out = {}
+        if self.description:
+            out["description"] = self.description
+        kind = self.kind
+        if kind in ("string", "integer", "number", "boolean"):
+            out["type"] = kind
+        elif kind == "int_or_string":
+            out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+            out["x-kubernetes-int-or-string"] = True
+        elif kind == "object":
+            out["type"] = "object"
+            out["properties"] = {name: node.openapi() for name, node in self.properties.items()}
+            if self.required:
+                out["required"] = list(self.required)
+        elif kind == "map":
+            out["type"] = "object"
+            out["additionalProperties"] = self.values.openapi()
+        elif kind == "array":
+            out["type"] = "array"
+            out["items"] = self.items.openapi()
+            if self.min_items is not None:
+                out["minItems"] = self.min_items
+            if self.unique_key:
+                # Keyed lists merge per item under server-side apply instead of being replaced whole.
+                out["x-kubernetes-list-type"] = "map"
+                out["x-kubernetes-list-map-keys"] = [self.unique_key]
+        elif kind == "any_object":
+            out["type"] = "object"
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        elif kind == "any":
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        if self.enum:
+            out["enum"] = list(self.enum)
+        if self.minimum is not None:
+            out["minimum"] = self.minimum
+        if self.maximum is not None:
+            out["maximum"] = self.maximum
+        if self.pattern:
+            out["pattern"] = self.pattern
+        if self.max_length is not None:
+            out["maxLength"] = self.max_length
+        if self.default is not _MISSING:
+            out["default"] = copy.deepcopy(self.default)
+        elif kind == "object" and not self.optional and not self.required:
+            out["default"] = {}
+        if self.cel:
+            out["x-kubernetes-validations"] = [{"rule": rule, "message": message} for rule, message in self.cel]
+        out.update(self.openapi_extra)
+        return out
+
+
+# ---- builders --------------------------------------------------------------------------------------------------
+
+def Str(description="", **kw):
+    return Node("string", description, **kw)
+
+
+def Int(description="", **kw):
+    return Node("integer", description, **kw)
+
+
+def Num(description="", **kw):
+    return Node("number", description, **kw)
+
+
+def Bool(description="", **kw):
+    return Node("boolean", description, **kw)
+
+
+def IntOrStr(description="", **kw):
+    return Node("int_or_string", description, **kw)
+
+
+def Obj(description="", properties=None, **kw):
+    return Node("object", description, properties=properties, **kw)
+
+
+def Arr(items, description="", **kw):
+    return Node("array", description, items=items, **kw)
+
+
+def Map(values, description="", **kw):
+    return Node("map", description, values=values, **kw)
+
+
+def AnyObj(description="", **kw):
+    """A Kubernetes object we pass through untouched (affinity, securityContext, ...)."""
+    return Node("any_object", description, **kw)

@@ -1,0 +1,675 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The SlurmCluster and NodeSet specs: schema, defaults, validation and the ClusterModel they become.
+
+Every rule of a field lives in its schema node below; rules that span fields or documents live in
+`_cross_checks`. `build_model` reports every issue of every document at once and builds nothing from an invalid spec.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import ipaddress
+import re
+
+from ansible_collections.soperator.slurm.plugins.module_utils import model as m
+from ansible_collections.soperator.slurm.plugins.module_utils.quantity import (
+    QUANTITY_PATTERN, QuantityError, is_quantity, to_cpus, to_mib)
+from ansible_collections.soperator.slurm.plugins.module_utils.schema import (
+    AnyObj, Arr, Bool, Int, IntOrStr, Map, Num, Obj, SpecError, SpecIssue, Str, child_path)
+
+DEFAULT_REGISTRY = "ghcr.io/soperator-slurm"
+DEFAULT_TAG = "22.05.8-0.1.0"
+DEFAULT_MARIADB_IMAGE = "docker.io/library/mariadb:10.11"
+
+DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+DNS_LABEL_HELP = "must be a lowercase DNS label: letters, digits and '-', starting with a letter"
+K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+K8S_NAME_HELP = "must be a lowercase DNS subdomain name"
+SLURM_WORD = r"^[A-Za-z0-9_][-A-Za-z0-9_.]*$"
+SLURM_WORD_HELP = "may hold only letters, digits, '_', '-' and '.'"
+GRES_PATTERN = r"^[a-z][a-z0-9_]*(:[A-Za-z0-9_.-]+)?:[0-9]+$"
+CRON_PATTERN = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|(\S+\s+){4}\S+)$"
+
+# slurm.conf keys we own: letting `slurmConfig` set them would break the cluster's wiring.
+MANAGED_SLURM_KEYS = {
+    "clustername": "metadata.name",
+    "slurmctldhost": "the rendered controller",
+    "controlmachine": "the rendered controller",
+    "backupcontroller": "the rendered controller",
+    "slurmctldport": "spec.controller.port",
+    "slurmdport": "the rendered workers",
+    "nodename": "NodeSet resources",
+    "nodeset": "NodeSet resources",
+    "partitionname": "spec.partitions",
+    "statesavelocation": "the controller spool volume",
+    "slurmdspooldir": "the rendered workers",
+    "authtype": "munge (always on)",
+    "gpusandtypes": "NodeSet gres",
+    "grestypes": "NodeSet gres",
+    "accountingstoragetype": "spec.accounting.enabled",
+    "accountingstoragehost": "spec.accounting",
+    "accountingstorageport": "spec.accounting.port",
+    "healthcheckprogram": "spec.healthChecks.passive",
+    "healthcheckinterval": "spec.healthChecks.passive.interval",
+    "healthchecknodestate": "spec.healthChecks.passive.nodeStates",
+    "topologyplugin": "spec.topology.enabled",
+    "mpidefault": "spec.mpi.default",
+    "plugstackconfig": "the jail",
+}
+MANAGED_PARTITION_KEYS = {"partitionname": "spec.partitions[].name", "nodes": "spec.partitions[].nodeSets",
+                          "default": "spec.partitions[].default"}
+NODE_STATES = ["ANY", "ALLOC", "IDLE", "MIXED", "NONDRAINED_IDLE"]
+
+
+def _quantity(description, **kw):
+    return IntOrStr(description, pattern=QUANTITY_PATTERN,
+                    pattern_help="is not a quantity (a number with an optional suffix like Mi, Gi, m, k)", **kw)
+
+
+def _resources(description):
+    return Map(_quantity("Amount of this resource."), description)
+
+
+def _cidr(value):
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        return "%r is not a CIDR range (like 10.0.0.0/8)" % (value,)
+    return None
+
+
+def _no_managed_keys(managed):
+    def check(config):
+        for key in config:
+            owner = managed.get(key.lower())
+            if owner:
+                return "key %r is managed by soperator.slurm (set it through %s)" % (key, owner)
+        return None
+    return check
+
+
+def _scheduling_fields():
+    return {
+        "nodeSelector": Map(Str(), "Kubernetes node labels the pods must match.", default={}),
+        "tolerations": Arr(Obj("A Kubernetes toleration.", {
+            "key": Str("Taint key; empty with operator Exists matches every taint."),
+            "operator": Str("How key and value are compared.", enum=["Exists", "Equal"], default="Equal"),
+            "value": Str("Taint value (operator Equal)."),
+            "effect": Str("Taint effect to tolerate; empty means all.",
+                          enum=["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+            "tolerationSeconds": Int("How long a NoExecute taint is tolerated.", minimum=0),
+        }), "Kubernetes tolerations of the pods.", default=[]),
+        "affinity": AnyObj("A Kubernetes affinity, passed through to the pods.", optional=True),
+        "priorityClassName": Str("Kubernetes PriorityClass of the pods.", pattern=K8S_NAME,
+                                 pattern_help=K8S_NAME_HELP),
+    }
+
+
+IMAGES = Obj("Container images. Each unset component image is <registry>/<component>:<tag>.", {
+    "registry": Str("Registry and path prefix of the default images.", default=DEFAULT_REGISTRY),
+    "tag": Str("Tag of the default images.", default=DEFAULT_TAG),
+    "pullPolicy": Str("Image pull policy of every container.", enum=["Always", "IfNotPresent", "Never"],
+                      default="IfNotPresent"),
+    "pullSecrets": Arr(Str(pattern=K8S_NAME, pattern_help=K8S_NAME_HELP), "Names of image pull Secrets.",
+                       default=[]),
+    "controller": Str("slurmctld image."),
+    "worker": Str("slurmd image (also the default of every NodeSet)."),
+    "login": Str("Login (sshd) image."),
+    "populateJail": Str("Image whose root filesystem fills the jail."),
+    "accounting": Str("slurmdbd image."),
+    "mariadb": Str("MariaDB image of the in-cluster accounting database.", default=DEFAULT_MARIADB_IMAGE),
+    "remediation": Str("Ansible runner image of the remediation CronJob."),
+})
+
+JAIL = Obj("The jail: one shared root filesystem that login and worker nodes present to users as /.", {
+    "volume": Obj("Where the jail lives: an existing ReadWriteMany claim, or a new one of this size.", {
+        "existingClaim": Str("Name of an existing PersistentVolumeClaim.", pattern=K8S_NAME,
+                             pattern_help=K8S_NAME_HELP),
+        "size": _quantity("Size of the PersistentVolumeClaim we create."),
+        "storageClassName": Str("StorageClass of the claim we create (must support ReadWriteMany)."),
+        "accessModes": Arr(Str(enum=["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany"]),
+                           "Access modes of the claim we create.", default=["ReadWriteMany"], min_items=1),
+    }, checks=[lambda v: None if bool(v.get("existingClaim")) != bool(v.get("size"))
+               else "set exactly one of existingClaim or size"],
+        cel=[("has(self.existingClaim) != has(self.size)", "set exactly one of existingClaim or size")],
+        required=()),
+    "populate": Obj("How the jail is filled the first time.", {
+        "image": Str("Image whose root filesystem is copied into the jail (default: images.populateJail)."),
+        "overwrite": Str("never: fill only a jail that was never populated; if_empty: fill an empty jail; "
+                         "always: refill on every run.", enum=["never", "if_empty", "always"], default="never"),
+        "backoffLimit": Int("Retries of the populate Job.", minimum=0, default=3),
+    }),
+})
+
+CONTROLLER = Obj("slurmctld.", dict({
+    "resources": _resources("Requests of the controller container (memory is also its limit)."),
+    "spool": Obj("The controller's StateSaveLocation volume.", {
+        "size": _quantity("Size.", default="10Gi"),
+        "storageClassName": Str("StorageClass."),
+    }),
+    "port": Int("SlurmctldPort.", minimum=1, maximum=65535, default=6817),
+}, **_scheduling_fields()))
+
+LOGIN = Obj("Login nodes: sshd in the jail.", dict({
+    "replicas": Int("Number of login pods.", minimum=0, default=2),
+    "service": Obj("The SSH Service.", {
+        "type": Str("Service type.", enum=["LoadBalancer", "NodePort", "ClusterIP"], default="LoadBalancer"),
+        "port": Int("SSH port of the Service.", minimum=1, maximum=65535, default=22),
+        "nodePort": Int("Fixed node port (type NodePort or LoadBalancer).", minimum=30000, maximum=32767),
+        "sourceRanges": Arr(Str(checks=[_cidr]), "CIDR ranges allowed to connect (LoadBalancer).", default=[]),
+        "annotations": Map(Str(), "Annotations of the Service (cloud load balancer settings).", default={}),
+    }),
+    "sshRootPublicKeys": Arr(Str(pattern=r"^(ssh|ecdsa|sk)-[A-Za-z0-9@.-]+ [A-Za-z0-9+/=]+( .*)?$",
+                                 pattern_help="is not an OpenSSH public key line"),
+                             "Public keys allowed to log in as root.", default=[]),
+    "resources": _resources("Requests of the login container (memory is also its limit)."),
+}, **_scheduling_fields()))
+
+ACCOUNTING = Obj("slurmdbd and its database.", {
+    "enabled": Bool("Run slurmdbd and store accounting.", default=False),
+    "port": Int("DbdPort.", minimum=1, maximum=65535, default=6819),
+    "resources": _resources("Requests of the slurmdbd container."),
+    "database": Obj("The MariaDB/MySQL database: in the cluster (default) or external.", {
+        "inCluster": Obj("A MariaDB StatefulSet we run.", {
+            "storage": _quantity("Size of its volume.", default="20Gi"),
+            "storageClassName": Str("StorageClass of its volume."),
+            "resources": _resources("Requests of the MariaDB container."),
+        }, optional=True),
+        "external": Obj("A database you run.", {
+            "host": Str("Host name or address."),
+            "port": Int("Port.", minimum=1, maximum=65535, default=3306),
+            "user": Str("User."),
+            "database": Str("Database name.", default="slurm_acct_db", pattern=r"^[A-Za-z0-9_]+$",
+                            pattern_help="may hold only letters, digits and '_'"),
+            "passwordSecret": Obj("Secret holding the password.", {
+                "name": Str("Secret name.", pattern=K8S_NAME, pattern_help=K8S_NAME_HELP),
+                "key": Str("Key in the Secret.", default="password"),
+            }, required=("name",)),
+        }, optional=True, required=("host", "user", "passwordSecret")),
+    }, checks=[lambda v: "set at most one of inCluster or external"
+               if v.get("inCluster") is not None and v.get("external") is not None else None],
+        cel=[("!(has(self.inCluster) && has(self.external))", "set at most one of inCluster or external")]),
+})
+
+PARTITION = Obj("A Slurm partition.", {
+    "name": Str("PartitionName.", pattern=SLURM_WORD, pattern_help=SLURM_WORD_HELP),
+    "nodeSets": Arr(Str(pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP), "NodeSets whose nodes it holds.",
+                    min_items=1),
+    "default": Bool("The default partition.", default=False),
+    "config": Map(IntOrStr(), "Extra partition keys (MaxTime, OverSubscribe, Hidden, ...).", default={},
+                  checks=[_no_managed_keys(MANAGED_PARTITION_KEYS)]),
+}, required=("name", "nodeSets"))
+
+HEALTH_CHECKS = Obj("Passive (HealthCheckProgram) and active (scheduled job) checks.", {
+    "passive": Obj("Slurm's HealthCheckProgram on every worker.", {
+        "enabled": Bool("Run it.", default=True),
+        "interval": Int("HealthCheckInterval in seconds (0 disables).", minimum=0, default=120),
+        "nodeStates": Arr(Str(enum=NODE_STATES), "HealthCheckNodeState.", default=["ANY"], min_items=1),
+        "cycle": Bool("Spread the checks over the interval (CYCLE).", default=False),
+        "gpu": Bool("Check GPUs are visible and their count matches GRES.", default=True),
+        "memory": Bool("Check free memory.", default=True),
+        "munge": Bool("Check munged answers.", default=True),
+        "minFreeDiskPercent": Int("Minimum free space of the jail and /tmp.", minimum=0, maximum=100,
+                                  default=5),
+        "custom": Arr(Obj("A custom check: a command that fails (non-zero) when the node is bad.", {
+            "name": Str("Its name, used in the drain reason.", pattern=SLURM_WORD, pattern_help=SLURM_WORD_HELP),
+            "command": Str("Shell command."),
+            "timeoutSeconds": Int("Time limit.", minimum=1, maximum=60, default=5),
+        }, required=("name", "command")), "Custom checks.", default=[], unique_key="name"),
+    }),
+    "active": Arr(Obj("A check submitted as a Slurm job on a schedule.", {
+        "name": Str("Its name, used in the drain reason.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP,
+                    max_length=40),
+        "type": Str("What it runs.", enum=["gpuBurn", "ncclAllReduce", "storage", "sbatch"]),
+        "schedule": Str("Cron schedule.", pattern=CRON_PATTERN, pattern_help="is not a cron schedule"),
+        "nodeSets": Arr(Str(pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),
+                        "NodeSets to check (default: all).", default=[]),
+        "script": Str("sbatch script (type sbatch)."),
+        "timeoutSeconds": Int("Time limit of the job.", minimum=1, default=600),
+        "minBusBandwidthGBs": Num("ncclAllReduce: minimum bus bandwidth in GB/s.", minimum=0),
+        "minWriteMBs": Num("storage: minimum write speed in MB/s.", minimum=0),
+        "minReadMBs": Num("storage: minimum read speed in MB/s.", minimum=0),
+        "drainOnFailure": Bool("Drain the node when the check fails.", default=True),
+    }, required=("name", "type", "schedule"),
+        checks=[lambda v: "type sbatch needs a script" if v.get("type") == "sbatch" and not v.get("script")
+                else None]),
+        "Active checks.", default=[], unique_key="name"),
+})
+
+REMEDIATION = Obj("The in-cluster remediation loop.", {
+    "enabled": Bool("Render the remediation CronJob.", default=True),
+    "schedule": Str("Cron schedule of the remediation playbook.", pattern=CRON_PATTERN,
+                    pattern_help="is not a cron schedule", default="*/5 * * * *"),
+    "drainReasonPrefix": Str("Prefix of every drain reason we set; drains without it are left alone.",
+                             pattern=r"^[A-Za-z0-9_.:/\[\]-]+$",
+                             pattern_help="may hold only letters, digits and _.:/[]-", default="soperator:"),
+    "replaceDrainedNodes": Bool("Delete the pod of a node we drained so Kubernetes recreates it.", default=True),
+    "cordonKubernetesNode": Bool("Also cordon the Kubernetes node that pod ran on.", default=False),
+    "successfulJobsHistoryLimit": Int("CronJob history.", minimum=0, default=3),
+    "failedJobsHistoryLimit": Int("CronJob history.", minimum=0, default=3),
+})
+
+CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets.", {
+    "clusterDomain": Str("DNS domain of the Kubernetes cluster.", default="cluster.local", pattern=K8S_NAME,
+                         pattern_help=K8S_NAME_HELP),
+    "images": IMAGES,
+    "jail": JAIL,
+    "controller": CONTROLLER,
+    "login": LOGIN,
+    "accounting": ACCOUNTING,
+    "partitions": Arr(PARTITION, "Partitions. Empty: one default partition 'main' holding every NodeSet.",
+                      default=[], unique_key="name"),
+    "slurmConfig": Map(IntOrStr(), "Extra slurm.conf keys, merged over our defaults.", default={},
+                       checks=[_no_managed_keys(MANAGED_SLURM_KEYS)]),
+    "cgroupConfig": Map(IntOrStr(), "Extra cgroup.conf keys, merged over our defaults.", default={}),
+    "mpi": Obj("MPI.", {
+        "default": Str("MpiDefault.", enum=["none", "pmix", "pmi2"], default="none"),
+        "config": Map(IntOrStr(), "mpi.conf keys.", default={}),
+    }),
+    "topology": Obj("topology.conf (topology/tree).", {
+        "enabled": Bool("Use topology/tree. With no switches: one leaf switch per NodeSet under one root.",
+                        default=False),
+        "switches": Arr(Obj("A switch.", {
+            "name": Str("SwitchName.", pattern=SLURM_WORD, pattern_help=SLURM_WORD_HELP),
+            "nodeSets": Arr(Str(pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP), "NodeSets attached to it.",
+                            default=[]),
+            "switches": Arr(Str(pattern=SLURM_WORD, pattern_help=SLURM_WORD_HELP), "Child switches.",
+                            default=[]),
+        }, required=("name",)), "Switches.", default=[], unique_key="name"),
+    }),
+    "healthChecks": HEALTH_CHECKS,
+    "remediation": REMEDIATION,
+})
+
+NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict({
+    "clusterName": Str("The SlurmCluster this NodeSet belongs to.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),
+    "replicas": Int("Number of running workers.", minimum=0, default=1),
+    "maxReplicas": Int("Nodes defined in slurm.conf (default: replicas). Scaling up to it needs no slurm.conf "
+                       "change; beyond it, slurmctld must restart.", minimum=0),
+    "resources": _resources("Kubernetes resources of each worker (requests = limits). cpu and memory are required; "
+                            "they also give Slurm's CPUs and RealMemory."),
+    "slurmNode": Obj("Overrides of the Slurm node definition.", {
+        "cpus": Int("CPUs (default: resources.cpu).", minimum=1),
+        "realMemory": Int("RealMemory in MiB (default: resources.memory).", minimum=1),
+        "sockets": Int("Sockets.", minimum=1),
+        "coresPerSocket": Int("CoresPerSocket.", minimum=1),
+        "threadsPerCore": Int("ThreadsPerCore.", minimum=1),
+        "weight": Int("Weight (lower is scheduled first).", minimum=1, default=1),
+    }),
+    "gres": Arr(Str(pattern=GRES_PATTERN, pattern_help="is not a GRES (name[:type]:count, like gpu:h100:8)"),
+                "Generic resources of each node.", default=[]),
+    "features": Arr(Str(pattern=r"^[A-Za-z0-9_.]+$", pattern_help="may hold only letters, digits, '_' and '.'"),
+                    "Slurm node features.", default=[]),
+    "maxUnavailable": Int("Workers Kubernetes may evict at once (PodDisruptionBudget).", minimum=1, default=1),
+    "image": Str("Worker image (default: the cluster's images.worker)."),
+    "sharedMemory": _quantity("Size of /dev/shm (NCCL needs a large one)."),
+}, **_scheduling_fields()), required=("clusterName", "resources"),
+    checks=[lambda v: "maxReplicas (%s) must be >= replicas (%s)" % (v["maxReplicas"], v["replicas"])
+            if isinstance(v.get("maxReplicas"), int) and isinstance(v.get("replicas"), int)
+            and v["maxReplicas"] < v["replicas"] else None],
+    cel=[("!has(self.maxReplicas) || self.maxReplicas >= self.replicas", "maxReplicas must be >= replicas")])
+
+METADATA = Obj("Object metadata.", {
+    "name": Str("Name.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),
+    "namespace": Str("Namespace.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP, default="default"),
+    "labels": Map(Str(), default={}),
+    "annotations": Map(Str(), default={}),
+    # Server-populated fields, allowed so a CR read back from the cluster validates as it is.
+    "uid": Str(), "resourceVersion": Str(), "generation": Int(), "creationTimestamp": Str(),
+    "managedFields": Arr(AnyObj()), "finalizers": Arr(Str()),
+}, required=("name",))
+
+# Name lengths: pod names and the controller-revision-hash label must stay within 63 characters.
+MAX_CLUSTER_NAME = 30
+MAX_NODESET_NAME = 40
+
+
+def _document_schema(kind, spec_schema):
+    return Obj(kind, {
+        "apiVersion": Str("API version.", enum=[m.API_VERSION]),
+        "kind": Str("Kind.", enum=[kind]),
+        "metadata": METADATA,
+        "spec": spec_schema,
+        "status": AnyObj("Written by soperator.slurm."),
+    }, required=("apiVersion", "kind", "metadata", "spec"))
+
+
+CLUSTER_DOCUMENT = _document_schema("SlurmCluster", CLUSTER_SPEC)
+NODESET_DOCUMENT = _document_schema("NodeSet", NODESET_SPEC)
+
+
+def _doc_label(doc, index):
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if isinstance(kind, str) and isinstance(name, str):
+        return "%s/%s" % (kind, name)
+    return "document[%d]" % index
+
+
+def _prefixed(label, issues):
+    return [SpecIssue("%s %s" % (label, i.path) if i.path else label, i.message) for i in issues]
+
+
+def validate_documents(documents):
+    """Validate + default every document. Returns (cluster_doc, [nodeset_doc], issues)."""
+    issues = []
+    cluster, node_sets = None, []
+    if not isinstance(documents, list):
+        return None, [], [SpecIssue("", "the spec must be a list of documents (a SlurmCluster and its NodeSets)")]
+    for index, doc in enumerate(documents):
+        label = _doc_label(doc, index)
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        if kind == "SlurmCluster":
+            doc_issues = []
+            validated = CLUSTER_DOCUMENT.validate(doc, "", doc_issues)
+            issues.extend(_prefixed(label, doc_issues))
+            if cluster is not None:
+                issues.append(SpecIssue(label, "a spec holds exactly one SlurmCluster (found a second one)"))
+            else:
+                cluster = validated
+        elif kind == "NodeSet":
+            doc_issues = []
+            node_sets.append((label, NODESET_DOCUMENT.validate(doc, "", doc_issues)))
+            issues.extend(_prefixed(label, doc_issues))
+        else:
+            issues.append(SpecIssue("%s kind" % label if isinstance(doc, dict) else label,
+                                    "must be SlurmCluster or NodeSet, got %r" % (kind,)))
+    if cluster is None and not any(i.message.startswith("a spec holds") for i in issues):
+        if not any(isinstance(d, dict) and d.get("kind") == "SlurmCluster" for d in documents):
+            issues.append(SpecIssue("", "the spec has no SlurmCluster document"))
+    return cluster, node_sets, issues
+
+
+def _cross_checks(cluster, node_sets):
+    """Rules spanning fields and documents. Runs on validated documents; skips parts already invalid."""
+    issues = []
+    name = (cluster or {}).get("metadata", {}).get("name")
+    namespace = (cluster or {}).get("metadata", {}).get("namespace")
+    if isinstance(name, str) and len(name) > MAX_CLUSTER_NAME:
+        issues.append(SpecIssue("SlurmCluster/%s metadata.name" % name,
+                                "must be at most %d characters long" % MAX_CLUSTER_NAME))
+    seen = {}
+    for label, doc in node_sets:
+        meta, spec = doc.get("metadata") or {}, doc.get("spec") or {}
+        ns_name = meta.get("name")
+        if isinstance(ns_name, str):
+            if len(ns_name) > MAX_NODESET_NAME:
+                issues.append(SpecIssue("%s metadata.name" % label,
+                                        "must be at most %d characters long" % MAX_NODESET_NAME))
+            if ns_name in seen:
+                issues.append(SpecIssue("%s metadata.name" % label, "duplicate NodeSet name %r" % ns_name))
+            seen[ns_name] = doc
+        if name and spec.get("clusterName") and spec["clusterName"] != name:
+            issues.append(SpecIssue("%s spec.clusterName" % label,
+                                    "%r does not match the SlurmCluster %r" % (spec["clusterName"], name)))
+        if namespace and meta.get("namespace") and meta["namespace"] != namespace:
+            issues.append(SpecIssue("%s metadata.namespace" % label,
+                                    "%r differs from the SlurmCluster's namespace %r" % (meta["namespace"],
+                                                                                         namespace)))
+        issues.extend(_nodeset_resource_checks(label, spec))
+    if cluster is None:
+        return issues
+    spec, label = cluster["spec"], "SlurmCluster/%s" % name
+    partitions = spec.get("partitions") or []
+    defaults = [p["name"] for p in partitions if p.get("default")]
+    if len(defaults) > 1:
+        issues.append(SpecIssue("%s spec.partitions" % label,
+                                "at most one partition may be the default, got %s" % ", ".join(defaults)))
+    in_partition = set()
+    for i, part in enumerate(partitions):
+        for j, ref in enumerate(part.get("nodeSets") or []):
+            in_partition.add(ref)
+            if ref not in seen:
+                issues.append(SpecIssue("%s spec.partitions[%d].nodeSets[%d]" % (label, i, j),
+                                        "unknown NodeSet %r (known: %s)" % (ref, ", ".join(sorted(seen)) or "none")))
+    if partitions:
+        for ns_label, doc in node_sets:
+            ns_name = doc["metadata"].get("name")
+            if ns_name and ns_name not in in_partition:
+                issues.append(SpecIssue("%s metadata.name" % ns_label,
+                                        "NodeSet %r is in no partition (add it to a spec.partitions[].nodeSets of "
+                                        "%s)" % (ns_name, label)))
+    for i, check in enumerate(spec["healthChecks"]["active"]):
+        for j, ref in enumerate(check.get("nodeSets") or []):
+            if ref not in seen:
+                issues.append(SpecIssue("%s spec.healthChecks.active[%d].nodeSets[%d]" % (label, i, j),
+                                        "unknown NodeSet %r" % ref))
+    switches = spec["topology"]["switches"]
+    switch_names = set(s["name"] for s in switches if s.get("name"))
+    for i, switch in enumerate(switches):
+        for j, ref in enumerate(switch.get("nodeSets") or []):
+            if ref not in seen:
+                issues.append(SpecIssue("%s spec.topology.switches[%d].nodeSets[%d]" % (label, i, j),
+                                        "unknown NodeSet %r" % ref))
+        for j, ref in enumerate(switch.get("switches") or []):
+            if ref not in switch_names:
+                issues.append(SpecIssue("%s spec.topology.switches[%d].switches[%d]" % (label, i, j),
+                                        "unknown switch %r" % ref))
+    login_service = spec["login"]["service"]
+    if login_service.get("nodePort") is not None and login_service["type"] == "ClusterIP":
+        issues.append(SpecIssue("%s spec.login.service.nodePort" % label,
+                                "needs service type NodePort or LoadBalancer, not ClusterIP"))
+    return issues
+
+
+def _nodeset_resource_checks(label, spec):
+    issues = []
+    resources = spec.get("resources")
+    if not isinstance(resources, dict):
+        return issues
+    path = "%s spec.resources" % label
+    slurm_node = spec.get("slurmNode") or {}
+    for key in ("cpu", "memory"):
+        if key not in resources:
+            issues.append(SpecIssue(path, "must set %s (it also gives Slurm's %s)"
+                                    % (key, "CPUs" if key == "cpu" else "RealMemory")))
+    if "cpu" in resources and is_quantity(resources["cpu"]) and not slurm_node.get("cpus"):
+        try:
+            if to_cpus(resources["cpu"]) < 1:
+                issues.append(SpecIssue(child_path(path, "cpu"), "must be at least 1 CPU"))
+        except QuantityError as e:
+            issues.append(SpecIssue(child_path(path, "cpu"), str(e)))
+    if "memory" in resources and is_quantity(resources["memory"]) and not slurm_node.get("realMemory"):
+        if to_mib(resources["memory"]) < 1:
+            issues.append(SpecIssue(child_path(path, "memory"), "must be at least 1Mi"))
+    gpus = sum(int(g.rsplit(":", 1)[1]) for g in spec.get("gres") or []
+               if isinstance(g, str) and re.match(GRES_PATTERN, g) and g.split(":", 1)[0] == "gpu")
+    requested = resources.get("nvidia.com/gpu")
+    if requested is not None and is_quantity(requested):
+        try:
+            count = to_cpus(requested)
+        except QuantityError:
+            issues.append(SpecIssue(child_path(path, "nvidia.com/gpu"), "must be a whole number"))
+        else:
+            if count != gpus:
+                issues.append(SpecIssue(child_path(path, "nvidia.com/gpu"),
+                                        "%d GPUs requested but gres declares %d (they must match)" % (count, gpus)))
+    names = [g.split(":", 1)[0] for g in spec.get("gres") or [] if isinstance(g, str)]
+    for name in set(n for n in names if names.count(n) > 1):
+        issues.append(SpecIssue("%s spec.gres" % label, "GRES %r is declared more than once" % name))
+    return issues
+
+
+def _scheduling(spec):
+    return m.Scheduling(
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        tolerations=tuple(m.Toleration(t.get("key"), t["operator"], t.get("value"), t.get("effect"),
+                                       t.get("tolerationSeconds")) for t in spec.get("tolerations") or []),
+        affinity=copy.deepcopy(spec.get("affinity")),
+        priority_class_name=spec.get("priorityClassName"),
+    )
+
+
+def _str_map(values):
+    return {k: str(v) for k, v in (values or {}).items()}
+
+
+def _image(images, explicit, component):
+    return explicit or "%s/%s:%s" % (images["registry"], component, images["tag"])
+
+
+def _parse_gres(text):
+    parts = text.split(":")
+    return m.Gres(name=parts[0], type=parts[1] if len(parts) == 3 else None, count=int(parts[-1]))
+
+
+def _node_set_model(doc, default_image):
+    spec = doc["spec"]
+    slurm_node = spec["slurmNode"]
+    resources = _str_map(spec["resources"])
+    gres = tuple(_parse_gres(g) for g in spec["gres"])
+    gpus = sum(g.count for g in gres if g.name == "gpu")
+    if gpus and "nvidia.com/gpu" not in resources:
+        resources["nvidia.com/gpu"] = str(gpus)
+    return m.NodeSet(
+        name=doc["metadata"]["name"],
+        replicas=spec["replicas"],
+        max_replicas=spec["maxReplicas"] if spec.get("maxReplicas") is not None else spec["replicas"],
+        resources=resources,
+        cpus=slurm_node.get("cpus") or to_cpus(spec["resources"]["cpu"]),
+        real_memory_mib=slurm_node.get("realMemory") or to_mib(spec["resources"]["memory"]),
+        sockets=slurm_node.get("sockets"),
+        cores_per_socket=slurm_node.get("coresPerSocket"),
+        threads_per_core=slurm_node.get("threadsPerCore"),
+        weight=slurm_node["weight"],
+        gres=gres,
+        features=tuple(spec["features"]),
+        scheduling=_scheduling(spec),
+        max_unavailable=spec["maxUnavailable"],
+        image=spec.get("image") or default_image,
+        shared_memory=str(spec["sharedMemory"]) if spec.get("sharedMemory") is not None else None,
+    )
+
+
+def _model(cluster, node_set_docs):
+    meta, spec = cluster["metadata"], cluster["spec"]
+    images = spec["images"]
+    image_set = m.Images(
+        controller=_image(images, images.get("controller"), "controller"),
+        worker=_image(images, images.get("worker"), "worker"),
+        login=_image(images, images.get("login"), "login"),
+        populate_jail=_image(images, images.get("populateJail"), "jail"),
+        accounting=_image(images, images.get("accounting"), "accounting"),
+        mariadb=images["mariadb"],
+        remediation=_image(images, images.get("remediation"), "ansible-runner"),
+        pull_policy=images["pullPolicy"],
+        pull_secrets=tuple(images["pullSecrets"]),
+    )
+    node_sets = tuple(sorted((_node_set_model(d, image_set.worker) for d in node_set_docs), key=lambda n: n.name))
+    partitions = tuple(
+        m.Partition(p["name"], tuple(p["nodeSets"]), p["default"], _str_map(p["config"]))
+        for p in spec["partitions"]
+    ) or ((m.Partition("main", tuple(n.name for n in node_sets), True, {}),) if node_sets else ())
+    jail, volume = spec["jail"], spec["jail"]["volume"]
+    db = spec["accounting"]["database"]
+    in_cluster = db.get("inCluster")
+    if spec["accounting"]["enabled"] and db.get("external") is None and in_cluster is None:
+        in_cluster = {"storage": "20Gi", "storageClassName": None, "resources": {}}
+    external = db.get("external")
+    passive = spec["healthChecks"]["passive"]
+    remediation = spec["remediation"]
+    return m.ClusterModel(
+        name=meta["name"],
+        namespace=meta["namespace"],
+        cluster_domain=spec["clusterDomain"],
+        images=image_set,
+        jail=m.Jail(
+            volume=m.JailVolume(volume.get("existingClaim"), str(volume["size"]) if volume.get("size") else None,
+                                volume.get("storageClassName"), tuple(volume["accessModes"])),
+            populate_image=jail["populate"].get("image") or image_set.populate_jail,
+            overwrite=jail["populate"]["overwrite"],
+            populate_backoff_limit=jail["populate"]["backoffLimit"],
+        ),
+        controller=m.Controller(
+            resources=_str_map(spec["controller"]["resources"]),
+            spool_size=str(spec["controller"]["spool"]["size"]),
+            spool_storage_class_name=spec["controller"]["spool"].get("storageClassName"),
+            port=spec["controller"]["port"],
+            scheduling=_scheduling(spec["controller"]),
+        ),
+        login=m.Login(
+            replicas=spec["login"]["replicas"],
+            service=m.LoginService(
+                type=spec["login"]["service"]["type"],
+                port=spec["login"]["service"]["port"],
+                node_port=spec["login"]["service"].get("nodePort"),
+                source_ranges=tuple(spec["login"]["service"]["sourceRanges"]),
+                annotations=dict(spec["login"]["service"]["annotations"]),
+            ),
+            ssh_root_public_keys=tuple(spec["login"]["sshRootPublicKeys"]),
+            resources=_str_map(spec["login"]["resources"]),
+            scheduling=_scheduling(spec["login"]),
+        ),
+        accounting=m.Accounting(
+            enabled=spec["accounting"]["enabled"],
+            port=spec["accounting"]["port"],
+            resources=_str_map(spec["accounting"]["resources"]),
+            in_cluster=m.InClusterDatabase(str(in_cluster["storage"]), in_cluster.get("storageClassName"),
+                                           _str_map(in_cluster.get("resources")))
+            if in_cluster is not None else None,
+            external=m.ExternalDatabase(
+                external["host"], external["port"], external["user"], external["database"],
+                m.PasswordSecretRef(external["passwordSecret"]["name"], external["passwordSecret"]["key"]))
+            if external is not None else None,
+        ),
+        node_sets=node_sets,
+        partitions=partitions,
+        slurm_config=_str_map(spec["slurmConfig"]),
+        cgroup_config=_str_map(spec["cgroupConfig"]),
+        mpi=m.Mpi(spec["mpi"]["default"], _str_map(spec["mpi"]["config"])),
+        topology=m.Topology(spec["topology"]["enabled"], tuple(
+            m.Switch(s["name"], tuple(s["nodeSets"]), tuple(s["switches"])) for s in spec["topology"]["switches"])),
+        health_checks=m.HealthChecks(
+            passive=m.PassiveChecks(
+                enabled=passive["enabled"], interval=passive["interval"], node_states=tuple(passive["nodeStates"]),
+                cycle=passive["cycle"], gpu=passive["gpu"], memory=passive["memory"], munge=passive["munge"],
+                min_free_disk_percent=passive["minFreeDiskPercent"],
+                custom=tuple(m.CustomCheck(c["name"], c["command"], c["timeoutSeconds"]) for c in passive["custom"]),
+            ),
+            active=tuple(m.ActiveCheck(
+                name=c["name"], type=c["type"], schedule=c["schedule"], node_sets=tuple(c["nodeSets"]),
+                script=c.get("script"), timeout_seconds=c["timeoutSeconds"],
+                min_bus_bandwidth_gbs=c.get("minBusBandwidthGBs"), min_write_mbs=c.get("minWriteMBs"),
+                min_read_mbs=c.get("minReadMBs"), drain_on_failure=c["drainOnFailure"],
+            ) for c in spec["healthChecks"]["active"]),
+        ),
+        remediation=m.Remediation(
+            enabled=remediation["enabled"], schedule=remediation["schedule"],
+            drain_reason_prefix=remediation["drainReasonPrefix"],
+            replace_drained_nodes=remediation["replaceDrainedNodes"],
+            cordon_kubernetes_node=remediation["cordonKubernetesNode"],
+            successful_jobs_history_limit=remediation["successfulJobsHistoryLimit"],
+            failed_jobs_history_limit=remediation["failedJobsHistoryLimit"],
+        ),
+        cluster_spec=cluster,
+        node_set_specs={d["metadata"]["name"]: d for d in node_set_docs},
+    )
+
+
+def check_documents(documents):
+    """Every issue of a spec (empty list when it is valid)."""
+    cluster, node_sets, issues = validate_documents(documents)
+    return issues + _cross_checks(cluster, node_sets)
+
+
+def build_model(documents):
+    """Validated, defaulted ClusterModel from a SlurmCluster and its NodeSets. Raises SpecError with every issue."""
+    cluster, node_sets, issues = validate_documents(documents)
+    issues += _cross_checks(cluster, node_sets)
+    if issues:
+        raise SpecError(issues)
+    return _model(cluster, [doc for _label, doc in node_sets])
+
+
+def load_documents(text):
+    """Parse a multi-document YAML spec (SlurmCluster + NodeSets); empty documents are skipped."""
+    import yaml
+    try:
+        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as e:
+        raise SpecError([SpecIssue("", "the spec is not valid YAML: %s" % e)])
