@@ -385,18 +385,26 @@ def validate_documents(documents):
     return cluster, node_sets, issues
 
 
+def _get(value, *keys, default=None):
+    """Nested lookup that tolerates parts already reported invalid (validation leaves None there)."""
+    for key in keys:
+        if not isinstance(value, dict) or value.get(key) is None:
+            return default
+        value = value[key]
+    return value
+
+
 def _cross_checks(cluster, node_sets):
     """Rules spanning fields and documents. Runs on validated documents; skips parts already invalid."""
     issues = []
-    name = (cluster or {}).get("metadata", {}).get("name")
-    namespace = (cluster or {}).get("metadata", {}).get("namespace")
+    name = _get(cluster, "metadata", "name")
+    namespace = _get(cluster, "metadata", "namespace")
     if isinstance(name, str) and len(name) > MAX_CLUSTER_NAME:
         issues.append(SpecIssue("SlurmCluster/%s metadata.name" % name,
                                 "must be at most %d characters long" % MAX_CLUSTER_NAME))
     seen = {}
     for label, doc in node_sets:
-        meta, spec = doc.get("metadata") or {}, doc.get("spec") or {}
-        ns_name = meta.get("name")
+        ns_name = _get(doc, "metadata", "name")
         if isinstance(ns_name, str):
             if len(ns_name) > MAX_NODESET_NAME:
                 issues.append(SpecIssue("%s metadata.name" % label,
@@ -404,54 +412,50 @@ def _cross_checks(cluster, node_sets):
             if ns_name in seen:
                 issues.append(SpecIssue("%s metadata.name" % label, "duplicate NodeSet name %r" % ns_name))
             seen[ns_name] = doc
-        if name and spec.get("clusterName") and spec["clusterName"] != name:
+        cluster_ref = _get(doc, "spec", "clusterName")
+        if name and cluster_ref and cluster_ref != name:
             issues.append(SpecIssue("%s spec.clusterName" % label,
-                                    "%r does not match the SlurmCluster %r" % (spec["clusterName"], name)))
-        if namespace and meta.get("namespace") and meta["namespace"] != namespace:
+                                    "%r does not match the SlurmCluster %r" % (cluster_ref, name)))
+        ns_namespace = _get(doc, "metadata", "namespace")
+        if namespace and ns_namespace and ns_namespace != namespace:
             issues.append(SpecIssue("%s metadata.namespace" % label,
-                                    "%r differs from the SlurmCluster's namespace %r" % (meta["namespace"],
-                                                                                         namespace)))
-        issues.extend(_nodeset_resource_checks(label, spec))
-    if cluster is None:
+                                    "%r differs from the SlurmCluster's namespace %r" % (ns_namespace, namespace)))
+        issues.extend(_nodeset_resource_checks(label, _get(doc, "spec", default={})))
+    spec, label = _get(cluster, "spec"), "SlurmCluster/%s" % name
+    if spec is None:
         return issues
-    spec, label = cluster["spec"], "SlurmCluster/%s" % name
-    partitions = spec.get("partitions") or []
-    defaults = [p["name"] for p in partitions if p.get("default")]
+
+    def unknown_refs(refs, path, what, known):
+        for j, ref in enumerate(refs or []):
+            if ref is not None and ref not in known:
+                issues.append(SpecIssue("%s %s[%d]" % (label, path, j), "unknown %s %r (known: %s)"
+                                        % (what, ref, ", ".join(sorted(known)) or "none")))
+
+    partitions = [p for p in _get(spec, "partitions", default=[]) if isinstance(p, dict)]
+    defaults = [p.get("name") for p in partitions if p.get("default")]
     if len(defaults) > 1:
         issues.append(SpecIssue("%s spec.partitions" % label,
-                                "at most one partition may be the default, got %s" % ", ".join(defaults)))
+                                "at most one partition may be the default, got %s" % ", ".join(map(str, defaults))))
     in_partition = set()
-    for i, part in enumerate(partitions):
-        for j, ref in enumerate(part.get("nodeSets") or []):
-            in_partition.add(ref)
-            if ref not in seen:
-                issues.append(SpecIssue("%s spec.partitions[%d].nodeSets[%d]" % (label, i, j),
-                                        "unknown NodeSet %r (known: %s)" % (ref, ", ".join(sorted(seen)) or "none")))
+    for i, part in enumerate(_get(spec, "partitions", default=[])):
+        in_partition.update(_get(part, "nodeSets", default=[]))
+        unknown_refs(_get(part, "nodeSets"), "spec.partitions[%d].nodeSets" % i, "NodeSet", seen)
     if partitions:
         for ns_label, doc in node_sets:
-            ns_name = doc["metadata"].get("name")
+            ns_name = _get(doc, "metadata", "name")
             if ns_name and ns_name not in in_partition:
                 issues.append(SpecIssue("%s metadata.name" % ns_label,
                                         "NodeSet %r is in no partition (add it to a spec.partitions[].nodeSets of "
                                         "%s)" % (ns_name, label)))
-    for i, check in enumerate(spec["healthChecks"]["active"]):
-        for j, ref in enumerate(check.get("nodeSets") or []):
-            if ref not in seen:
-                issues.append(SpecIssue("%s spec.healthChecks.active[%d].nodeSets[%d]" % (label, i, j),
-                                        "unknown NodeSet %r" % ref))
-    switches = spec["topology"]["switches"]
-    switch_names = set(s["name"] for s in switches if s.get("name"))
+    for i, check in enumerate(_get(spec, "healthChecks", "active", default=[])):
+        unknown_refs(_get(check, "nodeSets"), "spec.healthChecks.active[%d].nodeSets" % i, "NodeSet", seen)
+    switches = _get(spec, "topology", "switches", default=[])
+    switch_names = set(_get(sw, "name") for sw in switches) - {None}
     for i, switch in enumerate(switches):
-        for j, ref in enumerate(switch.get("nodeSets") or []):
-            if ref not in seen:
-                issues.append(SpecIssue("%s spec.topology.switches[%d].nodeSets[%d]" % (label, i, j),
-                                        "unknown NodeSet %r" % ref))
-        for j, ref in enumerate(switch.get("switches") or []):
-            if ref not in switch_names:
-                issues.append(SpecIssue("%s spec.topology.switches[%d].switches[%d]" % (label, i, j),
-                                        "unknown switch %r" % ref))
-    login_service = spec["login"]["service"]
-    if login_service.get("nodePort") is not None and login_service["type"] == "ClusterIP":
+        unknown_refs(_get(switch, "nodeSets"), "spec.topology.switches[%d].nodeSets" % i, "NodeSet", seen)
+        unknown_refs(_get(switch, "switches"), "spec.topology.switches[%d].switches" % i, "switch", switch_names)
+    if _get(spec, "login", "service", "nodePort") is not None \
+            and _get(spec, "login", "service", "type") == "ClusterIP":
         issues.append(SpecIssue("%s spec.login.service.nodePort" % label,
                                 "needs service type NodePort or LoadBalancer, not ClusterIP"))
     return issues
@@ -463,7 +467,7 @@ def _nodeset_resource_checks(label, spec):
     if not isinstance(resources, dict):
         return issues
     path = "%s spec.resources" % label
-    slurm_node = spec.get("slurmNode") or {}
+    slurm_node = _get(spec, "slurmNode", default={})
     for key in ("cpu", "memory"):
         if key not in resources:
             issues.append(SpecIssue(path, "must set %s (it also gives Slurm's %s)"
@@ -477,7 +481,8 @@ def _nodeset_resource_checks(label, spec):
     if "memory" in resources and is_quantity(resources["memory"]) and not slurm_node.get("realMemory"):
         if to_mib(resources["memory"]) < 1:
             issues.append(SpecIssue(child_path(path, "memory"), "must be at least 1Mi"))
-    gpus = sum(int(g.rsplit(":", 1)[1]) for g in spec.get("gres") or []
+    gres = [g for g in spec.get("gres") or [] if isinstance(g, str)]
+    gpus = sum(int(g.rsplit(":", 1)[1]) for g in gres
                if isinstance(g, str) and re.match(GRES_PATTERN, g) and g.split(":", 1)[0] == "gpu")
     requested = resources.get("nvidia.com/gpu")
     if requested is not None and is_quantity(requested):
@@ -489,7 +494,7 @@ def _nodeset_resource_checks(label, spec):
             if count != gpus:
                 issues.append(SpecIssue(child_path(path, "nvidia.com/gpu"),
                                         "%d GPUs requested but gres declares %d (they must match)" % (count, gpus)))
-    names = [g.split(":", 1)[0] for g in spec.get("gres") or [] if isinstance(g, str)]
+    names = [g.split(":", 1)[0] for g in gres]
     for name in set(n for n in names if names.count(n) > 1):
         issues.append(SpecIssue("%s spec.gres" % label, "GRES %r is declared more than once" % name))
     return issues
