@@ -1,0 +1,700 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Slurm node state: parse ``sinfo --json``, plan drain / resume / undrain, apply it with one ``scontrol update`` per
+distinct action, verify, and wait for drains to finish.
+
+Rules (see the slurm_drain module documentation, which states them for users):
+
+* Every drain we set carries the reason prefix (``soperator:`` by default). A node held by someone else (drained,
+  failed or down with a reason that lacks our prefix) is never resumed, undrained or re-drained unless ``force``;
+  it is reported in ``skipped`` with its reason.
+* A node that Slurm does not know, a controller that does not answer, or output we cannot parse is an error. We never
+  report a state we did not read back from slurmctld after the change (fail closed).
+* State is read with one ``sinfo --json`` per read. ``sinfo`` hides FUTURE nodes (defined in slurm.conf, not running:
+  soperator defines every possible node of a NodeSet that way), so names missing from it are looked up once with
+  ``scontrol --future show node`` to tell "FUTURE" from "does not exist".
+* FUTURE nodes are an error unless ``force``: draining or resuming something that is not running is almost always a
+  wrong hostlist. With ``force`` a drain sets the DRAIN flag (the node registers drained), and resumed / undrained
+  clear it with UNDRAIN; never RESUME, which in Slurm 22.05 turns a FUTURE node into IDLE+NOT_RESPONDING.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import (
+    SlurmCommandError, SlurmError, SlurmOutputError, TransientError, format_command, looks_unavailable)
+
+DEFAULT_REASON_PREFIX = "soperator:"
+STATES = ("drained", "resumed", "undrained")
+BUSY_STATES = frozenset(["ALLOCATED", "MIXED"])
+HOLD_FLAGS = frozenset(["DRAIN", "FAIL"])
+
+SINFO_JSON = ("sinfo", "--json")
+SCONTROL_FUTURE = ("scontrol", "--oneliner", "--future", "show", "node")
+SQUEUE_NODES = ("squeue", "--noheader", "--all", "--states=RUNNING,COMPLETING,SUSPENDED", "--format=%N")
+
+# Actions and the scontrol State= they use.
+DRAIN, RESUME, UNDRAIN = "drain", "resume", "undrain"
+NONE, SKIP = "none", "skipped"
+_SCONTROL_STATE = {DRAIN: "DRAIN", RESUME: "RESUME", UNDRAIN: "UNDRAIN"}
+
+
+@dataclass
+class NodeRecord:
+    name: str
+    base_state: str                      # IDLE ALLOCATED MIXED DOWN UNKNOWN ERROR FUTURE (uppercase)
+    flags: Tuple[str, ...] = ()          # DRAIN COMPLETING NOT_RESPONDING FAIL POWERED_DOWN ...
+    reason: str = ""
+    reason_set_by_user: Optional[str] = None
+    reason_changed_at: Optional[int] = None
+    partitions: Tuple[str, ...] = ()
+    gres: str = ""
+    gres_used: str = ""
+    features: Tuple[str, ...] = ()
+    cpus: Optional[int] = None
+    alloc_cpus: Optional[int] = None
+    real_memory: Optional[int] = None
+    alloc_memory: Optional[int] = None
+    address: str = ""
+    hostname: str = ""
+    source: str = "sinfo"                # sinfo | scontrol (a FUTURE node sinfo hides)
+    jobs: Optional[int] = field(default=None, compare=False)
+
+    @property
+    def drain(self):
+        return "DRAIN" in self.flags
+
+    @property
+    def busy(self):
+        """Jobs (or their epilogs) still hold the node."""
+        return self.base_state in BUSY_STATES or "COMPLETING" in self.flags
+
+    @property
+    def future(self):
+        return self.base_state == "FUTURE"
+
+    @property
+    def held(self):
+        """Out of service by an admin or by Slurm: drained, failed or down."""
+        return bool(HOLD_FLAGS.intersection(self.flags)) or self.base_state == "DOWN"
+
+    @property
+    def drained(self):
+        """DRAINED, not DRAINING: the drain flag is set and no job runs."""
+        return self.drain and not self.busy
+
+    @property
+    def state(self):
+        """The state the way sinfo names it, without the '*' of NOT_RESPONDING (see flags for that)."""
+        if self.future:
+            return "FUTURE"
+        if self.drain:
+            return "DRAINING" if self.busy else "DRAINED"
+        if "FAIL" in self.flags:
+            return "FAILING" if self.busy else "FAIL"
+        if "COMPLETING" in self.flags and self.base_state == "IDLE":
+            return "COMPLETING"
+        return self.base_state
+
+    def ours(self, prefix):
+        return bool(prefix) and self.reason.startswith(prefix)
+
+    def snapshot(self):
+        return {"state": self.state, "flags": list(self.flags), "reason": self.reason}
+
+    def to_dict(self, prefix=None):
+        out = {
+            "name": self.name, "state": self.state, "base_state": self.base_state, "flags": list(self.flags),
+            "reason": self.reason, "reason_set_by_user": self.reason_set_by_user,
+            "reason_changed_at": self.reason_changed_at, "partitions": list(self.partitions), "gres": self.gres,
+            "gres_used": self.gres_used, "features": list(self.features), "cpus": self.cpus,
+            "alloc_cpus": self.alloc_cpus, "real_memory": self.real_memory, "alloc_memory": self.alloc_memory,
+            "address": self.address, "hostname": self.hostname, "drained": self.drained, "busy": self.busy,
+            "jobs": self.jobs,
+        }
+        if prefix is not None:
+            out["ours"] = self.ours(prefix)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _number(value, what):
+    """22.05 prints plain numbers; 23.02+ prints {"set": bool, "infinite": bool, "number": n}."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SlurmOutputError("sinfo --json: %s is not a number: %r" % (what, value))
+    return int(value)
+
+
+def _text(value):
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _split_state(state, flags, name):
+    """22.05: state "idle" + state_flags ["DRAIN"]; 23.02+: state ["IDLE", "DRAIN"]."""
+    if isinstance(state, list):
+        if not state or not all(isinstance(s, str) for s in state):
+            raise SlurmOutputError("sinfo --json: node %s has an unreadable state %r" % (name, state))
+        words = [s.upper() for s in state]
+        base, extra = words[0], words[1:]
+    elif isinstance(state, str) and state:
+        base, extra = state.upper(), []
+    else:
+        raise SlurmOutputError("sinfo --json: node %s has no state" % name)
+    if flags is None:
+        flags = []
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise SlurmOutputError("sinfo --json: node %s has unreadable state_flags %r" % (name, flags))
+    seen = []
+    for f in extra + [f.upper() for f in flags]:
+        if f not in seen:
+            seen.append(f)
+    return base, tuple(seen)
+
+
+def _record_from_json(node):
+    if not isinstance(node, dict):
+        raise SlurmOutputError("sinfo --json: a node entry is not an object: %r" % (node,))
+    name = node.get("name")
+    if not isinstance(name, str) or not name:
+        raise SlurmOutputError("sinfo --json: a node entry has no name")
+    base, flags = _split_state(node.get("state"), node.get("state_flags"), name)
+    partitions = node.get("partitions") or []
+    if not isinstance(partitions, list):
+        raise SlurmOutputError("sinfo --json: node %s has unreadable partitions %r" % (name, partitions))
+    features = node.get("features") or ""
+    features = features if isinstance(features, list) else [f for f in str(features).split(",") if f]
+    user = node.get("reason_set_by_user")
+    return NodeRecord(
+        name=name, base_state=base, flags=flags, reason=_text(node.get("reason")),
+        reason_set_by_user=user if isinstance(user, str) and user else None,
+        reason_changed_at=_number(node.get("reason_changed_at"), "reason_changed_at") or None,
+        partitions=tuple(str(p) for p in partitions), gres=_text(node.get("gres")),
+        gres_used=_text(node.get("gres_used")), features=tuple(features),
+        cpus=_number(node.get("cpus"), "cpus"), alloc_cpus=_number(node.get("alloc_cpus"), "alloc_cpus"),
+        real_memory=_number(node.get("real_memory"), "real_memory"),
+        alloc_memory=_number(node.get("alloc_memory"), "alloc_memory"),
+        address=_text(node.get("address")), hostname=_text(node.get("hostname")), source="sinfo")
+
+
+class SinfoReportedErrors(SlurmOutputError):
+    """sinfo --json exits 0 and lists errors (and no nodes) when slurmctld does not answer: never 'no nodes'."""
+
+
+def parse_sinfo_json(text):
+    """``sinfo --json`` output -> list of NodeRecord (one per node, in sinfo's order). Raises SlurmOutputError."""
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        snippet = text.strip()[:200] if text else "(empty)"
+        raise SlurmOutputError("sinfo --json printed something that is not JSON (%s): %s" % (e, snippet))
+    if not isinstance(doc, dict):
+        raise SlurmOutputError("sinfo --json: expected an object, got %s" % type(doc).__name__)
+    errors = doc.get("errors") or []
+    if errors:
+        texts = []
+        for err in errors:
+            if isinstance(err, dict):
+                texts.append("%s (errno %s)" % (err.get("error") or err.get("description") or "?",
+                                                err.get("errno", err.get("error_number", "?"))))
+            else:
+                texts.append(str(err))
+        raise SinfoReportedErrors("sinfo --json reported errors: %s" % "; ".join(texts))
+    nodes = doc.get("nodes")
+    if not isinstance(nodes, list):
+        raise SlurmOutputError("sinfo --json: no 'nodes' list in the output")
+    records, seen = [], set()
+    for node in nodes:
+        record = _record_from_json(node)
+        if record.name not in seen:
+            seen.add(record.name)
+            records.append(record)
+    return records
+
+
+_NOT_FOUND = re.compile(r"^Node (\S+) not found$")
+_KEY = re.compile(r"(?:^|\s)([A-Za-z_]+)=")
+_REASON = re.compile(r"^(.*?)(?: \[([^\]@]*)@([^\]]*)\])?$", re.S)
+
+
+def parse_scontrol_nodes(text):
+    """``scontrol --oneliner [--future] show node`` -> (records, names reported not found). Raises SlurmOutputError."""
+    records, missing = [], []
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        found = _NOT_FOUND.match(line)
+        if found:
+            missing.append(found.group(1))
+            continue
+        if not line.startswith("NodeName="):
+            raise SlurmOutputError("scontrol show node printed an unexpected line: %s" % line[:200])
+        reason = ""
+        user = None
+        head = line
+        cut = line.find(" Reason=")
+        if cut >= 0:
+            head, reason_text = line[:cut], line[cut + len(" Reason="):]
+            match = _REASON.match(reason_text)
+            reason, user = match.group(1), match.group(2) or None
+        fields = {}
+        keys = list(_KEY.finditer(head))
+        for i, key in enumerate(keys):
+            end = keys[i + 1].start() if i + 1 < len(keys) else len(head)
+            fields[key.group(1)] = head[key.end():end].strip()
+        name = fields.get("NodeName")
+        state = fields.get("State")
+        if not name or not state:
+            raise SlurmOutputError("scontrol show node: no NodeName/State in: %s" % line[:200])
+        words = state.upper().split("+")
+        flags = tuple(w.rstrip("*") for w in words[1:] if w)
+        if state.endswith("*") and "NOT_RESPONDING" not in flags:
+            flags += ("NOT_RESPONDING",)
+        partitions = fields.get("Partitions", "")
+        gres = fields.get("Gres", "")
+        records.append(NodeRecord(
+            name=name, base_state=words[0].rstrip("*"), flags=flags, reason=reason, reason_set_by_user=user,
+            partitions=tuple(p for p in partitions.split(",") if p),
+            gres="" if gres == "(null)" else gres,
+            features=tuple(f for f in fields.get("AvailableFeatures", "").split(",") if f and f != "(null)"),
+            address=fields.get("NodeAddr", ""), hostname=fields.get("NodeHostName", ""), source="scontrol"))
+    return records, missing
+
+
+def parse_squeue_nodes(text):
+    """``squeue --format=%N`` (one hostlist per job) -> {node: jobs}."""
+    counts = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            names = hostlist.expand(line)
+        except hostlist.HostlistError as e:
+            raise SlurmOutputError("squeue printed a node list we cannot read (%s): %s" % (e, line[:200]))
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def expand_nodes(nodes):
+    """``nodes`` option (a hostlist expression, or a list of them) -> distinct names in order."""
+    if nodes is None:
+        return []
+    items = [nodes] if isinstance(nodes, str) else list(nodes)
+    names, seen = [], set()
+    for item in items:
+        if not isinstance(item, str):
+            raise SlurmCommandError("nodes: %r is not a hostlist expression" % (item,))
+        try:
+            expanded = hostlist.expand(item)
+        except hostlist.HostlistError as e:
+            raise SlurmCommandError("nodes: %s" % e)
+        for name in expanded:
+            if name not in seen:
+                seen.add(name)
+                names.append(name)
+    return names
+
+
+def _parse_sinfo_result(result):
+    try:
+        return parse_sinfo_json(result.stdout)
+    except SinfoReportedErrors as e:
+        raise TransientError(str(e))
+    except SlurmOutputError:
+        if result.rc != 0:
+            # e.g. a client that cannot read its config: say what Slurm said, not that JSON was missing.
+            raise SlurmCommandError("%s failed (rc=%s): %s" % (result.cmd, result.rc,
+                                                               (result.stderr or result.stdout).strip()[:500]))
+        raise
+
+
+def read_sinfo(runner):
+    """One ``sinfo --json``: every node sinfo shows, by name (in sinfo's order)."""
+    _result, records = runner.run(SINFO_JSON, parse=_parse_sinfo_result, check=False)
+    return dict((r.name, r) for r in records)
+
+
+def _parse_scontrol_result(result):
+    records, missing = parse_scontrol_nodes(result.stdout)
+    if result.rc != 0 and not missing:
+        raise SlurmCommandError("%s failed (rc=%s): %s" % (result.cmd, result.rc,
+                                                           (result.stderr or result.stdout).strip()[:500]))
+    return records, missing
+
+
+def read_hidden(runner, names=None):
+    """One ``scontrol --future show node [names]``: the nodes sinfo hides (FUTURE), and names Slurm does not know."""
+    argv = list(SCONTROL_FUTURE)
+    if names:
+        argv.append(hostlist.compress(names))
+    _result, (records, missing) = runner.run(argv, parse=_parse_scontrol_result, check=False)
+    return dict((r.name, r) for r in records), missing
+
+
+def read_nodes(runner, names=None, include_future=False):
+    """Records of ``names`` (all nodes sinfo shows when None). Raises SlurmCommandError for names Slurm lacks."""
+    by_name = read_sinfo(runner)
+    if names is None:
+        if include_future:
+            hidden, _missing = read_hidden(runner)
+            for name, record in hidden.items():
+                if name not in by_name and record.future:
+                    by_name[name] = record
+        return by_name
+    absent = [n for n in names if n not in by_name]
+    if absent:
+        hidden, _missing = read_hidden(runner, absent)
+        unknown = [n for n in absent if n not in hidden]
+        if unknown:
+            raise SlurmCommandError("%d node(s) do not exist in Slurm: %s" % (len(unknown), hostlist.compress(unknown)),
+                                    runner.commands, unknown=unknown)
+        by_name.update(hidden)
+    return dict((n, by_name[n]) for n in names)
+
+
+def read_jobs(runner):
+    """Running/completing/suspended jobs per node, from one squeue call."""
+    _result, counts = runner.run(SQUEUE_NODES, parse=lambda r: parse_squeue_nodes(r.stdout))
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Planning
+
+
+def full_reason(prefix, reason):
+    """The reason we set: ``<prefix> <reason>`` (kept as is when it already starts with the prefix)."""
+    if not prefix or not prefix.strip():
+        raise SlurmCommandError("reason_prefix must not be empty: it is how our drains are told from others'")
+    reason = (reason or "").strip()
+    if not reason:
+        raise SlurmCommandError("a drain needs a reason")
+    if reason.startswith(prefix):
+        return reason
+    return prefix + ("" if prefix.endswith(" ") else " ") + reason
+
+
+@dataclass
+class Action:
+    verb: str
+    names: list
+    reason: Optional[str] = None
+
+    @property
+    def argv(self):
+        argv = ["scontrol", "update", "NodeName=%s" % hostlist.compress(self.names),
+                "State=%s" % _SCONTROL_STATE[self.verb]]
+        if self.verb == DRAIN:
+            argv.append("Reason=%s" % self.reason)
+        return argv
+
+
+@dataclass
+class Plan:
+    state: str
+    reason: Optional[str]
+    node_actions: dict                  # name -> drain | resume | undrain | none | skipped
+    actions: list                       # Action, one per distinct (verb, reason)
+    skipped: list                       # {name, state, reason, why}
+    errors: list                        # messages: nothing may run when there is one
+
+
+def _plan_node(record, state, reason, prefix, force):
+    """(action, why) for one node; why explains a skip or an error ('error: ...')."""
+    foreign = record.held and not record.ours(prefix)
+    if record.future and not force:
+        return "error", "is FUTURE (defined in slurm.conf but not running); force=true to change it anyway"
+    if state == "drained":
+        if record.drain and record.ours(prefix) and record.reason == reason:
+            return NONE, None
+        if foreign and not force:
+            return SKIP, "held by someone else (%s): its reason lacks %r; force=true overrides" % (
+                record.state, prefix)
+        return DRAIN, None
+    if record.future:
+        # force: clear the flag only; RESUME would take the node out of FUTURE.
+        if not record.drain:
+            return NONE, None
+        if foreign and not force:
+            return SKIP, "held by someone else"
+        return UNDRAIN, None
+    if state == "resumed":
+        if not record.held:
+            return NONE, None
+        if foreign and not force:
+            return SKIP, "held by someone else (%s): its reason lacks %r; force=true overrides" % (
+                record.state, prefix)
+        return RESUME, None
+    # undrained
+    if not record.drain:
+        return NONE, None
+    if foreign and not force:
+        return SKIP, "drained by someone else: its reason lacks %r; force=true overrides" % prefix
+    return UNDRAIN, None
+
+
+def plan(records, names, state, reason, prefix, force):
+    """Decide what to do with each of ``names`` (all present in ``records``)."""
+    if state not in STATES:
+        raise SlurmCommandError("state must be one of %s" % ", ".join(STATES))
+    node_actions, skipped, errors = {}, [], []
+    groups = {}
+    for name in names:
+        record = records[name]
+        action, why = _plan_node(record, state, reason, prefix, force)
+        if action == "error":
+            errors.append("%s %s" % (name, why))
+            continue
+        node_actions[name] = action
+        if action == SKIP:
+            skipped.append({"name": name, "state": record.state, "reason": record.reason, "why": why})
+        elif action != NONE:
+            key = (action, reason if action == DRAIN else None)
+            groups.setdefault(key, []).append(name)
+    order = {DRAIN: 0, UNDRAIN: 1, RESUME: 2}
+    actions = [Action(verb, group, why) for (verb, why), group in sorted(groups.items(), key=lambda kv: order[kv[0][0]])]
+    return Plan(state, reason, node_actions, actions, skipped, errors)
+
+
+def predict(record, action, reason):
+    """What the node will look like after ``action`` (check mode)."""
+    flags = [f for f in record.flags]
+    base = record.base_state
+    new_reason = record.reason
+    if action == DRAIN:
+        if "DRAIN" not in flags:
+            flags.append("DRAIN")
+        new_reason = reason
+    elif action == UNDRAIN:
+        flags = [f for f in flags if f != "DRAIN"]
+        new_reason = "" if base != "DOWN" else record.reason
+    elif action == RESUME:
+        flags = [f for f in flags if f not in HOLD_FLAGS]
+        if base == "DOWN":
+            base = "IDLE"
+        new_reason = ""
+    else:
+        return record
+    return NodeRecord(**dict(record.__dict__, base_state=base, flags=tuple(flags), reason=new_reason))
+
+
+def reached(record, action, reason):
+    """Did the node get where ``action`` was to take it?"""
+    if action == DRAIN:
+        return record.drain and record.reason == reason
+    if action == UNDRAIN:
+        return not record.drain
+    if action == RESUME:
+        return not record.held
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Doing
+
+
+def _describe(snapshot):
+    text = snapshot["state"]
+    if "NOT_RESPONDING" in snapshot["flags"]:
+        text += "*"
+    if snapshot["reason"]:
+        text += " (%s)" % snapshot["reason"]
+    return text
+
+
+def _diff(names, before, after):
+    lines_before, lines_after = [], []
+    for name in names:
+        b, a = before[name].snapshot(), after[name].snapshot()
+        if b != a:
+            lines_before.append("%s: %s\n" % (name, _describe(b)))
+            lines_after.append("%s: %s\n" % (name, _describe(a)))
+    return {"before_header": "slurm nodes", "after_header": "slurm nodes",
+            "before": "".join(lines_before), "after": "".join(lines_after)}
+
+
+def _queries(runner, since):
+    return [r.cmd for r in runner.history[since:] if r.argv[:2] != ["scontrol", "update"]]
+
+
+class SetStateResult(dict):
+    pass
+
+
+def set_state(runner, nodes, state, reason=None, prefix=DEFAULT_REASON_PREFIX, force=False, wait=False,
+              timeout=300, wait_sleep=2.0, check_mode=False, sleep=time.sleep, clock=time.monotonic):
+    """Drive ``nodes`` to ``state``; return the module result (without ``failed``). Raises SlurmError, with the
+    partial result in ``error.details['result']``."""
+    started = len(runner.history)
+    names = expand_nodes(nodes)
+    if not names:
+        raise SlurmCommandError("nodes is empty")
+    if not prefix or not prefix.strip():
+        raise SlurmCommandError("reason_prefix must not be empty: it is how our drains are told from others'")
+    wanted_reason = full_reason(prefix, reason) if state == "drained" else None
+    if timeout is not None and timeout < 0:
+        raise SlurmCommandError("timeout must be >= 0")
+
+    before = read_nodes(runner, names)
+    the_plan = plan(before, names, state, wanted_reason, prefix, force)
+    if the_plan.errors:
+        raise SlurmCommandError("refusing to change any node: " + "; ".join(the_plan.errors), runner.commands,
+                                result={"nodes": [dict({"name": n}, before=before[n].snapshot()) for n in names]})
+
+    updates = []
+    warnings = []
+    if check_mode:
+        after = dict((n, predict(before[n], the_plan.node_actions[n], wanted_reason)) for n in names)
+        updates = [format_command(a.argv) for a in the_plan.actions]
+    else:
+        failures = []
+        for action in the_plan.actions:
+            try:
+                result, _ = runner.run(action.argv, check=False)
+            except SlurmError as e:
+                e.msg = "%s (commands already run: %s)" % (e.msg, "; ".join(updates) or "none")
+                e.args = (e.msg,)
+                e.details["result"] = _partial(names, before, the_plan, updates, runner, started, warnings)
+                raise
+            updates.append(result.cmd)
+            if result.rc != 0:
+                failures.append((action, result))
+        after = before
+        if the_plan.actions:
+            after = _read_after(runner, names, before)
+            for action, result in failures:
+                missed = [n for n in action.names if not reached(after[n], action.verb, action.reason)]
+                message = (result.stderr or result.stdout).strip()
+                if missed:
+                    raise SlurmCommandError(
+                        "%s failed (rc=%s): %s; not in the requested state: %s"
+                        % (result.cmd, result.rc, message, hostlist.compress(missed)), runner.commands,
+                        result=_partial(names, before, the_plan, updates, runner, started, warnings, after))
+                warnings.append("%s exited %s (%s) but every node reached the requested state (Slurm 22.05 answers "
+                                "so for nodes whose slurmd never registered)" % (result.cmd, result.rc, message))
+            missed = [n for a in the_plan.actions for n in a.names if not reached(after[n], a.verb, a.reason)]
+            if missed:
+                raise SlurmCommandError(
+                    "slurmctld accepted the update but these nodes are not in the requested state: %s"
+                    % ", ".join("%s is %s" % (n, _describe(after[n].snapshot())) for n in missed),
+                    runner.commands,
+                    result=_partial(names, before, the_plan, updates, runner, started, warnings, after))
+        if wait and state == "drained":
+            after = _wait_drained(runner, names, the_plan, after, timeout, wait_sleep, sleep, clock,
+                                  lambda current: _partial(names, before, the_plan, updates, runner, started,
+                                                           warnings, current))
+
+    result = _partial(names, before, the_plan, updates, runner, started, warnings, after)
+    return result
+
+
+def _read_after(runner, names, before):
+    """Read back the nodes we changed: one sinfo, plus scontrol only for FUTURE nodes (sinfo hides them)."""
+    visible = read_sinfo(runner)
+    after = {}
+    hidden_names = []
+    for name in names:
+        if name in visible:
+            after[name] = visible[name]
+        else:
+            hidden_names.append(name)
+    if hidden_names:
+        hidden, _missing = read_hidden(runner, hidden_names)
+        for name in hidden_names:
+            if name not in hidden:
+                raise SlurmCommandError("node %s disappeared from Slurm during the change" % name, runner.commands)
+            after[name] = hidden[name]
+    return after
+
+
+def _wait_drained(runner, names, the_plan, current, timeout, wait_sleep, sleep, clock, partial):
+    """Poll (one sinfo --json per round) until every node we hold drained runs no job."""
+    targets = [n for n in names if the_plan.node_actions[n] in (DRAIN, NONE) and not current[n].future]
+    deadline = clock() + (timeout or 0)
+    while True:
+        lost = [n for n in targets if not current[n].drain]
+        if lost:
+            raise SlurmCommandError("while waiting, these nodes were undrained by someone else: %s"
+                                    % hostlist.compress(lost), runner.commands, result=partial(current))
+        busy = [n for n in targets if current[n].busy]
+        if not busy:
+            return current
+        if clock() >= deadline:
+            raise SlurmCommandError(
+                "timed out after %ss waiting for %d node(s) to become DRAINED; still DRAINING (jobs running): %s"
+                % (timeout, len(busy), hostlist.compress(busy)), runner.commands, result=partial(current))
+        sleep(max(0.0, min(wait_sleep, deadline - clock())))
+        visible = read_sinfo(runner)
+        missing = [n for n in targets if n not in visible]
+        if missing:
+            raise SlurmCommandError("nodes vanished from sinfo while waiting: %s" % hostlist.compress(missing),
+                                    runner.commands, result=partial(current))
+        current = dict(current)
+        for n in targets:
+            current[n] = visible[n]
+
+
+def _partial(names, before, the_plan, updates, runner, started, warnings, after=None):
+    nodes = []
+    for name in names:
+        entry = {"name": name, "action": the_plan.node_actions.get(name, NONE), "before": before[name].snapshot()}
+        if after is not None:
+            entry["after"] = after[name].snapshot()
+        nodes.append(entry)
+    changed = bool(the_plan.actions)
+    result = {
+        "changed": changed,
+        "nodes": nodes,
+        "skipped": the_plan.skipped,
+        "commands": updates,
+        "queries": _queries(runner, started),
+        "reason": the_plan.reason,
+        "warnings": list(warnings),
+    }
+    if after is not None:
+        result["diff"] = _diff(names, before, after)
+    return result
+
+
+def node_info(runner, nodes=None, jobs=True, include_future=False, prefix=DEFAULT_REASON_PREFIX):
+    """Records for slurm_node_info: every node (or ``nodes``), with the jobs count from squeue."""
+    names = expand_nodes(nodes) if nodes else None
+    if nodes is not None and not names:
+        raise SlurmCommandError("nodes is empty")
+    records = read_nodes(runner, names, include_future=include_future)
+    counts = read_jobs(runner) if jobs else {}
+    out = []
+    for name, record in records.items():
+        entry = record.to_dict(prefix)
+        if jobs:
+            entry["jobs"] = counts.get(name, 0)
+        out.append(entry)
+    return out

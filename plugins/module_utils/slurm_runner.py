@@ -1,0 +1,310 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one way this collection runs Slurm commands (scontrol, sinfo, squeue, sacctmgr).
+
+A SlurmRunner runs an argv through a transport and records every command it ran:
+
+* LocalTransport: exec on this host; SLURM_CONF comes from the option or the environment (the local backend exports
+  it). Runs with LC_ALL=C so messages are parsable.
+* KubernetesTransport: exec into the controller pod ``<cluster>-controller-0`` (container ``slurmctld``) through the
+  Kubernetes API's exec stream (the kubernetes python client, authenticated by kubernetes.core's auth options).
+
+Commands are argv lists, never shell strings: a reason with spaces or quotes reaches Slurm as one argument on both
+transports. A controller that does not answer is retried a bounded number of times (``retries``, with a growing
+delay), then reported as SlurmUnavailable; any other failure is reported at once. Nothing here decides whether a
+result means success: callers parse and verify (fail closed).
+
+Why not community.general's CmdRunner: it resolves the binary on the local host (get_bin_path) and runs it through
+AnsibleModule.run_command, which rules out the Kubernetes transport and gives no timeout; this runner keeps its shape
+(a fixed argv builder per call, the commands reported back, as containers.podman does) over both transports.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+import shlex
+import subprocess
+import time
+
+# stderr (or kube exec error) texts of a controller that cannot be reached: worth a retry. Everything else fails at
+# once. From Slurm 22.05's slurm_errno.c / the client commands, and munge's client errors.
+UNAVAILABLE_PATTERNS = re.compile(
+    r"Unable to contact slurm controller|Socket timed out on send/recv|Zero Bytes were transmitted or received"
+    r"|Connection refused|Communication connection failure|Transport endpoint is not connected"
+    r"|backup controller in standby|Slurm controller not responding|Unable to establish controller machine"
+    r"|Munge (?:encode|decode) failed|Failed to access .*munge",
+    re.I)
+
+
+class SlurmError(Exception):
+    """Base of every failure of a Slurm operation. ``commands`` lists the commands run so far."""
+
+    def __init__(self, msg, commands=None, **details):
+        super(SlurmError, self).__init__(msg)
+        self.msg = msg
+        self.commands = list(commands or [])
+        self.details = details
+
+
+class SlurmUnavailable(SlurmError):
+    """The controller (or the pod that hosts it) did not answer, after every retry."""
+
+
+class SlurmCommandError(SlurmError):
+    """A Slurm command failed for a reason that a retry would not fix."""
+
+
+class SlurmOutputError(SlurmError):
+    """A Slurm command succeeded but printed something we cannot parse: never guessed at."""
+
+
+class TransientError(Exception):
+    """Raised by a transport or a parse callback: the attempt failed in a way a retry may fix."""
+
+
+class CommandResult(object):
+    __slots__ = ("argv", "rc", "stdout", "stderr", "attempts", "seconds")
+
+    def __init__(self, argv, rc, stdout, stderr, attempts=1, seconds=0.0):
+        self.argv = list(argv)
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+        self.attempts = attempts
+        self.seconds = seconds
+
+    @property
+    def cmd(self):
+        return format_command(self.argv)
+
+
+def format_command(argv):
+    """The argv as a copy-pasteable shell line (what the modules report)."""
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+def looks_unavailable(text):
+    return bool(text) and bool(UNAVAILABLE_PATTERNS.search(text))
+
+
+class LocalTransport(object):
+    """Run Slurm commands on this host."""
+
+    name = "local"
+
+    def __init__(self, slurm_conf=None, environ=None):
+        self.slurm_conf = slurm_conf
+        env = dict(os.environ if environ is None else environ)
+        if slurm_conf:
+            env["SLURM_CONF"] = slurm_conf
+        env["LC_ALL"] = "C"
+        env["LANG"] = "C"
+        self.env = env
+
+    def describe(self):
+        return {"transport": self.name, "slurm_conf": self.env.get("SLURM_CONF")}
+
+    def exec(self, argv, timeout):
+        try:
+            proc = subprocess.run(list(argv), env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise TransientError("%s did not finish within %ss" % (argv[0], timeout))
+        except OSError as e:
+            # A missing scontrol is a setup problem, not a controller that is down: no retry.
+            raise SlurmCommandError("cannot run %s: %s" % (argv[0], e))
+        return (proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
+
+
+def _exec_status_rc(error_text):
+    """The exit code from the Kubernetes exec error channel (a v1.Status as JSON/YAML); None if it carries none."""
+    import json
+    if not error_text:
+        return None, ""
+    try:
+        status = json.loads(error_text)
+    except ValueError:
+        try:
+            import yaml
+            status = yaml.safe_load(error_text)
+        except Exception:  # pylint: disable=broad-except
+            return None, error_text
+    if not isinstance(status, dict):
+        return None, error_text
+    if status.get("status") == "Success":
+        return 0, ""
+    for cause in (status.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            try:
+                return int(cause.get("message")), ""
+            except (TypeError, ValueError):
+                pass
+    return None, status.get("message") or error_text
+
+
+class KubernetesTransport(object):
+    """Run Slurm commands in the controller pod through the Kubernetes exec API."""
+
+    name = "kubernetes"
+
+    def __init__(self, namespace, pod, container="slurmctld", slurm_conf=None, core_v1=None, core_v1_factory=None,
+                 stream_func=None):
+        self.namespace = namespace
+        self.pod = pod
+        self.container = container
+        self.slurm_conf = slurm_conf
+        self._core_v1 = core_v1
+        self._core_v1_factory = core_v1_factory
+        self._stream = stream_func
+
+    def describe(self):
+        return {"transport": self.name, "namespace": self.namespace, "pod": self.pod, "container": self.container,
+                "slurm_conf": self.slurm_conf}
+
+    @property
+    def core_v1(self):
+        if self._core_v1 is None:
+            if self._core_v1_factory is None:
+                raise SlurmCommandError("no Kubernetes client configured for the kubernetes transport")
+            self._core_v1 = self._core_v1_factory()
+        return self._core_v1
+
+    def _stream_func(self):
+        if self._stream is None:
+            try:
+                from kubernetes.stream import stream
+            except ImportError as e:
+                raise SlurmCommandError("transport=kubernetes needs the kubernetes python client: %s" % e)
+            self._stream = stream
+        return self._stream
+
+    def exec(self, argv, timeout):
+        command = list(argv)
+        if self.slurm_conf:
+            command = ["env", "SLURM_CONF=%s" % self.slurm_conf, "LC_ALL=C"] + command
+        stream = self._stream_func()
+        try:
+            from kubernetes.client.exceptions import ApiException
+        except ImportError:  # pragma: no cover - only with a fake client
+            ApiException = ()  # noqa: N806
+        try:
+            resp = stream(self.core_v1.connect_get_namespaced_pod_exec, self.pod, self.namespace,
+                          command=command, container=self.container, stdin=False, stdout=True, stderr=True,
+                          tty=False, _preload_content=False)
+        except ApiException as e:  # pylint: disable=catching-non-exception
+            status = getattr(e, "status", None)
+            text = "exec into pod %s/%s failed: %s %s" % (self.namespace, self.pod, status, getattr(e, "reason", e))
+            if status in (404, 400, 401, 403):
+                # No such pod / container, or no right to exec: retrying will not help.
+                raise SlurmCommandError(text)
+            raise TransientError(text)
+        except Exception as e:  # pylint: disable=broad-except
+            # websocket / connection errors from the client: the API server or the pod is not reachable now.
+            raise TransientError("exec into pod %s/%s failed: %s" % (self.namespace, self.pod, e))
+        stdout, stderr = [], []
+        deadline = time.monotonic() + timeout
+        try:
+            while resp.is_open():
+                if time.monotonic() > deadline:
+                    raise TransientError("%s did not finish within %ss in pod %s/%s"
+                                         % (argv[0], timeout, self.namespace, self.pod))
+                resp.update(timeout=1)
+                if resp.peek_stdout():
+                    stdout.append(resp.read_stdout())
+                if resp.peek_stderr():
+                    stderr.append(resp.read_stderr())
+            # Frames that arrived with the close.
+            if resp.peek_stdout():
+                stdout.append(resp.read_stdout())
+            if resp.peek_stderr():
+                stderr.append(resp.read_stderr())
+            rc, problem = _exec_status_rc(resp.read_channel(3))
+        finally:
+            try:
+                resp.close()
+            except Exception:  # pylint: disable=broad-except
+                pass
+        if rc is None:
+            # The exec itself failed (no such binary, container gone): no exit code of a Slurm command.
+            raise SlurmCommandError("exec of %s in pod %s/%s failed: %s"
+                                    % (argv[0], self.namespace, self.pod, problem or "no exit status"))
+        return rc, "".join(stdout), "".join(stderr)
+
+
+class SlurmRunner(object):
+    """Runs Slurm commands through a transport with bounded retries; remembers every command it ran."""
+
+    def __init__(self, transport, retries=3, retry_delay=2.0, timeout=60, sleep=time.sleep):
+        if retries < 0:
+            raise ValueError("retries must be >= 0")
+        self.transport = transport
+        self.retries = retries
+        self.retry_delay = retry_delay
+        self.timeout = timeout
+        self.sleep = sleep
+        self.history = []          # CommandResult of every command run, in order
+
+    @property
+    def commands(self):
+        return [r.cmd for r in self.history]
+
+    def describe(self):
+        return self.transport.describe()
+
+    def run(self, argv, parse=None, check=True):
+        """Run argv; return (CommandResult, parsed).
+
+        ``parse(result)`` turns the output into a value; it may raise TransientError (retry) or SlurmError (fail now).
+        With check=True a non-zero exit fails (after retries when the controller looks unavailable); with
+        check=False the caller gets the result whatever the exit code, unless the controller never answered.
+        """
+        argv = [str(a) for a in argv]
+        attempts = self.retries + 1
+        problem = None
+        started = time.monotonic()
+        for attempt in range(1, attempts + 1):
+            if attempt > 1:
+                self.sleep(self.retry_delay * (attempt - 1))
+            try:
+                rc, out, err = self.transport.exec(argv, self.timeout)
+            except TransientError as e:
+                problem = str(e)
+                continue
+            except SlurmError as e:
+                e.commands = self.commands + [format_command(argv)]
+                raise
+            result = CommandResult(argv, rc, out, err, attempt, time.monotonic() - started)
+            if rc != 0 and looks_unavailable(err + "\n" + out):
+                problem = (err or out).strip()
+                continue
+            if rc != 0 and check:
+                self.history.append(result)
+                raise SlurmCommandError("%s failed (rc=%d): %s" % (result.cmd, rc, (err or out).strip()),
+                                        self.commands, rc=rc, stdout=out, stderr=err)
+            try:
+                parsed = parse(result) if parse else None
+            except TransientError as e:
+                problem = str(e)
+                continue
+            except SlurmError as e:
+                self.history.append(result)
+                e.commands = self.commands
+                raise
+            self.history.append(result)
+            return result, parsed
+        self.history.append(CommandResult(argv, None, "", problem or "", attempts, time.monotonic() - started))
+        raise SlurmUnavailable(
+            "the Slurm controller did not answer %s after %d attempt(s) over %.0fs (%s): %s"
+            % (format_command(argv), attempts, time.monotonic() - started, _where(self.transport), problem),
+            self.commands)
+
+
+def _where(transport):
+    info = transport.describe()
+    if info["transport"] == "kubernetes":
+        return "pod %s/%s" % (info["namespace"], info["pod"])
+    return "local, SLURM_CONF=%s" % (info.get("slurm_conf") or "default")

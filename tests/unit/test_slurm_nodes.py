@@ -1,0 +1,567 @@
+"""slurm_nodes / slurm_runner / args: parsing of real Slurm 22.05 output, drain planning, set_state against a fake
+slurmctld (the real-daemon tests are in tests/slurm/test_slurm_drain.py)."""
+import copy
+import json
+import os
+
+import pytest
+
+from ansible_collections.soperator.slurm.plugins.module_utils import args as slurm_args
+from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils import slurm_nodes as sn
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import (
+    KubernetesTransport, LocalTransport, SlurmCommandError, SlurmOutputError, SlurmRunner, SlurmUnavailable,
+    TransientError, format_command)
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "slurm_22.05")
+PREFIX = "soperator:"
+
+
+def fixture(name):
+    with open(os.path.join(FIXTURES, name)) as f:
+        return f.read()
+
+
+def by_name(records):
+    return dict((r.name, r) for r in records)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Parsing real `sinfo --json` output (captured from slurmctld/slurmd 22.05.8)
+
+
+def test_idle_nodes():
+    nodes = by_name(sn.parse_sinfo_json(fixture("sinfo_idle.json")))
+    assert list(nodes) == ["w-0", "w-1"]
+    w0 = nodes["w-0"]
+    assert (w0.state, w0.base_state, w0.flags, w0.reason) == ("IDLE", "IDLE", (), "")
+    assert w0.partitions == ("main", "other") and w0.cpus == 2 and w0.alloc_cpus == 0
+    assert not w0.drain and not w0.busy and not w0.held and not w0.drained
+
+
+def test_running_jobs_make_nodes_busy():
+    nodes = by_name(sn.parse_sinfo_json(fixture("sinfo_running.json")))
+    assert nodes["w-0"].state == "MIXED" and nodes["w-0"].busy
+    assert nodes["w-1"].state == "ALLOCATED" and nodes["w-1"].alloc_cpus == 2
+
+
+def test_draining_then_drained():
+    draining = by_name(sn.parse_sinfo_json(fixture("sinfo_draining.json")))
+    assert [draining[n].state for n in ("w-0", "w-1")] == ["DRAINING", "DRAINING"]
+    assert draining["w-0"].reason == "soperator: test drain" and draining["w-0"].ours(PREFIX)
+    assert not draining["w-0"].drained
+    drained = by_name(sn.parse_sinfo_json(fixture("sinfo_drained.json")))
+    assert all(r.state == "DRAINED" and r.drained for r in drained.values())
+    assert drained["w-0"].reason_set_by_user == "root" and drained["w-0"].reason_changed_at > 0
+
+
+def test_foreign_drain_and_down_nodes():
+    foreign = by_name(sn.parse_sinfo_json(fixture("sinfo_foreign.json")))
+    assert foreign["w-0"].state == "DRAINED" and not foreign["w-0"].ours(PREFIX) and foreign["w-0"].held
+    assert foreign["w-1"].flags == ("NOT_RESPONDING",) and not foreign["w-1"].held
+    down = by_name(sn.parse_sinfo_json(fixture("sinfo_down.json")))
+    # sinfo calls DOWN+DRAIN "drained"; a plain DOWN node is held by whoever set its reason.
+    assert down["w-0"].state == "DRAINED" and down["w-0"].base_state == "DOWN"
+    assert down["w-1"].state == "DOWN" and down["w-1"].held and not down["w-1"].ours(PREFIX)
+
+
+def test_controller_down_is_an_error_not_an_empty_cluster():
+    # sinfo --json exits 0 with an error entry and no nodes when slurmctld does not answer.
+    with pytest.raises(sn.SinfoReportedErrors, match="Unspecified error"):
+        sn.parse_sinfo_json(fixture("sinfo_controller_down.json"))
+
+
+@pytest.mark.parametrize("text", ["", "not json", "[]", '{"errors": []}', '{"nodes": [{"state": "idle"}]}',
+                                  '{"nodes": [{"name": "a"}]}', '{"nodes": [{"name": "a", "state": 3}]}',
+                                  '{"nodes": [{"name": "a", "state": "idle", "cpus": "x"}]}'])
+def test_unparsable_output_fails(text):
+    with pytest.raises(SlurmOutputError):
+        sn.parse_sinfo_json(text)
+
+
+def test_newer_json_format_is_read_too():
+    doc = {"errors": [], "nodes": [{"name": "a", "state": ["IDLE", "DRAIN"], "reason": "x", "partitions": ["p"],
+                                    "cpus": 4, "alloc_cpus": 0, "reason_changed_at": {"set": True, "number": 5}}]}
+    (node,) = sn.parse_sinfo_json(json.dumps(doc))
+    assert node.state == "DRAINED" and node.flags == ("DRAIN",) and node.reason_changed_at == 5
+
+
+def test_scontrol_future_nodes():
+    records, missing = sn.parse_scontrol_nodes(fixture("scontrol_future.txt"))
+    nodes = by_name(records)
+    assert missing == ["nope"]
+    assert nodes["f-0"].future and nodes["f-0"].flags == () and nodes["f-0"].partitions == ("other",)
+    assert nodes["f-1"].state == "FUTURE" and nodes["f-1"].drain
+    assert nodes["f-1"].reason == "soperator: pre-drained future" and nodes["f-1"].reason_set_by_user == "root"
+
+
+def test_scontrol_reason_with_equals_signs():
+    line = ("NodeName=a Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN ThreadsPerCore=1 Partitions=p,q "
+            "Reason=x = y [z] [slurm@2026-01-01T00:00:00]")
+    (node,), _ = sn.parse_scontrol_nodes(line)
+    assert node.reason == "x = y [z]" and node.reason_set_by_user == "slurm" and node.partitions == ("p", "q")
+    with pytest.raises(SlurmOutputError):
+        sn.parse_scontrol_nodes("garbage")
+
+
+def test_squeue_job_counts():
+    assert sn.parse_squeue_nodes("w-[0-1]\nw-1\n\n") == {"w-0": 1, "w-1": 2}
+
+
+def test_expand_nodes_keeps_order_and_drops_duplicates():
+    assert sn.expand_nodes("w-[0-2]") == ["w-0", "w-1", "w-2"]
+    assert sn.expand_nodes(["b-1", "a-[1-2]", "b-1"]) == ["b-1", "a-1", "a-2"]
+    with pytest.raises(SlurmCommandError, match="nodes"):
+        sn.expand_nodes("w-[0-")
+
+
+def test_full_reason():
+    assert sn.full_reason("soperator:", "bad dimm") == "soperator: bad dimm"
+    assert sn.full_reason("soperator:", "soperator: x") == "soperator: x"
+    assert sn.full_reason("ops ", "x") == "ops x"
+    for prefix, reason in (("", "x"), ("soperator:", ""), ("soperator:", "  ")):
+        with pytest.raises(SlurmCommandError):
+            sn.full_reason(prefix, reason)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A fake slurmctld: answers sinfo --json, scontrol --future show node and scontrol update the way 22.05 does.
+
+
+class FakeSlurm(object):
+    """Transport that emulates the Slurm commands we run (state kept as sinfo-json node dicts)."""
+
+    name = "local"
+
+    def __init__(self, nodes):
+        template = json.loads(fixture("sinfo_idle.json"))
+        self.meta = template["meta"]
+        self.template = template["nodes"][0]
+        self.nodes = {}
+        for name, state in nodes.items():
+            self.add(name, *state) if isinstance(state, tuple) else self.add(name, state)
+        self.calls = []
+        self.down = False
+        self.quirk_unknown_rc = True   # 22.05: RESUME/UNDRAIN of an UNKNOWN node exits 1 yet clears the drain
+        self.ignore_updates = False
+        self.jobs = {}
+
+    def add(self, name, state="idle", flags=(), reason=""):
+        node = copy.deepcopy(self.template)
+        node.update(name=name, state=state, state_flags=list(flags), reason=reason)
+        self.nodes[name] = node
+
+    def describe(self):
+        return {"transport": "local", "slurm_conf": "/fake"}
+
+    def finish_jobs(self):
+        for node in self.nodes.values():
+            if node["state"] in ("allocated", "mixed"):
+                node["state"] = "idle"
+
+    def exec(self, argv, timeout):
+        self.calls.append(list(argv))
+        if self.down:
+            if argv[:2] == ["sinfo", "--json"]:
+                return 0, fixture("sinfo_controller_down.json"), ""
+            return 1, "", "slurm_update error: Unable to contact slurm controller (connect failure)\n"
+        if argv == ["sinfo", "--json"]:
+            visible = [n for n in self.nodes.values() if n["state"] != "future"]
+            return 0, json.dumps({"meta": self.meta, "errors": [], "nodes": visible}), ""
+        if argv[:4] == list(sn.SCONTROL_FUTURE)[:4]:
+            wanted = hostlist.expand(argv[5]) if len(argv) > 5 else list(self.nodes)
+            lines, rc = [], 0
+            for name in wanted:
+                node = self.nodes.get(name)
+                if node is None:
+                    lines.append("Node %s not found" % name)
+                    rc = 1
+                    continue
+                state = "+".join([node["state"].upper()] + node["state_flags"])
+                line = "NodeName=%s CPUTot=1 State=%s Partitions=%s" % (name, state, ",".join(node["partitions"]))
+                if node["reason"]:
+                    line += " Reason=%s [root@2026-01-01T00:00:00]" % node["reason"]
+                lines.append(line)
+            return rc, "\n".join(lines) + "\n", ""
+        if argv[:2] == ["scontrol", "update"]:
+            return self._update(argv[2:])
+        raise AssertionError("unexpected command %r" % (argv,))
+
+    def _update(self, words):
+        fields = dict(w.split("=", 1) for w in words)
+        names = hostlist.expand(fields["NodeName"])
+        if any(n not in self.nodes for n in names):
+            return 1, "", "slurm_update error: Invalid node name specified\n"
+        if self.ignore_updates:
+            return 0, "", ""
+        state = fields["State"]
+        rc = 0
+        for name in names:
+            node = self.nodes[name]
+            flags = node["state_flags"]
+            if state == "DRAIN":
+                if "DRAIN" not in flags:
+                    flags.append("DRAIN")
+                node["reason"] = fields["Reason"]
+            elif state in ("RESUME", "UNDRAIN"):
+                if state == "RESUME" and not ("DRAIN" in flags or node["state"] == "down"):
+                    return 1, "", "slurm_update error: Invalid node state specified\n"
+                node["state_flags"] = [f for f in flags if f != "DRAIN"]
+                if state == "RESUME" and node["state"] == "down":
+                    node["state"] = "idle"
+                if state == "RESUME" and node["state"] == "future":
+                    node["state"] = "idle"
+                    node["state_flags"].append("NOT_RESPONDING")
+                node["reason"] = ""
+                if node["state"] == "unknown" and self.quirk_unknown_rc:
+                    rc = 1
+        if rc:
+            return 1, "", "slurm_update error: Invalid node state specified\n"
+        return 0, "", ""
+
+    def updates(self):
+        return [c for c in self.calls if c[:2] == ["scontrol", "update"]]
+
+
+class Clock(object):
+    def __init__(self, slurm=None, finish_after=None):
+        self.now = 0.0
+        self.sleeps = []
+        self.slurm = slurm
+        self.finish_after = finish_after
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+        if self.slurm is not None and self.finish_after is not None and self.now >= self.finish_after:
+            self.slurm.finish_jobs()
+
+
+def make(nodes, retries=2):
+    slurm = FakeSlurm(nodes)
+    clock = Clock(slurm)
+    runner = SlurmRunner(slurm, retries=retries, retry_delay=1.0, timeout=5, sleep=clock.sleep)
+    return slurm, runner, clock
+
+
+def run(runner, clock, nodes, state, **kw):
+    kw.setdefault("reason", "maintenance" if state == "drained" else None)
+    return sn.set_state(runner, nodes, state, sleep=clock.sleep, clock=clock, **kw)
+
+
+def test_drain_idle_nodes_with_one_update():
+    slurm, runner, clock = make({"w-%d" % i: "idle" for i in range(4)})
+    result = run(runner, clock, "w-[0-3]", "drained")
+    assert result["changed"]
+    assert slurm.updates() == [["scontrol", "update", "NodeName=w-[0-3]", "State=DRAIN",
+                                "Reason=soperator: maintenance"]]
+    assert result["commands"] == ["scontrol update 'NodeName=w-[0-3]' State=DRAIN 'Reason=soperator: maintenance'"]
+    assert result["queries"] == ["sinfo --json", "sinfo --json"]
+    assert [n["after"]["state"] for n in result["nodes"]] == ["DRAINED"] * 4
+    assert result["nodes"][0]["before"] == {"state": "IDLE", "flags": [], "reason": ""}
+    assert "w-0: DRAINED (soperator: maintenance)" in result["diff"]["after"]
+    # Second run: one read, nothing to do.
+    slurm.calls = []
+    again = run(runner, clock, ["w-0", "w-[1-3]"], "drained")
+    assert not again["changed"] and again["commands"] == [] and slurm.calls == [["sinfo", "--json"]]
+    assert again["diff"]["before"] == again["diff"]["after"] == ""
+
+
+def test_check_mode_lists_commands_and_changes_nothing():
+    slurm, runner, clock = make({"w-0": "idle", "w-1": "mixed"})
+    result = run(runner, clock, "w-[0-1]", "drained", check_mode=True, wait=True)
+    assert result["changed"] and slurm.updates() == []
+    assert result["commands"] == ["scontrol update 'NodeName=w-[0-1]' State=DRAIN 'Reason=soperator: maintenance'"]
+    assert [n["after"]["state"] for n in result["nodes"]] == ["DRAINED", "DRAINING"]
+    assert slurm.nodes["w-0"]["state_flags"] == []
+
+
+def test_wait_returns_only_once_drained():
+    slurm, runner, clock = make({"w-0": "mixed", "w-1": "idle"})
+    clock.finish_after = 7
+    result = run(runner, clock, "w-[0-1]", "drained", wait=True, timeout=60, wait_sleep=2)
+    assert clock.now >= 7
+    assert [n["after"]["state"] for n in result["nodes"]] == ["DRAINED", "DRAINED"]
+    assert len(slurm.updates()) == 1
+
+
+def test_wait_times_out_with_a_clear_message():
+    slurm, runner, clock = make({"w-0": "allocated"})
+    with pytest.raises(SlurmCommandError, match=r"timed out after 10s .* still DRAINING .*: w-0") as err:
+        run(runner, clock, "w-0", "drained", wait=True, timeout=10, wait_sleep=3)
+    assert err.value.details["result"]["nodes"][0]["after"]["state"] == "DRAINING"
+    assert clock.now == 10
+
+
+def test_resume_and_undrain_only_our_drains():
+    slurm, runner, clock = make({})
+    slurm.add("a", "idle", ["DRAIN"], "soperator: x")
+    slurm.add("b", "idle", ["DRAIN"], "hw: bad dimm")
+    slurm.add("c", "down", [], "Not responding")
+    slurm.add("d", "idle")
+    slurm.add("e", "down", [], "soperator: down")
+    result = run(runner, clock, "a,b,c,d,e", "resumed")
+    assert slurm.updates() == [["scontrol", "update", "NodeName=a,e", "State=RESUME"]]
+    assert {s["name"]: s["reason"] for s in result["skipped"]} == {"b": "hw: bad dimm", "c": "Not responding"}
+    assert [n["action"] for n in result["nodes"]] == ["resume", "skipped", "skipped", "none", "resume"]
+    assert slurm.nodes["b"]["state_flags"] == ["DRAIN"]
+    forced = run(runner, clock, "a,b,c,d,e", "resumed", force=True)
+    assert forced["changed"] and slurm.updates()[-1] == ["scontrol", "update", "NodeName=b,c", "State=RESUME"]
+    assert forced["skipped"] == []
+
+
+def test_foreign_drain_is_not_overwritten_unless_forced():
+    slurm, runner, clock = make({})
+    slurm.add("a", "idle", ["DRAIN"], "hw: bad dimm")
+    slurm.add("b", "idle")
+    result = run(runner, clock, "a,b", "drained")
+    assert slurm.updates() == [["scontrol", "update", "NodeName=b", "State=DRAIN", "Reason=soperator: maintenance"]]
+    assert result["skipped"][0]["name"] == "a" and "lacks 'soperator:'" in result["skipped"][0]["why"]
+    assert slurm.nodes["a"]["reason"] == "hw: bad dimm"
+    run(runner, clock, "a,b", "drained", force=True)
+    assert slurm.nodes["a"]["reason"] == "soperator: maintenance"
+
+
+def test_our_drain_with_another_reason_is_updated():
+    slurm, runner, clock = make({})
+    slurm.add("a", "idle", ["DRAIN"], "soperator: old")
+    result = run(runner, clock, "a", "drained", reason="new")
+    assert result["changed"] and slurm.nodes["a"]["reason"] == "soperator: new"
+
+
+def test_undrain_leaves_down_nodes_down():
+    slurm, runner, clock = make({})
+    slurm.add("a", "down", ["DRAIN"], "soperator: x")
+    slurm.add("b", "down", [], "Not responding")
+    result = run(runner, clock, "a,b", "undrained")
+    assert slurm.updates() == [["scontrol", "update", "NodeName=a", "State=UNDRAIN"]]
+    assert [n["action"] for n in result["nodes"]] == ["undrain", "none"]
+    assert result["nodes"][0]["after"]["state"] == "DOWN"
+
+
+def test_unknown_node_fails_before_any_change():
+    slurm, runner, clock = make({"w-0": "idle"})
+    with pytest.raises(SlurmCommandError, match=r"1 node\(s\) do not exist in Slurm: nope"):
+        run(runner, clock, "w-0,nope", "drained")
+    assert slurm.updates() == []
+
+
+def test_future_nodes_are_an_error_unless_forced():
+    slurm, runner, clock = make({"w-0": "idle", "f-0": "future", "f-1": "future"})
+    with pytest.raises(SlurmCommandError, match="f-0 is FUTURE .* force=true"):
+        run(runner, clock, "w-0,f-[0-1]", "drained")
+    assert slurm.updates() == []
+    result = run(runner, clock, "w-0,f-[0-1]", "drained", force=True)
+    assert slurm.nodes["f-0"]["state"] == "future" and slurm.nodes["f-0"]["state_flags"] == ["DRAIN"]
+    assert result["nodes"][1]["after"] == {"state": "FUTURE", "flags": ["DRAIN"], "reason": "soperator: maintenance"}
+    # Resuming a FUTURE node uses UNDRAIN: RESUME would make it IDLE+NOT_RESPONDING.
+    result = run(runner, clock, "w-0,f-[0-1]", "resumed", force=True)
+    assert slurm.updates()[-2:] == [["scontrol", "update", "NodeName=f-[0-1]", "State=UNDRAIN"],
+                                    ["scontrol", "update", "NodeName=w-0", "State=RESUME"]]
+    assert slurm.nodes["f-0"]["state"] == "future" and slurm.nodes["f-0"]["state_flags"] == []
+
+
+def test_controller_down_fails_after_bounded_retries():
+    slurm, runner, clock = make({"w-0": "idle"}, retries=2)
+    slurm.down = True
+    with pytest.raises(SlurmUnavailable, match=r"did not answer sinfo --json after 3 attempt\(s\)"):
+        run(runner, clock, "w-0", "drained")
+    assert len(slurm.calls) == 3 and clock.sleeps == [1.0, 2.0]
+
+
+def test_controller_lost_during_update_reports_what_ran():
+    slurm, runner, clock = make({"a": "idle", "b": "idle"})
+    slurm.add("c", "idle", ["DRAIN"], "soperator: x")
+    real_exec = slurm.exec
+
+    def exec_then_die(argv, timeout):
+        if argv[:2] == ["scontrol", "update"]:
+            slurm.down = True
+        return real_exec(argv, timeout)
+    slurm.exec = exec_then_die
+    with pytest.raises(SlurmUnavailable, match="commands already run: none") as err:
+        run(runner, clock, "a,b,c", "resumed", force=True)
+    assert "changed" in err.value.details["result"]
+
+
+def test_unverified_update_is_a_failure():
+    slurm, runner, clock = make({"w-0": "idle"})
+    slurm.ignore_updates = True
+    with pytest.raises(SlurmCommandError, match="not in the requested state: w-0 is IDLE"):
+        run(runner, clock, "w-0", "drained")
+
+
+def test_resume_of_never_registered_nodes_is_verified_not_trusted():
+    slurm, runner, clock = make({"n-%d" % i: ("unknown", ["DRAIN"], "soperator: x") for i in range(3)})
+    result = run(runner, clock, "n-[0-2]", "resumed")
+    assert result["changed"] and "every node reached the requested state" in result["warnings"][0]
+    assert all(n["after"]["flags"] == [] for n in result["nodes"])
+
+
+def test_thousand_nodes_one_update_each_way():
+    slurm, runner, clock = make({"n-%d" % i: "idle" for i in range(1000)})
+    run(runner, clock, "n-[0-999]", "drained")
+    run(runner, clock, ["n-[0-499]", "n-[500-999]"], "resumed")
+    assert [c[2:4] for c in slurm.updates()] == [["NodeName=n-[0-999]", "State=DRAIN"],
+                                                  ["NodeName=n-[0-999]", "State=RESUME"]]
+    assert len(slurm.calls) == 6
+
+
+def test_node_info_reports_jobs_and_ownership():
+    slurm, runner, clock = make({"w-0": "mixed", "f-0": "future"})
+    slurm.add("w-1", "idle", ["DRAIN"], "hw")
+    real_exec = slurm.exec
+
+    def exec_with_squeue(argv, timeout):
+        if argv[0] == "squeue":
+            return 0, "w-0\nw-[0-1]\n", ""
+        return real_exec(argv, timeout)
+    slurm.exec = exec_with_squeue
+    info = sn.node_info(runner, include_future=True)
+    nodes = dict((n["name"], n) for n in info)
+    assert nodes["w-0"]["jobs"] == 2 and nodes["w-1"]["jobs"] == 1 and nodes["f-0"]["state"] == "FUTURE"
+    assert nodes["w-1"]["ours"] is False and nodes["w-1"]["state"] == "DRAINED"
+    (only,) = sn.node_info(runner, nodes="f-0", jobs=False)
+    assert only["jobs"] is None and only["name"] == "f-0"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Runner and transports
+
+
+class Scripted(object):
+    name = "local"
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.calls = 0
+
+    def describe(self):
+        return {"transport": "local"}
+
+    def exec(self, argv, timeout):
+        self.calls += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_runner_retries_only_unavailable_controller():
+    sleeps = []
+    t = Scripted([(1, "", "Unable to contact slurm controller (connect failure)"), TransientError("timeout"),
+                  (0, "ok", "")])
+    runner = SlurmRunner(t, retries=3, retry_delay=0.5, sleep=sleeps.append)
+    result, _ = runner.run(["scontrol", "ping"])
+    assert result.stdout == "ok" and result.attempts == 3 and sleeps == [0.5, 1.0]
+    t = Scripted([(1, "", "slurm_update error: Invalid node name specified")])
+    runner = SlurmRunner(t, retries=3, sleep=sleeps.append)
+    with pytest.raises(SlurmCommandError, match="Invalid node name") as err:
+        runner.run(["scontrol", "update", "NodeName=x", "State=DRAIN", "Reason=a b"])
+    assert t.calls == 1 and err.value.commands == ["scontrol update NodeName=x State=DRAIN 'Reason=a b'"]
+
+
+def test_format_command_quotes():
+    assert format_command(["scontrol", "update", "Reason=it's"]) == "scontrol update 'Reason=it'\"'\"'s'"
+
+
+def test_local_transport_sets_slurm_conf_and_runs(tmp_path):
+    t = LocalTransport(slurm_conf=str(tmp_path / "slurm.conf"), environ={"PATH": os.environ["PATH"]})
+    rc, out, _err = t.exec(["sh", "-c", "echo $SLURM_CONF $LC_ALL"], 5)
+    assert rc == 0 and out.split() == [str(tmp_path / "slurm.conf"), "C"]
+    with pytest.raises(TransientError):
+        t.exec(["sleep", "5"], 0.2)
+    with pytest.raises(SlurmCommandError, match="cannot run"):
+        t.exec(["/nonexistent/scontrol"], 5)
+
+
+class FakeWs(object):
+    def __init__(self, out, err, status):
+        self.frames = [("out", out), ("err", err)]
+        self.status = status
+        self.open = True
+
+    def is_open(self):
+        return self.open
+
+    def update(self, timeout=0):
+        if not self.frames:
+            self.open = False
+
+    def peek_stdout(self):
+        return bool(self.frames) and self.frames[0][0] == "out"
+
+    def read_stdout(self):
+        return self.frames.pop(0)[1]
+
+    def peek_stderr(self):
+        return bool(self.frames) and self.frames[0][0] == "err"
+
+    def read_stderr(self):
+        return self.frames.pop(0)[1]
+
+    def read_channel(self, channel):
+        return self.status
+
+    def close(self):
+        self.open = False
+
+
+class FakeCore(object):
+    def connect_get_namespaced_pod_exec(self, *a, **kw):
+        raise AssertionError("called through stream() only")
+
+
+def test_kubernetes_transport_exec():
+    seen = {}
+
+    def stream(func, pod, namespace, **kw):
+        seen.update(pod=pod, namespace=namespace, **kw)
+        return FakeWs("{}", "warn", '{"status": "Failure", "details": {"causes": '
+                                    '[{"reason": "ExitCode", "message": "2"}]}}')
+    t = KubernetesTransport("slurm", "demo-controller-0", slurm_conf="/etc/slurm/slurm.conf", core_v1=FakeCore(),
+                            stream_func=stream)
+    assert t.exec(["sinfo", "--json"], 5) == (2, "{}", "warn")
+    assert seen["pod"] == "demo-controller-0" and seen["namespace"] == "slurm" and seen["container"] == "slurmctld"
+    assert seen["command"] == ["env", "SLURM_CONF=/etc/slurm/slurm.conf", "LC_ALL=C", "sinfo", "--json"]
+    assert seen["tty"] is False and seen["stdin"] is False
+
+    t = KubernetesTransport("slurm", "p", core_v1=FakeCore(),
+                            stream_func=lambda *a, **k: FakeWs("ok", "", '{"status": "Success"}'))
+    assert t.exec(["scontrol", "ping"], 5) == (0, "ok", "")
+    t = KubernetesTransport("slurm", "p", core_v1=FakeCore(),
+                            stream_func=lambda *a, **k: FakeWs("", "", '{"status": "Failure", "message": "no sh"}'))
+    with pytest.raises(SlurmCommandError, match="no sh"):
+        t.exec(["scontrol"], 5)
+
+    def refused(*a, **k):
+        raise ConnectionRefusedError("connection refused")
+    t = KubernetesTransport("slurm", "p", core_v1=FakeCore(), stream_func=refused)
+    with pytest.raises(TransientError):
+        t.exec(["sinfo"], 5)
+
+
+def test_kubernetes_transport_missing_pod_is_not_retried():
+    from kubernetes.client.exceptions import ApiException
+
+    def missing(*a, **k):
+        raise ApiException(status=404, reason="Not Found")
+    t = KubernetesTransport("slurm", "demo-controller-0", core_v1=FakeCore(), stream_func=missing)
+    runner = SlurmRunner(t, retries=3, sleep=lambda s: None)
+    with pytest.raises(SlurmCommandError, match="404"):
+        runner.run(["sinfo", "--json"])
+
+
+def test_connection_args_share_kubernetes_core_auth():
+    from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+    spec = slurm_args.slurm_connection_argument_spec()
+    assert set(AUTH_ARG_SPEC) <= set(spec)
+    assert spec["api_key"]["no_log"] and spec["transport"]["choices"] == ["local", "kubernetes"]
+    runner = slurm_args.runner_from_params({"transport": "kubernetes", "namespace": "slurm", "cluster_name": "demo",
+                                            "retries": 1, "retry_delay": 0.1, "command_timeout": 9})
+    assert runner.describe()["pod"] == "demo-controller-0" and runner.retries == 1 and runner.timeout == 9
+    local = slurm_args.runner_from_params({"transport": "local", "slurm_conf": "/x/slurm.conf"})
+    assert local.describe() == {"transport": "local", "slurm_conf": "/x/slurm.conf"}
