@@ -1,0 +1,47 @@
+# soperator.slurm developer entry points. `make test` is what CI runs (after `make deps`).
+PYTHON ?= python3
+SANITY_ROOT := build/sanity/ansible_collections/soperator/slurm
+APT_PACKAGES := slurm-wlm slurmctld slurmd slurmdbd slurm-client munge libslurm-dev mariadb-server \
+	openssh-server rsync git make gcc
+
+.PHONY: deps test unit slurm lint sanity ci render bench crds
+
+# Debian packages (real Slurm, munge, MariaDB, sshd) and Python packages. Safe to re-run.
+deps:
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	$(PYTHON) -m pip install -q -r requirements.txt -r requirements-dev.txt
+
+# All tests: unit, real Slurm daemons (tests/slurm), Kubernetes API emulator (tests/kube) and the real-cluster
+# integration suite (tests/integration, skipped loudly without KUBECONFIG).
+test:
+	$(PYTHON) -m pytest -q tests
+
+unit:
+	$(PYTHON) -m pytest -q tests/unit
+
+lint:
+	ansible-lint --profile production --offline
+
+# ansible-test needs the collection under an ansible_collections/<namespace>/<name> path.
+sanity:
+	rm -rf build/sanity && mkdir -p $(SANITY_ROOT)
+	rsync -a --exclude /build --exclude /collections --exclude /.git --exclude '__pycache__' \
+		--exclude .pytest_cache --exclude .hypothesis ./ $(SANITY_ROOT)/
+	cd $(SANITY_ROOT) && git init -q && git add -A && \
+		ansible-test sanity --python $$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
+			--color no --skip-test shebang
+
+ci: test lint sanity
+
+render:
+	ansible-playbook playbooks/render.yml -e spec_file=examples/gpu-accounting.yml -e render_dest=build/rendered
+
+bench:
+	$(PYTHON) bench/bench_render.py
+
+crds:
+	$(PYTHON) tools/generate_crds.py

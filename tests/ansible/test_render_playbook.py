@@ -1,0 +1,130 @@
+"""`slurm_cluster state=rendered` through real ansible-playbook: files, idempotence, check mode, diff, bad specs."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMALL = os.path.join(ROOT, "examples", "small-cpu.yml")
+GPU = os.path.join(ROOT, "examples", "gpu-accounting.yml")
+
+pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not installed")
+
+
+def playbook(*args, spec=SMALL, dest, expect_rc=0):
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(["ansible-playbook", os.path.join(ROOT, "playbooks", "render.yml"),
+                           "-e", "spec_file=%s" % spec, "-e", "render_dest=%s" % dest] + list(args),
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == expect_rc, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    task = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return task, out["stats"]["localhost"]
+
+
+def tree(dest):
+    files = {}
+    for folder, _dirs, names in os.walk(dest):
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, dest)] = f.read()
+    return files
+
+
+def test_render_writes_manifests_and_slurm_configs(tmp_path):
+    dest = tmp_path / "out"
+    task, stats = playbook(dest=str(dest), spec=GPU)
+    assert task["changed"] and stats["changed"] == 1
+    files = tree(dest)
+    for name in ("slurm.conf", "cgroup.conf", "gres.conf", "plugstack.conf", "mpi.conf", "topology.conf",
+                 "slurmdbd.conf"):
+        assert "slurm/" + name in files
+    manifests = [yaml.safe_load(v) for k, v in files.items() if k.startswith("manifests/")]
+    kinds = {m["kind"] for m in manifests}
+    assert {"StatefulSet", "Service", "ConfigMap", "Secret", "Job", "PodDisruptionBudget"} <= kinds
+    assert {m["metadata"]["name"] for m in manifests if m["kind"] == "StatefulSet"} >= {"gpu", "cpu"}
+    secret_files = [k for k in files if "-secret-" in k]
+    assert secret_files and all(os.stat(dest / k).st_mode & 0o777 == 0o600 for k in secret_files)
+    assert task["cluster"]["node_sets"][1]["nodes"] == "gpu-[0-63]"
+
+
+def test_second_run_is_unchanged_and_byte_identical(tmp_path):
+    dest = tmp_path / "out"
+    playbook(dest=str(dest))
+    first = tree(dest)
+    task, stats = playbook(dest=str(dest))
+    assert not task["changed"] and stats["changed"] == 0
+    assert {f["action"] for f in task["files"]} == {"unchanged"}
+    assert tree(dest) == first
+
+
+def test_same_spec_renders_the_same_non_secret_files_anywhere(tmp_path):
+    playbook(dest=str(tmp_path / "a"))
+    playbook(dest=str(tmp_path / "b"))
+    a, b = tree(tmp_path / "a"), tree(tmp_path / "b")
+    assert a.keys() == b.keys()
+    differing = sorted(k for k in a if a[k] != b[k])
+    # Only generated secret material differs between two fresh folders (it is unique per cluster).
+    assert differing and all("-secret-" in k for k in differing)
+
+
+def test_check_mode_writes_nothing_and_reports_the_plan(tmp_path):
+    dest = tmp_path / "out"
+    task, _ = playbook("--check", dest=str(dest))
+    assert task["changed"] and {f["action"] for f in task["files"]} == {"created"}
+    assert not dest.exists()
+
+
+def test_diff_hides_secret_data(tmp_path):
+    dest = tmp_path / "out"
+    task, _ = playbook("--diff", dest=str(dest))
+    diffs = task["diff"]
+    secret_diffs = [d for d in diffs if "-secret-" in d["after_header"]]
+    assert secret_diffs and all(d["after"] == "<secret data hidden>" for d in secret_diffs)
+    conf = next(d for d in diffs if d["after_header"] == "slurm/slurm.conf")
+    assert "NodeName=cpu-[0-3]" in conf["after"]
+    munge = next(f for f in tree(dest) if "secret" in f and "munge" in f)
+    data = yaml.safe_load(tree(dest)[munge])["data"]["munge.key"]
+    assert data not in json.dumps(task)
+
+
+def test_spec_change_touches_only_what_it_should_and_removes_stale_files(tmp_path):
+    dest = tmp_path / "out"
+    playbook(dest=str(dest), spec=GPU)
+    before = tree(dest)
+    docs = list(yaml.safe_load_all(open(GPU)))
+    docs[0]["spec"]["partitions"] = [p for p in docs[0]["spec"]["partitions"] if p["name"] != "cpu"]
+    for p in docs[0]["spec"]["partitions"]:
+        p["nodeSets"] = [n for n in p["nodeSets"] if n != "cpu"]
+    docs = [d for d in docs if d["metadata"]["name"] != "cpu"]
+    spec = tmp_path / "no-cpu.yml"
+    spec.write_text(yaml.safe_dump_all(docs))
+    task, _ = playbook("--diff", dest=str(dest), spec=str(spec))
+    actions = {f["path"]: f["action"] for f in task["files"]}
+    removed = [p for p, a in actions.items() if a == "removed"]
+    assert removed and all("cpu" in p for p in removed)
+    assert actions["slurm/slurm.conf"] == "updated"
+    assert all(a == "unchanged" for p, a in actions.items() if "secret" in p)
+    after = tree(dest)
+    assert all(after[p] == before[p] for p, a in actions.items() if a == "unchanged")
+    assert not any(p in after for p in removed)
+
+
+def test_invalid_spec_fails_naming_the_field_and_writes_nothing(tmp_path):
+    docs = list(yaml.safe_load_all(open(SMALL)))
+    docs[1]["spec"]["replicas"] = -1
+    docs[0]["spec"]["login"]["replicas"] = "two"
+    spec = tmp_path / "bad.yml"
+    spec.write_text(yaml.safe_dump_all(docs))
+    dest = tmp_path / "out"
+    task, _ = playbook(dest=str(dest), spec=str(spec), expect_rc=2)
+    assert task["failed"]
+    paths = {e["path"] for e in task["errors"]}
+    assert paths == {"NodeSet/cpu spec.replicas", "SlurmCluster/small spec.login.replicas"}
+    assert "must be >= 0, got -1" in task["msg"]
+    assert not dest.exists()
