@@ -31,6 +31,11 @@ def ssh_host_key_file(key_type):
     return "ssh_host_%s_key" % key_type
 
 
+# Every file of the SSH host keys Secret: each private key, then its public key.
+SSH_HOST_KEY_FILES = tuple(name for key_type in SSH_HOST_KEY_TYPES
+                           for name in (ssh_host_key_file(key_type), ssh_host_key_file(key_type) + ".pub"))
+
+
 # --- generators: each returns bytes; derived ones also get the values generated or kept so far -----------------
 
 def _munge_key(_model, _values):

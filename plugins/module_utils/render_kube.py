@@ -1,0 +1,626 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Every Kubernetes object of a cluster, as plain dicts in apply order. Pure: no I/O, deterministic output.
+
+Choices the objects encode (the images and the kube backend rely on them):
+- munged runs inside each Slurm image (controller, worker, login, accounting): the image's entrypoint starts it with
+  the key from the `<name>-munge` Secret, then execs the container's args. There are no munge sidecars.
+- Slurm configs are one ConfigMap mounted as a directory at SLURM_CONF_DIR (never subPath), so an edit reaches every
+  pod without a restart; the caller then runs `scontrol reconfigure`. Pod templates carry no config checksum: a
+  restart of a worker would kill its jobs.
+- Workers are one StatefulSet per NodeSet, named exactly like the NodeSet (pod `gpu-3` is Slurm node `gpu-3`), all
+  governed by one headless Service `<name>-workers`; every pod searches that domain and the controller's, so short
+  Slurm node names resolve. Worker StatefulSets update OnDelete: nothing restarts a worker behind Slurm's back.
+- PersistentVolumeClaim templates carry no managed-by label: the claims they create are data, never pruned.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import copy
+
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s
+from ansible_collections.soperator.slurm.plugins.module_utils.model import API_GROUP, MANAGED_BY
+
+APP_NAME = "slurm"
+
+CONTROLLER = "controller"
+LOGIN = "login"
+WORKER = "worker"
+ACCOUNTING = "accounting"
+ACCOUNTING_DB = "accounting-db"
+JAIL = "jail"
+CONFIG = "config"
+REMEDIATION = "remediation"
+
+# In-container contract with the images beyond constants.py (entrypoints read these; candidates for constants.py).
+SSH_PORT = 22
+SSH_AUTHORIZED_KEYS_DIR = "/etc/ssh/authorized-keys"   # one file per user: sshd AuthorizedKeysFile .../%u
+SLURMDBD_TEMPLATE_DIR = "/etc/soperator/slurmdbd"      # slurmdbd.conf without StoragePass (read-only)
+ENV_POD_NAME = "POD_NAME"
+ENV_SLURMDBD_TEMPLATE = "SLURMDBD_CONF_TEMPLATE"       # entrypoint: template + StoragePass -> SLURM_CONF_DIR, 0600
+ENV_SLURMDBD_STORAGE_PASS = "SLURMDBD_STORAGE_PASS"
+ENV_JAIL_DIR = "JAIL_DIR"
+ENV_JAIL_OVERWRITE = "JAIL_OVERWRITE"                  # never | if_empty | always
+MARIADB_PORT = 3306
+MARIADB_DATA_DIR = "/var/lib/mysql"
+# Slurm's own defaults of slurmdbd.conf, used when the rendered file does not set them.
+DEFAULT_STORAGE_USER = c.SLURM_USER
+DEFAULT_STORAGE_LOC = "slurm_acct_db"
+# A hung remediation run must not block the next ones forever (concurrencyPolicy is Forbid).
+REMEDIATION_DEADLINE_SECONDS = 1800
+REMEDIATION_PLAYBOOK = "soperator.slurm.remediate"
+
+_API = {
+    "ServiceAccount": "v1", "Secret": "v1", "ConfigMap": "v1", "PersistentVolumeClaim": "v1", "Service": "v1",
+    "Role": "rbac.authorization.k8s.io/v1", "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "ClusterRole": "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+    "Job": "batch/v1", "CronJob": "batch/v1", "StatefulSet": "apps/v1", "PodDisruptionBudget": "policy/v1",
+}
+# Apply order: what a pod mounts or runs as exists before the pod; the jail is populated before it is used.
+KIND_ORDER = ("ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "Secret", "ConfigMap",
+              "PersistentVolumeClaim", "Service", "Job", "StatefulSet", "PodDisruptionBudget", "CronJob")
+
+
+# --- names -------------------------------------------------------------------------------------------------------
+
+def slurm_configs_name(model):
+    return "%s-slurm-configs" % model.name
+
+
+def slurmdbd_config_name(model):
+    return "%s-slurmdbd" % model.name
+
+
+def authorized_keys_name(model):
+    return "%s-root-authorized-keys" % model.name
+
+
+def jail_claim_name(model):
+    return model.jail.volume.existing_claim or "%s-jail" % model.name
+
+
+def controller_name(model):
+    return "%s-controller" % model.name
+
+
+def login_name(model):
+    return "%s-login" % model.name
+
+
+def login_headless_name(model):
+    return "%s-login-headless" % model.name
+
+
+def accounting_name(model):
+    return "%s-accounting" % model.name
+
+
+def accounting_db_name(model):
+    return "%s-accounting-db" % model.name
+
+
+def populate_jail_name(model):
+    return "%s-populate-jail" % model.name
+
+
+def remediation_name(model):
+    return "%s-remediation" % model.name
+
+
+def remediation_cluster_role_name(model):
+    # Cluster-scoped: the namespace is part of the name so two clusters never share it.
+    return "soperator-slurm-%s-%s-remediation" % (model.namespace, model.name)
+
+
+def service_account_name(model, component):
+    return "%s-%s" % (model.name, component)
+
+
+# --- metadata ----------------------------------------------------------------------------------------------------
+
+def selector_labels(model, component, node_set=None):
+    labels = {c.LABEL_NAME: APP_NAME, c.LABEL_INSTANCE: model.name, c.LABEL_COMPONENT: component}
+    if node_set is not None:
+        labels[c.LABEL_NODESET] = node_set
+    return labels
+
+
+def labels(model, component, node_set=None):
+    result = selector_labels(model, component, node_set)
+    result[c.LABEL_MANAGED_BY] = MANAGED_BY
+    return result
+
+
+def _meta(model, name, component, node_set=None, annotations=None, namespaced=True):
+    meta = {"name": name}
+    if namespaced:
+        meta["namespace"] = model.namespace
+    meta["labels"] = labels(model, component, node_set)
+    if annotations:
+        meta["annotations"] = dict(sorted(annotations.items()))
+    return meta
+
+
+def _obj(kind, meta, **body):
+    obj = {"apiVersion": _API[kind], "kind": kind, "metadata": meta}
+    obj.update(body)
+    return obj
+
+
+# --- pod building blocks -----------------------------------------------------------------------------------------
+
+def _dns_searches(model):
+    return ["%s.%s.svc.%s" % (model.worker_service, model.namespace, model.cluster_domain),
+            "%s.%s.svc.%s" % (controller_name(model), model.namespace, model.cluster_domain)]
+
+
+def _toleration(t):
+    out = {}
+    for key, value in (("key", t.key), ("operator", t.operator), ("value", t.value), ("effect", t.effect),
+                       ("tolerationSeconds", t.toleration_seconds)):
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _pod_spec(model, component, containers, volumes, scheduling=None, api_access=False, **extra):
+    spec = {
+        "serviceAccountName": service_account_name(model, component),
+        "automountServiceAccountToken": api_access,
+        # No Service environment variables: they would leak into every job and grow with the namespace.
+        "enableServiceLinks": False,
+        "dnsConfig": {"searches": _dns_searches(model)},
+    }
+    spec.update(extra)
+    if model.images.pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in model.images.pull_secrets]
+    if scheduling is not None:
+        if scheduling.node_selector:
+            spec["nodeSelector"] = dict(sorted(scheduling.node_selector.items()))
+        if scheduling.tolerations:
+            spec["tolerations"] = [_toleration(t) for t in scheduling.tolerations]
+        if scheduling.affinity:
+            spec["affinity"] = copy.deepcopy(scheduling.affinity)
+        if scheduling.priority_class_name:
+            spec["priorityClassName"] = scheduling.priority_class_name
+    spec["containers"] = containers
+    if volumes:
+        spec["volumes"] = volumes
+    return spec
+
+
+def _template(model, component, pod_spec, node_set=None):
+    return {"metadata": {"labels": labels(model, component, node_set)}, "spec": pod_spec}
+
+
+def _tcp_probe(port, liveness=False):
+    probe = {"tcpSocket": {"port": port}, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3}
+    if liveness:
+        probe.update({"initialDelaySeconds": 30, "periodSeconds": 20, "failureThreshold": 6})
+    return probe
+
+
+def _container(model, name, image, ports=(), args=None, command=None, env=None, mounts=None, resources=None,
+               security=None, probe_port=None, liveness=True):
+    container = {"name": name, "image": image, "imagePullPolicy": model.images.pull_policy}
+    if command:
+        container["command"] = list(command)
+    if args:
+        container["args"] = list(args)
+    if env:
+        container["env"] = env
+    if ports:
+        container["ports"] = [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports]
+    if resources:
+        container["resources"] = resources
+    if mounts:
+        container["volumeMounts"] = mounts
+    if probe_port is not None:
+        container["readinessProbe"] = _tcp_probe(probe_port)
+        if liveness:
+            container["livenessProbe"] = _tcp_probe(probe_port, liveness=True)
+    if security:
+        container["securityContext"] = security
+    return container
+
+
+def _requests_with_memory_limit(resources):
+    """Requests as given; memory is also the limit (no CPU limit: throttling a daemon helps nobody)."""
+    if not resources:
+        return None
+    out = {"requests": dict(sorted(resources.items()))}
+    if "memory" in resources:
+        out["limits"] = {"memory": resources["memory"]}
+    return out
+
+
+def _mount(name, path, read_only=False):
+    mount = {"name": name, "mountPath": path}
+    if read_only:
+        mount["readOnly"] = True
+    return mount
+
+
+def _configs_volume(model):
+    return {"name": "slurm-configs", "configMap": {"name": slurm_configs_name(model)}}
+
+
+def _munge_volume(model):
+    return {"name": "munge-key", "secret": {"secretName": s.munge_secret_name(model), "defaultMode": 0o400,
+                                            "items": [{"key": s.MUNGE_KEY, "path": s.MUNGE_KEY}]}}
+
+
+def _jail_volume(model):
+    return {"name": "jail", "persistentVolumeClaim": {"claimName": jail_claim_name(model)}}
+
+
+def _slurm_volumes(model):
+    """(volumes, mounts) every Slurm daemon pod but slurmdbd has: configs, munge key."""
+    volumes = [_configs_volume(model), _munge_volume(model)]
+    mounts = [_mount("slurm-configs", c.SLURM_CONF_DIR, True), _mount("munge-key", c.MUNGE_KEY_DIR, True)]
+    return volumes, mounts
+
+
+def _env_secret(name, secret, key):
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
+def _claim_template(model, name, component, size, storage_class):
+    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    # No managed-by label: the claims it creates outlive the StatefulSet and must never be pruned.
+    return {"metadata": {"name": name, "labels": selector_labels(model, component)}, "spec": spec}
+
+
+def _stateful_set(model, name, component, service, replicas, pod_spec, node_set=None, claims=None,
+                  on_delete=False, parallel=False):
+    spec = {
+        "replicas": replicas,
+        "serviceName": service,
+        "selector": {"matchLabels": selector_labels(model, component, node_set)},
+    }
+    if parallel:
+        spec["podManagementPolicy"] = "Parallel"
+    spec["updateStrategy"] = {"type": "OnDelete"} if on_delete else {"type": "RollingUpdate"}
+    spec["template"] = _template(model, component, pod_spec, node_set)
+    if claims:
+        spec["volumeClaimTemplates"] = claims
+    return _obj("StatefulSet", _meta(model, name, component, node_set), spec=spec)
+
+
+def _headless_service(model, name, component, ports, publish_not_ready=True):
+    spec = {
+        "clusterIP": "None",
+        # Slurm daemons resolve each other while starting, before their readiness probes pass.
+        "publishNotReadyAddresses": publish_not_ready,
+        "selector": selector_labels(model, component),
+        "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in ports],
+    }
+    return _obj("Service", _meta(model, name, component), spec=spec)
+
+
+def _pdb(model, name, component, max_unavailable, node_set=None):
+    return _obj("PodDisruptionBudget", _meta(model, name, component, node_set), spec={
+        "maxUnavailable": max_unavailable,
+        "selector": {"matchLabels": selector_labels(model, component, node_set)},
+    })
+
+
+# --- components --------------------------------------------------------------------------------------------------
+
+def _service_accounts(model):
+    components = [CONTROLLER, LOGIN, WORKER, JAIL]
+    if model.accounting.enabled:
+        components.append(ACCOUNTING)
+    out = [_obj("ServiceAccount", _meta(model, service_account_name(model, comp), comp),
+                automountServiceAccountToken=False) for comp in components]
+    if model.remediation.enabled:
+        out.append(_obj("ServiceAccount", _meta(model, remediation_name(model), REMEDIATION),
+                        automountServiceAccountToken=True))
+    return out
+
+
+def remediation_rules():
+    """The namespaced permissions of the remediation CronJob: exactly what the remediate playbook does."""
+    return [
+        {"apiGroups": [API_GROUP], "resources": ["slurmclusters", "nodesets"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [API_GROUP], "resources": ["slurmclusters/status", "nodesets/status"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "delete"]},
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "patch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+    ]
+
+
+def _rbac(model):
+    if not model.remediation.enabled:
+        return []
+    name = remediation_name(model)
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": model.namespace}]
+    out = [
+        _obj("Role", _meta(model, name, REMEDIATION), rules=remediation_rules()),
+        _obj("RoleBinding", _meta(model, name, REMEDIATION), subjects=subject,
+             roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}),
+    ]
+    if model.remediation.cordon_kubernetes_node:
+        # Cordoning a Kubernetes node is cluster-scoped; nothing else is.
+        cluster_name = remediation_cluster_role_name(model)
+        out.append(_obj("ClusterRole", _meta(model, cluster_name, REMEDIATION, namespaced=False),
+                        rules=[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]))
+        out.append(_obj("ClusterRoleBinding", _meta(model, cluster_name, REMEDIATION, namespaced=False),
+                        subjects=subject,
+                        roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                 "name": cluster_name}))
+    return out
+
+
+def _required_keys(model):
+    required = {s.munge_secret_name(model): [s.MUNGE_KEY],
+                s.ssh_host_keys_secret_name(model): list(s.SSH_HOST_KEY_FILES)}
+    if model.accounting.enabled and model.accounting.in_cluster is not None:
+        required[s.accounting_db_secret_name(model)] = [s.DB_PASSWORD, s.DB_ROOT_PASSWORD]
+    return required
+
+
+def _secrets(model, material):
+    specs = s.secret_specs(model)
+    unknown = sorted(set(material) - set(specs))
+    if unknown:
+        raise ValueError("secret material holds Secrets that are not this cluster's: %s" % ", ".join(unknown))
+    for name, keys in _required_keys(model).items():
+        missing = [k for k in keys if k not in (material.get(name) or {})]
+        if missing:
+            raise ValueError("secret material lacks %s key(s) %s (run ensure_secret_material first)"
+                             % (name, ", ".join(missing)))
+    out = []
+    for name, spec in specs.items():
+        if name not in material:
+            continue
+        data = dict((k, base64.b64encode(v).decode("ascii")) for k, v in sorted(material[name].items()))
+        out.append(_obj("Secret", _meta(model, name, spec.component), type="Opaque", data=data))
+    return out
+
+
+def _config_maps(model, slurm_configs):
+    if "slurm.conf" not in slurm_configs:
+        raise ValueError("slurm_configs lacks slurm.conf")
+    data = dict((k, slurm_configs[k]) for k in sorted(slurm_configs) if k != c.SLURMDBD_CONF)
+    out = [_obj("ConfigMap", _meta(model, slurm_configs_name(model), CONFIG), data=data)]
+    keys = "".join(k + "\n" for k in model.login.ssh_root_public_keys)
+    out.append(_obj("ConfigMap", _meta(model, authorized_keys_name(model), LOGIN), data={"root": keys}))
+    if model.accounting.enabled:
+        if c.SLURMDBD_CONF not in slurm_configs:
+            raise ValueError("accounting is enabled but slurm_configs lacks %s" % c.SLURMDBD_CONF)
+        out.append(_obj("ConfigMap", _meta(model, slurmdbd_config_name(model), ACCOUNTING),
+                        data={c.SLURMDBD_CONF: slurm_configs[c.SLURMDBD_CONF]}))
+    return out
+
+
+def _jail_claim(model):
+    volume = model.jail.volume
+    if volume.existing_claim:
+        return []
+    spec = {"accessModes": list(volume.access_modes), "resources": {"requests": {"storage": volume.size}}}
+    if volume.storage_class_name:
+        spec["storageClassName"] = volume.storage_class_name
+    return [_obj("PersistentVolumeClaim", _meta(model, jail_claim_name(model), JAIL), spec=spec)]
+
+
+def _services(model):
+    out = [_headless_service(model, controller_name(model), CONTROLLER, [("slurmctld", model.controller.port)])]
+    if model.accounting.enabled:
+        if model.accounting.in_cluster is not None:
+            out.append(_headless_service(model, accounting_db_name(model), ACCOUNTING_DB,
+                                         [("mysql", MARIADB_PORT)], publish_not_ready=False))
+        out.append(_headless_service(model, accounting_name(model), ACCOUNTING,
+                                     [("slurmdbd", model.accounting.port)]))
+    svc = model.login.service
+    port = {"name": "ssh", "port": svc.port, "targetPort": "ssh", "protocol": "TCP"}
+    if svc.node_port is not None and svc.type != "ClusterIP":
+        port["nodePort"] = svc.node_port
+    spec = {"type": svc.type, "selector": selector_labels(model, LOGIN), "ports": [port]}
+    if svc.type == "LoadBalancer" and svc.source_ranges:
+        spec["loadBalancerSourceRanges"] = list(svc.source_ranges)
+    out.append(_obj("Service", _meta(model, login_name(model), LOGIN, annotations=svc.annotations), spec=spec))
+    out.append(_headless_service(model, login_headless_name(model), LOGIN, [("ssh", SSH_PORT)],
+                                 publish_not_ready=False))
+    out.append(_headless_service(model, model.worker_service, WORKER, [("slurmd", c.SLURMD_PORT)]))
+    return out
+
+
+def _populate_job(model):
+    container = _container(
+        model, "populate-jail", model.jail.populate_image,
+        env=[{"name": ENV_JAIL_DIR, "value": c.JAIL_MOUNT},
+             {"name": ENV_JAIL_OVERWRITE, "value": model.jail.overwrite}],
+        mounts=[_mount("jail", c.JAIL_MOUNT)])
+    pod = _pod_spec(model, JAIL, [container], [_jail_volume(model)], restartPolicy="Never")
+    return _obj("Job", _meta(model, populate_jail_name(model), JAIL),
+                spec={"backoffLimit": model.jail.populate_backoff_limit, "template": _template(model, JAIL, pod)})
+
+
+def _conf_value(text, key, default):
+    """Value of `key` in a Key=Value Slurm config (last one wins), or `default`."""
+    value = default
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "=" in line:
+            k, v = line.split("=", 1)
+            if k.strip().lower() == key.lower():
+                value = v.strip()
+    return value
+
+
+def _accounting_db(model, slurm_configs):
+    db = model.accounting.in_cluster
+    secret = s.accounting_db_secret_name(model)
+    dbd_conf = slurm_configs[c.SLURMDBD_CONF]
+    env = [
+        _env_secret("MARIADB_ROOT_PASSWORD", secret, s.DB_ROOT_PASSWORD),
+        # The user and database slurmdbd.conf names: the one rendered file is the source of truth.
+        {"name": "MARIADB_USER", "value": _conf_value(dbd_conf, "StorageUser", DEFAULT_STORAGE_USER)},
+        _env_secret("MARIADB_PASSWORD", secret, s.DB_PASSWORD),
+        {"name": "MARIADB_DATABASE", "value": _conf_value(dbd_conf, "StorageLoc", DEFAULT_STORAGE_LOC)},
+    ]
+    container = _container(
+        model, "mariadb", model.images.mariadb, ports=[("mysql", MARIADB_PORT)],
+        # slurmdbd's documented tuning: long lock waits during upgrades and purges.
+        args=["--innodb-lock-wait-timeout=900"],
+        env=env, mounts=[_mount("data", MARIADB_DATA_DIR)], resources=_requests_with_memory_limit(db.resources),
+        security={"allowPrivilegeEscalation": False}, probe_port="mysql")
+    pod = _pod_spec(model, ACCOUNTING, [container], [])
+    return _stateful_set(model, accounting_db_name(model), ACCOUNTING_DB, accounting_db_name(model), 1, pod,
+                         claims=[_claim_template(model, "data", ACCOUNTING_DB, db.storage, db.storage_class_name)])
+
+
+def _accounting(model):
+    acc = model.accounting
+    if acc.in_cluster is not None:
+        password = _env_secret(ENV_SLURMDBD_STORAGE_PASS, s.accounting_db_secret_name(model), s.DB_PASSWORD)
+    else:
+        ref = acc.external.password_secret
+        password = _env_secret(ENV_SLURMDBD_STORAGE_PASS, ref.name, ref.key)
+    env = [{"name": ENV_SLURMDBD_TEMPLATE, "value": "%s/%s" % (SLURMDBD_TEMPLATE_DIR, c.SLURMDBD_CONF)}, password]
+    volumes = [
+        {"name": "slurmdbd-template", "configMap": {"name": slurmdbd_config_name(model)}},
+        # The entrypoint writes slurmdbd.conf (template + StoragePass, mode 0600) here; slurmdbd reads it here.
+        {"name": "slurm-conf-dir", "emptyDir": {}},
+        _munge_volume(model),
+    ]
+    mounts = [_mount("slurmdbd-template", SLURMDBD_TEMPLATE_DIR, True), _mount("slurm-conf-dir", c.SLURM_CONF_DIR),
+              _mount("munge-key", c.MUNGE_KEY_DIR, True)]
+    container = _container(
+        model, "slurmdbd", model.images.accounting, ports=[("slurmdbd", acc.port)], args=["slurmdbd", "-D"],
+        env=env, mounts=mounts, resources=_requests_with_memory_limit(acc.resources),
+        security={"allowPrivilegeEscalation": False}, probe_port="slurmdbd")
+    pod = _pod_spec(model, ACCOUNTING, [container], volumes)
+    return _stateful_set(model, accounting_name(model), ACCOUNTING, accounting_name(model), 1, pod)
+
+
+def _controller(model):
+    ctl = model.controller
+    volumes, mounts = _slurm_volumes(model)
+    mounts.append(_mount("spool", c.CONTROLLER_SPOOL))
+    container = _container(
+        model, "slurmctld", model.images.controller, ports=[("slurmctld", ctl.port)], args=["slurmctld", "-D"],
+        mounts=mounts, resources=_requests_with_memory_limit(ctl.resources),
+        security={"allowPrivilegeEscalation": False}, probe_port="slurmctld")
+    pod = _pod_spec(model, CONTROLLER, [container], volumes, scheduling=ctl.scheduling)
+    return _stateful_set(model, controller_name(model), CONTROLLER, controller_name(model), 1, pod,
+                         claims=[_claim_template(model, "spool", CONTROLLER, ctl.spool_size,
+                                                 ctl.spool_storage_class_name)])
+
+
+def _login(model):
+    login = model.login
+    volumes, mounts = _slurm_volumes(model)
+    ssh_keys = list(s.SSH_HOST_KEY_FILES)
+    volumes += [
+        _jail_volume(model),
+        # sshd refuses host keys that others can read.
+        {"name": "ssh-host-keys", "secret": {"secretName": s.ssh_host_keys_secret_name(model), "defaultMode": 0o600,
+                                             "items": [{"key": k, "path": k} for k in ssh_keys]}},
+        {"name": "authorized-keys", "configMap": {"name": authorized_keys_name(model), "defaultMode": 0o644}},
+    ]
+    mounts += [_mount("jail", c.JAIL_MOUNT), _mount("ssh-host-keys", c.SSH_HOST_KEY_DIR, True),
+               _mount("authorized-keys", SSH_AUTHORIZED_KEYS_DIR, True)]
+    container = _container(
+        model, "sshd", model.images.login, ports=[("ssh", SSH_PORT)], args=["/usr/sbin/sshd", "-D", "-e"],
+        mounts=mounts, resources=_requests_with_memory_limit(login.resources),
+        # sshd's ChrootDirectory puts every session into the jail.
+        security={"capabilities": {"add": ["SYS_CHROOT"]}}, probe_port="ssh")
+    pod = _pod_spec(model, LOGIN, [container], volumes, scheduling=login.scheduling)
+    return _stateful_set(model, login_name(model), LOGIN, login_headless_name(model), login.replicas, pod,
+                         parallel=True)
+
+
+def _worker(model, node_set):
+    volumes, mounts = _slurm_volumes(model)
+    volumes += [_jail_volume(model), {"name": "spool", "emptyDir": {}}]
+    mounts += [_mount("jail", c.JAIL_MOUNT), _mount("spool", c.SLURMD_SPOOL)]
+    if node_set.shared_memory:
+        volumes.append({"name": "dev-shm", "emptyDir": {"medium": "Memory", "sizeLimit": node_set.shared_memory}})
+        mounts.append(_mount("dev-shm", "/dev/shm"))
+    resources = dict(sorted(node_set.resources.items()))
+    container = _container(
+        model, "slurmd", node_set.image, ports=[("slurmd", c.SLURMD_PORT)],
+        args=["slurmd", "-D", "-N", "$(%s)" % ENV_POD_NAME],
+        env=[{"name": ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        mounts=mounts, resources={"requests": resources, "limits": dict(resources)},
+        # Privileged: slurmd creates a cgroup per job (the runtime mounts cgroupfs read-only otherwise), the chroot
+        # SPANK plugin unshares a mount namespace and bind-mounts /proc, /sys and /dev into the jail, and job steps
+        # must reach every device the node exposes. CAP_SYS_ADMIN alone does not make cgroupfs writable.
+        security={"privileged": True},
+        # No liveness probe: restarting slurmd's container kills its jobs; unhealthy workers are drained and
+        # replaced by remediation instead.
+        probe_port="slurmd", liveness=False)
+    pod = _pod_spec(model, WORKER, [container], volumes, scheduling=node_set.scheduling)
+    return _stateful_set(model, node_set.name, WORKER, model.worker_service, node_set.replicas, pod,
+                         node_set=node_set.name, on_delete=True, parallel=True)
+
+
+def _disruption_budgets(model):
+    out = [_pdb(model, login_name(model), LOGIN, 1)]
+    for node_set in model.node_sets:
+        out.append(_pdb(model, node_set.name, WORKER, node_set.max_unavailable, node_set.name))
+    return out
+
+
+def _remediation_cron_job(model):
+    rem = model.remediation
+    container = _container(
+        model, "remediate", model.images.remediation,
+        command=["ansible-playbook", REMEDIATION_PLAYBOOK, "-e", "cluster=%s" % model.name,
+                 "-e", "namespace=%s" % model.namespace],
+        security={"allowPrivilegeEscalation": False})
+    pod = _pod_spec(model, REMEDIATION, [container], [], api_access=True, restartPolicy="Never")
+    job = {"backoffLimit": 0, "activeDeadlineSeconds": REMEDIATION_DEADLINE_SECONDS,
+           "template": _template(model, REMEDIATION, pod)}
+    return _obj("CronJob", _meta(model, remediation_name(model), REMEDIATION), spec={
+        "schedule": rem.schedule,
+        "concurrencyPolicy": "Forbid",
+        "successfulJobsHistoryLimit": rem.successful_jobs_history_limit,
+        "failedJobsHistoryLimit": rem.failed_jobs_history_limit,
+        "jobTemplate": {"metadata": {"labels": labels(model, REMEDIATION)}, "spec": job},
+    })
+
+
+# --- entry point -------------------------------------------------------------------------------------------------
+
+def render_manifests(model, slurm_configs, secret_material):
+    """Every Kubernetes object of the cluster, as plain dicts, in apply order (see KIND_ORDER).
+
+    slurm_configs: file name -> text (render_slurm.render_slurm_configs); slurmdbd.conf goes to its own ConfigMap.
+    secret_material: Secret name -> {key: bytes} (secrets.ensure_secret_material); each becomes an Opaque Secret.
+    Raises ValueError when an input lacks something the objects need, or when two objects would share a name.
+    """
+    objects = _service_accounts(model) + _rbac(model)
+    objects += _secrets(model, secret_material)
+    objects += _config_maps(model, slurm_configs)
+    objects += _jail_claim(model)
+    objects += _services(model)
+    objects.append(_populate_job(model))
+    if model.accounting.enabled:
+        if model.accounting.in_cluster is not None:
+            objects.append(_accounting_db(model, slurm_configs))
+        objects.append(_accounting(model))
+    objects.append(_controller(model))
+    objects.append(_login(model))
+    objects += [_worker(model, node_set) for node_set in model.node_sets]
+    objects += _disruption_budgets(model)
+    if model.remediation.enabled:
+        objects.append(_remediation_cron_job(model))
+    objects.sort(key=lambda o: KIND_ORDER.index(o["kind"]))   # stable: keeps the order within a kind
+    seen = set()
+    for obj in objects:
+        key = (obj["kind"], obj["metadata"]["name"])
+        if key in seen:
+            raise ValueError("two %s objects would be named %r (rename the NodeSet)" % key)
+        seen.add(key)
+    return objects

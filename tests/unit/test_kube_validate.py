@@ -1,0 +1,119 @@
+"""Every object rendered for every example (and a few variants) is valid Kubernetes, strictly: no unknown field.
+
+Validated against Kubernetes 1.32 and the newest schema version the installed kubernetes-validate ships.
+"""
+import copy
+import glob
+import os
+
+import pytest
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.render_kube import render_manifests  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model, load_documents  # noqa: E402
+
+try:
+    from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
+except ImportError:  # another part of the project; fall back to fake config text
+    render_slurm_configs = None
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.yml")))
+OLDEST = "1.32"
+NEWEST = kubernetes_validate.utils.latest_version()
+VERSIONS = sorted(set([OLDEST, NEWEST]))
+
+
+def _configs(model):
+    if render_slurm_configs is not None:
+        return render_slurm_configs(model)
+    configs = dict((name, "# %s\n" % name) for name in c.SLURM_CONFIG_FILES)
+    if model.accounting.enabled:
+        configs[c.SLURMDBD_CONF] = "StorageUser=slurm\nStorageLoc=slurm_acct_db\n"
+    return configs
+
+
+def _fake_material(model):
+    # Values do not matter to the schema; fake ones keep the test fast (no RSA key generation).
+    material = {s.munge_secret_name(model): {s.MUNGE_KEY: b"k" * s.MUNGE_KEY_BYTES},
+                s.ssh_host_keys_secret_name(model): dict((k, b"key") for k in s.SSH_HOST_KEY_FILES)}
+    if model.accounting.enabled and model.accounting.in_cluster is not None:
+        material[s.accounting_db_secret_name(model)] = {s.DB_PASSWORD: b"p" * 32, s.DB_ROOT_PASSWORD: b"r" * 32}
+    return material
+
+
+def _variants(documents):
+    """The example as written, plus edits that reach the branches the examples do not."""
+    yield "as-is", documents
+
+    def edited(edit):
+        docs = copy.deepcopy(documents)
+        edit(docs[0]["spec"])
+        return docs
+
+    yield "existing-claim", edited(lambda spec: spec["jail"].update(volume={"existingClaim": "jail"}))
+    yield "external-db", edited(lambda spec: spec.update(accounting={"enabled": True, "database": {"external": {
+        "host": "db.example", "user": "slurm", "passwordSecret": {"name": "db", "key": "password"}}}}))
+    yield "no-accounting-no-remediation", edited(lambda spec: spec.update(
+        accounting={"enabled": False}, remediation={"enabled": False}))
+    yield "nodeport-cordon-pullsecrets", edited(lambda spec: spec.update(
+        login={"service": {"type": "NodePort", "nodePort": 30022, "annotations": {"a.example/b": "c"}}},
+        remediation={"cordonKubernetesNode": True},
+        images={"pullSecrets": ["regcred"], "pullPolicy": "Always"},
+        controller={"priorityClassName": "system-cluster-critical",
+                    "tolerations": [{"key": "k", "operator": "Equal", "value": "v", "effect": "NoExecute",
+                                     "tolerationSeconds": 60}]}))
+
+
+def _cases():
+    assert EXAMPLES, "no examples/*.yml found"
+    for path in EXAMPLES:
+        with open(path) as f:
+            documents = load_documents(f.read())
+        for variant, docs in _variants(documents):
+            yield pytest.param(docs, id="%s-%s" % (os.path.basename(path)[:-4], variant))
+
+
+def _render(documents):
+    model = build_model(documents)
+    return render_manifests(model, _configs(model), _fake_material(model))
+
+
+def _version(text):
+    return tuple(int(p) for p in text.split(".")[:2])
+
+
+def test_newest_version_is_at_least_the_oldest():
+    assert _version(NEWEST) >= _version(OLDEST)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("documents", list(_cases()))
+def test_rendered_objects_are_valid(documents, version):
+    objects = _render(documents)
+    assert objects
+    failures = []
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except (kubernetes_validate.ValidationError, kubernetes_validate.SchemaNotFoundError) as e:
+            failures.append("%s/%s: %s" % (obj["kind"], obj["metadata"]["name"], str(e).splitlines()[0]))
+    assert failures == []
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_strict_validation_rejects_an_unknown_field(version):
+    """The check above can fail: a misspelt field in a rendered StatefulSet is caught."""
+    with open(EXAMPLES[0]) as f:
+        objects = _render(load_documents(f.read()))
+    sts = copy.deepcopy([o for o in objects if o["kind"] == "StatefulSet"][0])
+    sts["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(sts, version, strict=True)
+    bad_type = copy.deepcopy([o for o in objects if o["kind"] == "Service"][0])
+    bad_type["spec"]["ports"][0]["port"] = "not-a-port"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad_type, version, strict=True)
