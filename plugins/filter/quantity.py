@@ -1,0 +1,50 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters soperator.slurm.quantity_to_mib and soperator.slurm.quantity_to_cpus (docs: the adjacent .yml files)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.soperator.slurm.plugins.module_utils.quantity import (
+    QuantityError, parse_quantity, to_cpus, to_mib)
+
+
+def _non_negative(value, filter_name):
+    try:
+        negative = parse_quantity(value) < 0
+    except QuantityError as e:
+        raise AnsibleFilterError("%s: %s" % (filter_name, e))
+    if negative:
+        raise AnsibleFilterError("%s: %r is negative" % (filter_name, value))
+
+
+def quantity_to_mib(value, rounding="floor"):
+    """Kubernetes memory quantity -> whole MiB: '1600Gi' -> 1638400, '1G' -> 953 (floor) or 954 (ceil)."""
+    if rounding not in ("floor", "ceil"):
+        raise AnsibleFilterError("quantity_to_mib: rounding must be 'floor' or 'ceil', got %r" % (rounding,))
+    _non_negative(value, "quantity_to_mib")
+    try:
+        return to_mib(value, rounding=rounding)
+    except QuantityError as e:
+        raise AnsibleFilterError("quantity_to_mib: %s" % (e,))
+
+
+def quantity_to_cpus(value):
+    """Kubernetes CPU quantity -> whole CPUs: '16' -> 16, '16000m' -> 16; '500m' is an error."""
+    _non_negative(value, "quantity_to_cpus")
+    try:
+        return to_cpus(value)
+    except QuantityError as e:
+        raise AnsibleFilterError("quantity_to_cpus: %s" % (e,))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "quantity_to_mib": quantity_to_mib,
+            "quantity_to_cpus": quantity_to_cpus,
+        }
