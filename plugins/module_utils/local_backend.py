@@ -1,0 +1,1216 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The local backend: a ClusterModel as a real Slurm cluster of local processes on one machine.
+
+Two parts:
+
+* `adapt_configs()` is the ONLY place where the rendered Slurm configs (render_slurm.render_slurm_configs) are changed
+  for local processes: hosts, ports, paths, users and the plugins that cannot work here. Every other line of every
+  file stays as rendered, so the local cluster runs the same configuration as the Kubernetes one.
+* `LocalCluster` runs it over one state directory (configs, munge key, spool, logs, pids, database): munged,
+  slurmctld, one `slurmd -N <node>` per running worker, and slurmdbd + a private mariadbd when accounting is on.
+  Every daemon binds the loopback interface only.
+
+Scaling follows the design's rule (no slurmctld restart): each NodeSet's nodes are FUTURE nodes; a started slurmd
+makes its node IDLE; a removed node is drained (reason prefixed with remediation.drain_reason_prefix), waited for
+until it runs no job, its slurmd stopped, and the node set back to FUTURE (gone from sinfo).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
+
+DEFAULT_BASE_PORT = 17817
+LOOPBACK = "127.0.0.1"
+LOCAL_HOST = "localhost"
+# Offsets from the base port. slurmd ports follow, one per possible node (max_replicas of every NodeSet).
+CTLD_OFFSET, DBD_OFFSET, DB_OFFSET, SLURMD_OFFSET = 0, 1, 2, 10
+SCALE_DOWN_REASON = "scale-down"
+# Local replacements of plugins that need what a laptop or CI box does not give: see adapt_configs().
+LOCAL_PROCTRACK = "proctrack/linuxproc"
+LOCAL_TASK_PLUGIN = "task/none"
+LOCAL_JOBACCT = "jobacct_gather/linux"
+# sun_path holds 108 bytes; slurmstepd puts `<node>_<jobid>.<stepid>` sockets into the node's spool directory.
+MAX_SOCKET_PATH = 107
+DB_NAME = "slurm_acct_db"
+DB_USER = "slurm"
+
+# Debian package of each binary we run, for the error when one is missing.
+PACKAGES = {
+    "munged": "munge", "munge": "munge",
+    "slurmctld": "slurmctld", "slurmd": "slurmd", "slurmdbd": "slurmdbd",
+    "scontrol": "slurm-client", "sinfo": "slurm-client", "squeue": "slurm-client", "scancel": "slurm-client",
+    "mariadbd": "mariadb-server", "mariadb-install-db": "mariadb-server", "mariadb": "mariadb-client",
+}
+_SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+# Process names (/proc/PID/comm) our daemons and their helpers run as; the sweep in stop() looks only at these.
+_DAEMON_COMMS = ("munged", "slurmctld", "slurmd", "slurmstepd", "slurmdbd", "mariadbd", "slurmscriptd")
+
+
+class LocalClusterError(RuntimeError):
+    pass
+
+
+def default_state_dir(cluster_name):
+    """Where a cluster's state lives unless told otherwise: $XDG_STATE_HOME (~/.local/state)/soperator/<name>."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "soperator", cluster_name)
+
+
+# ------------------------------------------------------------------------------------------------------ layout
+
+class Layout:
+    """Every path of a local cluster, all under one state directory."""
+
+    def __init__(self, state_dir):
+        self.state_dir = os.path.abspath(state_dir)
+
+        def j(*parts):
+            return os.path.join(self.state_dir, *parts)
+        self.etc = j("etc")                        # rendered + adapted configs (SLURM_CONF lives here)
+        self.secrets = j("secrets")                # munge key, DB password, munged seed (0700)
+        self.run = j("run")                        # sockets, pid files, process records (0755: munged wants o+x)
+        self.log = j("log")
+        self.ctld_state = j("ctld")                # StateSaveLocation
+        self.spool = j("spool")                    # SlurmdSpoolDir=spool/%n
+        self.db = j("db")                          # MariaDB data directory
+        self.cluster_file = j("cluster.json")      # ports, chosen once and kept
+        self.slurm_conf = os.path.join(self.etc, "slurm.conf")
+        self.munge_key = os.path.join(self.secrets, "munge.key")
+        self.munge_seed = os.path.join(self.secrets, "munged.seed")
+        self.db_password = os.path.join(self.secrets, "db-password")
+        self.munge_socket = os.path.join(self.run, "munge.socket")
+        self.db_socket = os.path.join(self.run, "mariadb.socket")
+
+    def node_spool(self, node):
+        return os.path.join(self.spool, node)
+
+    def record(self, name):
+        return os.path.join(self.run, "%s.proc.json" % name)
+
+
+def node_ports(model, base_port):
+    """{node name: slurmd port} for every node any NodeSet may have, in model order."""
+    ports = {}
+    port = base_port + SLURMD_OFFSET
+    for ns in model.node_sets:
+        for i in range(ns.max_replicas):
+            ports[ns.node_name(i)] = port
+            port += 1
+    return ports
+
+
+def ports_needed(model):
+    return SLURMD_OFFSET + sum(ns.max_replicas for ns in model.node_sets)
+
+
+# ------------------------------------------------------------------------------------------------ config lines
+
+def _split_words(line):
+    """Whitespace-separated words, keeping double-quoted values (Reason="a b") in one word."""
+    return re.findall(r'(?:[^\s"]+|"[^"]*")+', line)
+
+
+def _kv(word):
+    key, sep, value = word.partition("=")
+    return key, (value if sep else None)
+
+
+def _set_words(words, updates):
+    """Replace `Key=` words (case-insensitive) by updates {Key: value or None (remove)}; append the missing ones."""
+    lower = dict((k.lower(), (k, v)) for k, v in updates.items())
+    out, done = [], set()
+    for word in words:
+        key, _value = _kv(word)
+        hit = lower.get(key.lower())
+        if hit is None:
+            out.append(word)
+            continue
+        done.add(key.lower())
+        if hit[1] is not None:
+            out.append("%s=%s" % (key, hit[1]))
+    for low, (key, value) in lower.items():
+        if low not in done and value is not None:
+            out.append("%s=%s" % (key, value))
+    return out
+
+
+def _merge_list(value, wanted):
+    items = [v for v in (value or "").split(",") if v]
+    for w in wanted:
+        if w.lower() not in [i.lower() for i in items]:
+            items.append(w)
+    return ",".join(items)
+
+
+def _port_expr(ports):
+    if len(ports) == 1:
+        return str(ports[0])
+    text = hostlist.compress([str(p) for p in ports])
+    return text if text.startswith("[") else "[%s]" % text
+
+
+# ----------------------------------------------------------------------------------------------- the adaptation
+
+def _current_user():
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def pmix_available():
+    """Whether the PMIx library Slurm's mpi/pmix plugin loads is installed (Debian: libpmix2)."""
+    import ctypes.util
+    return ctypes.util.find_library("pmix") is not None
+
+
+def adapt_configs(configs, model, state_dir, base_port, user=None, db_password=None, local_paths_exist=os.path.exists,
+                  have_pmix=None):
+    """The rendered configs {file: text} adapted to run as local processes under `state_dir`. Pure text in/out.
+
+    What changes, and only this (every other line of every file is kept byte for byte):
+    slurm.conf
+      * SlurmctldHost=localhost(127.0.0.1), SlurmctldPort=base_port; each NodeName line gets its own slurmd ports
+        (Port=[..]), NodeAddr=127.0.0.1 and NodeHostname=localhost, since all nodes share one host.
+      * CommunicationParameters += NoInAddrAny,NoCtldInAddrAny: slurmctld and slurmd bind 127.0.0.1 only.
+      * StateSaveLocation, SlurmdSpoolDir (spool/%n), pid and log files (%n per slurmd), PlugStackConfig: under
+        state_dir; AuthInfo=socket=<our munged socket>.
+      * SlurmUser (and SlurmdUser when not root) = the current user: no `slurm` account needed.
+      * SlurmdParameters += config_overrides: the nodes are emulated, so a NodeSet may declare more CPUs/memory than
+        this machine has.
+      * proctrack/cgroup -> proctrack/linuxproc, task/cgroup(+affinity) -> task/none, jobacct_gather/cgroup ->
+        jobacct_gather/linux: several slurmds share one host and this Debian build has no multiple-slurmd support,
+        so their cgroup trees would collide; cgroup/v2 also needs systemd, which the local backend does not assume.
+        (task/affinity is left out as well: an emulated node may have more CPUs than exist to bind to.)
+      * PrologFlags: Contain is removed (it needs a cgroup proctrack to hold the extern step).
+      * MpiDefault=pmix* becomes none when the PMIx library is not installed (Debian: libpmix2): otherwise every
+        srun fails with "Invalid MPI type".
+      * HealthCheckProgram/Interval/NodeState are commented out when the program (installed in the images) does not
+        exist on this machine.
+      * AccountingStorageHost=localhost, AccountingStoragePort=<local slurmdbd port> and AccountingStoragePass=<our
+        munge socket> (the socket slurmctld authenticates to slurmdbd with) when accounting is on.
+    gres.conf: `File=` (GPU device files; there are none) becomes `Count=<number of files>`; AutoDetect=off.
+    plugstack.conf: the chroot SPANK plugin line is commented out until the jail issue lands (no jail directory
+      exists locally yet); jobs run in the host's root filesystem.
+    slurmdbd.conf: DbdHost/DbdAddr/DbdPort on loopback, SlurmUser, AuthInfo, LogFile/PidFile under state_dir, and
+      the private MariaDB: StorageHost=127.0.0.1, StoragePort, StorageUser, StorageLoc, StoragePass (the rendered
+      file has no password; in Kubernetes the entrypoint appends it from the Secret).
+    cgroup.conf, mpi.conf, topology.conf: unchanged.
+    """
+    user = user or _current_user()
+    if have_pmix is None:
+        have_pmix = pmix_available()
+    lay = Layout(state_dir)
+    ports = node_ports(model, base_port)
+    out = dict(configs)
+    if "slurm.conf" in configs:
+        out["slurm.conf"] = _adapt_slurm_conf(configs["slurm.conf"], model, lay, base_port, ports, user,
+                                              local_paths_exist, have_pmix)
+    if "gres.conf" in configs:
+        out["gres.conf"] = _adapt_gres_conf(configs["gres.conf"])
+    if "plugstack.conf" in configs:
+        out["plugstack.conf"] = _adapt_plugstack_conf(configs["plugstack.conf"])
+    if c.SLURMDBD_CONF in configs:
+        out[c.SLURMDBD_CONF] = _adapt_slurmdbd_conf(configs[c.SLURMDBD_CONF], lay, base_port, user, db_password)
+    return out
+
+
+_LOCAL_NOTE = "# local backend: "
+
+
+def _adapt_slurm_conf(text, model, lay, base_port, ports, user, local_paths_exist, have_pmix):
+    replace = {
+        "slurmctldhost": "%s(%s)" % (LOCAL_HOST, LOOPBACK),
+        "slurmctldport": str(base_port + CTLD_OFFSET),
+        "slurmuser": user,
+        "statesavelocation": lay.ctld_state,
+        "slurmdspooldir": os.path.join(lay.spool, "%n"),
+        "slurmctldpidfile": os.path.join(lay.run, "slurmctld.pid"),
+        "slurmdpidfile": os.path.join(lay.run, "slurmd-%n.pid"),
+        "slurmctldlogfile": os.path.join(lay.log, "slurmctld.log"),
+        "slurmdlogfile": os.path.join(lay.log, "slurmd-%n.log"),
+        "plugstackconfig": os.path.join(lay.etc, "plugstack.conf"),
+        "authinfo": "socket=%s" % lay.munge_socket,
+        "accountingstoragehost": LOCAL_HOST,
+        "accountingstorageport": str(base_port + DBD_OFFSET),
+        # With slurmdbd, AccountingStoragePass names the munge socket of slurmctld <-> slurmdbd (AuthInfo is not
+        # used for that connection): without it slurmctld dials the system munged.
+        "accountingstoragepass": lay.munge_socket,
+    }
+    if user != "root":
+        replace["slurmduser"] = user
+    merge = {
+        "communicationparameters": ["NoInAddrAny", "NoCtldInAddrAny"],
+        "slurmdparameters": ["config_overrides"],
+    }
+    plugins = {
+        "proctracktype": lambda v: LOCAL_PROCTRACK if "cgroup" in v else v,
+        "taskplugin": lambda v: LOCAL_TASK_PLUGIN,
+        "jobacctgathertype": lambda v: LOCAL_JOBACCT if "cgroup" in v else v,
+        "prologflags": lambda v: ",".join(f for f in v.split(",") if f.lower() != "contain"),
+    }
+    # Keys that must exist even when the rendered file relies on a default.
+    required = ["SlurmctldHost", "SlurmctldPort", "SlurmUser", "StateSaveLocation", "SlurmdSpoolDir",
+                "SlurmctldPidFile", "SlurmdPidFile", "SlurmctldLogFile", "SlurmdLogFile", "AuthInfo",
+                "CommunicationParameters", "SlurmdParameters"] + (["SlurmdUser"] if user != "root" else [])
+    if model.accounting.enabled:
+        required.append("AccountingStoragePass")
+    seen = set()
+    lines = []
+    ctld_host_done = False
+    health_missing = False
+    first_node_line = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            lines.append(line)
+            continue
+        words = _split_words(stripped)
+        key, value = _kv(words[0])
+        low = key.lower()
+        if low in ("nodename", "nodeset", "partitionname") and first_node_line is None:
+            first_node_line = len(lines)
+        if low == "nodename" and value and value.upper() != "DEFAULT":
+            names = hostlist.expand(value)
+            missing = [n for n in names if n not in ports]
+            if missing:
+                raise LocalClusterError("slurm.conf defines nodes no NodeSet has: %s" % hostlist.compress(missing))
+            lines.append(" ".join(_set_words(words, {
+                "Port": _port_expr([ports[n] for n in names]), "NodeAddr": LOOPBACK, "NodeHostname": LOCAL_HOST})))
+            continue
+        if len(words) != 1 or value is None:
+            lines.append(line)
+            continue
+        seen.add(low)
+        if low in ("slurmctldhost", "controlmachine"):
+            if ctld_host_done:          # a backup controller: there is one slurmctld locally
+                lines.append(_LOCAL_NOTE + "one local slurmctld, no backup: " + stripped)
+                continue
+            ctld_host_done = True
+            seen.add("slurmctldhost")
+            lines.append("%s=%s" % ("SlurmctldHost", replace["slurmctldhost"]))
+        elif low in ("controladdr", "backupcontroller", "backupaddr"):
+            lines.append(_LOCAL_NOTE + "one local slurmctld: " + stripped)
+        elif low in replace:
+            lines.append("%s=%s" % (key, replace[low]))
+        elif low in merge:
+            lines.append("%s=%s" % (key, _merge_list(value, merge[low])))
+        elif low in plugins:
+            new = plugins[low](value)
+            lines.append("%s=%s" % (key, new) if new else _LOCAL_NOTE + "not supported here: " + stripped)
+        elif low == "mpidefault" and value.lower().startswith("pmix") and not have_pmix:
+            lines.append(_LOCAL_NOTE + "the PMIx library is not installed (Debian: libpmix2): " + stripped)
+            lines.append("%s=none" % key)
+        elif low == "healthcheckprogram" and not local_paths_exist(value):
+            health_missing = True
+            lines.append(_LOCAL_NOTE + "%s is not installed on this machine: %s" % (value, stripped))
+        else:
+            lines.append(line)
+    if health_missing:
+        lines = [_LOCAL_NOTE + "no health check program: " + ln.strip()
+                 if not ln.strip().startswith("#") and _kv(ln.strip())[0].lower() in
+                 ("healthcheckinterval", "healthchecknodestate") else ln for ln in lines]
+    added = []
+    for key in required:
+        if key.lower() not in seen:
+            low = key.lower()
+            value = replace.get(low) or ",".join(merge.get(low, []))
+            added.append("%s=%s" % (key, value))
+    if added:
+        block = ["", "# --- local backend: settings the rendered file leaves to defaults"] + added + [""]
+        at = first_node_line if first_node_line is not None else len(lines)
+        while at > 0 and lines[at - 1].strip().startswith("#"):
+            at -= 1        # before the comments that introduce the node lines
+        if at > 0 and not lines[at - 1].strip():
+            block = block[1:]
+        if at == len(lines):
+            block = block[:-1]
+        lines[at:at] = block
+    return "\n".join(lines) + "\n"
+
+
+def _adapt_gres_conf(text):
+    lines = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            lines.append(line)
+            continue
+        words = _split_words(stripped)
+        updates = {}
+        for word in words:
+            key, value = _kv(word)
+            if key.lower() == "file" and value:
+                updates = {"File": None, "Count": str(len(hostlist.expand(value)))}
+            elif key.lower() == "autodetect":
+                updates["AutoDetect"] = "off"
+        lines.append(" ".join(_set_words(words, updates)) if updates else line)
+    return "\n".join(lines) + "\n"
+
+
+def _adapt_plugstack_conf(text):
+    lines = []
+    for line in text.splitlines():
+        if not line.strip().startswith("#") and c.SPANK_CHROOT_PLUGIN in line:
+            # TODO(jail issue): load the chroot plugin with a local jail directory once the jail issue lands.
+            lines.append(_LOCAL_NOTE + "the chroot SPANK plugin is left out until the jail issue lands "
+                         "(no jail directory locally yet); jobs run in the host's root filesystem:")
+            lines.append("# " + line)
+        else:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _adapt_slurmdbd_conf(text, lay, base_port, user, db_password):
+    replace = {
+        "dbdhost": LOCAL_HOST,
+        "dbdaddr": LOOPBACK,
+        "dbdport": str(base_port + DBD_OFFSET),
+        "slurmuser": user,
+        "authinfo": "socket=%s" % lay.munge_socket,
+        "storagehost": LOOPBACK,
+        "storageport": str(base_port + DB_OFFSET),
+        "storageuser": DB_USER,
+        "storageloc": DB_NAME,
+        "logfile": os.path.join(lay.log, "slurmdbd.log"),
+        "pidfile": os.path.join(lay.run, "slurmdbd.pid"),
+    }
+    if db_password is not None:
+        replace["storagepass"] = db_password
+    order = ["DbdHost", "DbdAddr", "DbdPort", "SlurmUser", "AuthInfo", "StorageHost", "StoragePort", "StorageUser",
+             "StorageLoc", "StoragePass", "LogFile", "PidFile"]
+    seen = set()
+    lines = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        key, value = _kv(stripped)
+        if stripped and not stripped.startswith("#") and value is not None and key.lower() in replace:
+            seen.add(key.lower())
+            lines.append("%s=%s" % (key, replace[key.lower()]))
+        else:
+            lines.append(line)
+    added = ["%s=%s" % (k, replace[k.lower()]) for k in order if k.lower() in replace and k.lower() not in seen]
+    if added:
+        lines += ["", "# --- local backend: the local slurmdbd and its private MariaDB"] + added
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------- processes
+
+def find_binary(name):
+    """Absolute path of a binary (PATH, then the sbin directories); a clear error naming the Debian package."""
+    path = shutil.which(name) or shutil.which(name, path=os.pathsep.join(_SBIN_DIRS))
+    if not path:
+        raise LocalClusterError("%s not found: install the Debian package '%s' (apt-get install %s)"
+                                % (name, PACKAGES.get(name, name), PACKAGES.get(name, name)))
+    return path
+
+
+def _proc_start_time(pid):
+    """Start time (clock ticks since boot) of a live, non-zombie process; None when there is none."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            data = f.read()
+    except (IOError, OSError):
+        return None
+    fields = data[data.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def _pid_alive(pid, start_time=None):
+    now = _proc_start_time(pid)
+    return now is not None and (start_time is None or now == start_time)
+
+
+def _tail(path, lines=25):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode("utf-8", "replace")
+    except (IOError, OSError):
+        return "(no log at %s)" % path
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _port_free(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((LOOPBACK, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def find_free_base_port(count, start=DEFAULT_BASE_PORT, stop=60000, step=None):
+    """First base port from `start` whose `count` consecutive loopback ports are all free."""
+    step = step or max(count, 50)
+    for base in range(start, stop - count, step):
+        if all(_port_free(p) for p in range(base, base + count)):
+            return base
+    raise LocalClusterError("no %d free consecutive ports on %s between %d and %d" % (count, LOOPBACK, start, stop))
+
+
+def _atomic_write(path, data, mode=0o644):
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data if isinstance(data, bytes) else data.encode("utf-8"))
+    finally:
+        os.close(fd)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def _digest(*texts):
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8") if isinstance(t, str) else t)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------------- cluster
+
+class LocalCluster:
+    """A ClusterModel as local processes over `state_dir`.
+
+    `ensure_started()` converges (idempotent), `scale()` changes replicas, `stop()` stops everything it started,
+    `status()` reports, `env()` gives what clients (sinfo, srun, ...) need. Every wait is bounded by `timeout`
+    (daemon start/stop) or `drain_timeout` (jobs on a node being removed).
+    """
+
+    def __init__(self, state_dir, model=None, base_port=None, user=None, timeout=60.0, drain_timeout=300.0,
+                 renderer=None):
+        self.layout = Layout(state_dir)
+        self.model = model
+        self.user = user or _current_user()
+        self.timeout = float(timeout)
+        self.drain_timeout = float(drain_timeout)
+        self._renderer = renderer
+        self._requested_base_port = base_port
+        self._children = {}            # pid -> Popen of daemons this object started (reaped when they end)
+
+    # --- public ------------------------------------------------------------------------------------------------
+
+    @property
+    def state_dir(self):
+        return self.layout.state_dir
+
+    def env(self):
+        """Environment for Slurm clients of this cluster (merge it over os.environ)."""
+        return {"SLURM_CONF": self.layout.slurm_conf}
+
+    def ensure_started(self, model=None):
+        """Bring the cluster to `model` (or the one given before). Returns {'changed': bool, 'changes': [str]}.
+
+        Nothing running and nothing differing -> no change and no restart. Raises LocalClusterError (with the tail
+        of the daemon's log) when a daemon does not come up within the timeout.
+        """
+        if model is not None:
+            self.model = model
+        if self.model is None:
+            raise LocalClusterError("ensure_started needs a ClusterModel")
+        self._check_binaries(self.model)
+        with self._locked():
+            return self._ensure_started(self.model)
+
+    def _ensure_started(self, model):
+        changes = []
+        self._prepare_dirs(changes)
+        base_port = self._base_port(model, changes)
+        self._check_path_lengths(model)
+        self._ensure_secrets(model, changes)
+        configs = self._write_configs(model, base_port, changes)
+        slurm_hash = _digest(*["%s\n%s" % (k, v) for k, v in sorted(configs.items()) if k != c.SLURMDBD_CONF])
+
+        self._ensure_daemon("munged", self._munged_argv(), changes, digest=_digest(*self._munged_argv()),
+                            ready=self._munge_ready)
+        if model.accounting.enabled:
+            self._ensure_accounting(base_port, configs, changes)
+        else:
+            for name in ("slurmdbd", "mariadbd"):
+                if self._running(name):
+                    self._stop_daemon(name)
+                    changes.append("stopped %s (accounting disabled)" % name)
+        self._ensure_daemon("slurmctld", [find_binary("slurmctld"), "-D"], changes, digest=slurm_hash,
+                            ready=self._ctld_ready)
+        self._converge_nodes(model, slurm_hash, changes)
+        return {"changed": bool(changes), "changes": changes}
+
+    def scale(self, replicas):
+        """Set replicas of NodeSets ({name: count}) and converge. Returns like ensure_started()."""
+        if self.model is None:
+            raise LocalClusterError("scale needs a model: call ensure_started(model) first")
+        node_sets = []
+        for ns in self.model.node_sets:
+            want = replicas.get(ns.name, ns.replicas)
+            if want < 0 or want > ns.max_replicas:
+                raise LocalClusterError("NodeSet %s: replicas must be between 0 and maxReplicas %d, got %d"
+                                        % (ns.name, ns.max_replicas, want))
+            node_sets.append(dataclasses.replace(ns, replicas=want))
+        unknown = sorted(set(replicas) - set(ns.name for ns in self.model.node_sets))
+        if unknown:
+            raise LocalClusterError("no such NodeSet: %s" % ", ".join(unknown))
+        return self.ensure_started(dataclasses.replace(self.model, node_sets=tuple(node_sets)))
+
+    def stop(self, purge=False):
+        """Stop every process of this cluster (cancelling its jobs first); verify by pid that none is left.
+
+        Keeps the state directory (configs, key, Slurm state, database) unless `purge`. Returns
+        {'changed': bool, 'stopped': [names]}.
+        """
+        stopped = []
+        if os.path.isdir(self.layout.state_dir):
+            with self._locked():
+                self._stop_all(stopped)
+        if purge and os.path.exists(self.layout.state_dir):
+            shutil.rmtree(self.layout.state_dir)
+            stopped.append("purged %s" % self.layout.state_dir)
+        return {"changed": bool(stopped), "stopped": stopped}
+
+    def _stop_all(self, stopped):
+        if self._running("slurmctld"):
+            self._cancel_all_jobs()
+        for name in sorted(self._records()):
+            if name.startswith("slurmd-"):
+                if self._stop_daemon(name):
+                    stopped.append(name)
+        for name in ("slurmctld", "slurmdbd", "mariadbd", "munged"):
+            if self._stop_daemon(name):
+                stopped.append(name)
+        for name in sorted(self._records()):          # anything else we ever recorded
+            if self._stop_daemon(name):
+                stopped.append(name)
+        leftovers = self._sweep_leftovers()
+        stopped += ["%s[%d] (leftover)" % (comm, pid) for pid, comm in leftovers]
+        alive = [n for n, r in self._records().items() if _pid_alive(r["pid"], r.get("start_time"))]
+        alive += ["%s[%d]" % (comm, pid) for pid, comm in self._find_our_processes()]
+        if alive:
+            raise LocalClusterError("processes still running after stop: %s" % ", ".join(alive))
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """One operation at a time per state directory (two playbook runs must not start two slurmctlds)."""
+        os.makedirs(self.layout.state_dir, exist_ok=True)
+        fd = os.open(os.path.join(self.layout.state_dir, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = time.time() + max(self.timeout, self.drain_timeout) * 2
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.time() > deadline:
+                        raise LocalClusterError("another operation holds %s/.lock" % self.layout.state_dir)
+                    time.sleep(0.2)
+            yield
+        finally:
+            os.close(fd)
+
+    def status(self):
+        """{'state_dir', 'processes': {name: {pid, running}}, 'nodes': [sinfo --json nodes] or None, 'env'}."""
+        procs = {}
+        for name, rec in sorted(self._records().items()):
+            procs[name] = {"pid": rec["pid"], "running": _pid_alive(rec["pid"], rec.get("start_time"))}
+        nodes = None
+        if procs.get("slurmctld", {}).get("running"):
+            try:
+                nodes = self.sinfo_nodes()
+            except LocalClusterError:
+                nodes = None
+        return {"state_dir": self.layout.state_dir, "processes": procs, "nodes": nodes, "env": self.env(),
+                "running": any(p["running"] for p in procs.values())}
+
+    def leftover_processes(self):
+        """(pid, name) of Slurm/munge/MariaDB processes still using the state directory (empty after stop())."""
+        return self._find_our_processes()
+
+    def pid(self, name):
+        rec = self._records().get(name)
+        if rec and _pid_alive(rec["pid"], rec.get("start_time")):
+            return rec["pid"]
+        return None
+
+    # --- Slurm clients -----------------------------------------------------------------------------------------
+
+    def run(self, argv, timeout=None, check=True, stdin_text=None):
+        """Run a Slurm client command against this cluster; returns CompletedProcess (text)."""
+        env = dict(os.environ)
+        env.update(self.env())
+        try:
+            proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  universal_newlines=True, timeout=timeout or self.timeout, input=stdin_text)
+        except subprocess.TimeoutExpired:
+            raise LocalClusterError("%s did not finish within %ss" % (" ".join(argv), timeout or self.timeout))
+        if check and proc.returncode != 0:
+            raise LocalClusterError("%s failed (rc %d): %s" % (" ".join(argv), proc.returncode,
+                                                               (proc.stderr or proc.stdout).strip()))
+        return proc
+
+    def sinfo_nodes(self):
+        """Nodes as `sinfo --json` lists them (FUTURE nodes are not listed)."""
+        proc = self.run([find_binary("sinfo"), "--json"], timeout=30)
+        try:
+            return json.loads(proc.stdout).get("nodes", [])
+        except ValueError:
+            raise LocalClusterError("sinfo --json printed no JSON: %s" % proc.stdout[:200])
+
+    def jobs_on(self, nodes):
+        """{node: [job ids]} of jobs running or completing on these nodes."""
+        result = dict((n, []) for n in nodes)
+        if not nodes:
+            return result
+        proc = self.run([find_binary("squeue"), "-h", "-t", "RUNNING,COMPLETING,SUSPENDED,CONFIGURING",
+                         "-o", "%A %N", "-w", ",".join(nodes)], timeout=30)
+        for line in proc.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                for n in hostlist.expand(parts[1]):
+                    if n in result:
+                        result[n].append(parts[0])
+        return result
+
+    # --- pieces of ensure_started ------------------------------------------------------------------------------
+
+    def _check_binaries(self, model):
+        names = ["munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel"]
+        if model.accounting.enabled:
+            names += ["slurmdbd", "mariadbd", "mariadb-install-db", "mariadb"]
+        for name in names:
+            find_binary(name)
+
+    def _prepare_dirs(self, changes):
+        lay = self.layout
+        if not os.path.isdir(lay.state_dir):
+            changes.append("created state directory %s" % lay.state_dir)
+        for path, mode in ((lay.state_dir, 0o755), (lay.etc, 0o755), (lay.secrets, 0o700), (lay.run, 0o755),
+                           (lay.log, 0o755), (lay.ctld_state, 0o700), (lay.spool, 0o755)):
+            os.makedirs(path, exist_ok=True)
+            os.chmod(path, mode)
+
+    def _base_port(self, model, changes):
+        saved = {}
+        if os.path.exists(self.layout.cluster_file):
+            with open(self.layout.cluster_file) as f:
+                saved = json.load(f)
+        base = self._requested_base_port or saved.get("base_port")
+        if base is None:
+            base = find_free_base_port(ports_needed(model))
+        if saved.get("base_port") != base:
+            _atomic_write(self.layout.cluster_file, json.dumps({"base_port": base}, indent=1) + "\n")
+            changes.append("ports from %d" % base)
+        return base
+
+    def _check_path_lengths(self, model):
+        longest = max([len(ns.node_name(max(ns.max_replicas - 1, 0))) for ns in model.node_sets] or [1])
+        sock = len(self.layout.spool) + 2 + 2 * longest + len("_4294967295.4294967295")
+        if sock > MAX_SOCKET_PATH:
+            raise LocalClusterError(
+                "state directory %s is too long: slurmstepd sockets under it would exceed %d bytes; use a shorter "
+                "path (at most %d characters for these node names)"
+                % (self.layout.state_dir, MAX_SOCKET_PATH, len(self.layout.state_dir) - (sock - MAX_SOCKET_PATH)))
+
+    def _ensure_secrets(self, model, changes):
+        lay = self.layout
+        if not os.path.exists(lay.munge_key):
+            _atomic_write(lay.munge_key, secrets.token_bytes(1024), 0o400)
+            changes.append("generated munge key")
+        if model.accounting.enabled and not os.path.exists(lay.db_password):
+            _atomic_write(lay.db_password, secrets.token_urlsafe(24), 0o600)
+            changes.append("generated database password")
+
+    def _render(self, model):
+        if self._renderer is not None:
+            return self._renderer(model)
+        from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
+        return render_slurm_configs(model)
+
+    def _write_configs(self, model, base_port, changes):
+        password = None
+        if model.accounting.enabled:
+            with open(self.layout.db_password) as f:
+                password = f.read().strip()
+        configs = adapt_configs(self._render(model), model, self.layout.state_dir, base_port, user=self.user,
+                                db_password=password)
+        etc = self.layout.etc
+        for name, text in sorted(configs.items()):
+            path = os.path.join(etc, name)
+            mode = 0o600 if name == c.SLURMDBD_CONF else 0o644
+            old = None
+            if os.path.exists(path):
+                with open(path) as f:
+                    old = f.read()
+            if old != text:
+                _atomic_write(path, text, mode)
+                changes.append("%s %s" % ("updated" if old is not None else "wrote", name))
+        for name in sorted(os.listdir(etc)):
+            if name not in configs and not name.startswith("."):
+                os.remove(os.path.join(etc, name))
+                changes.append("removed %s" % name)
+        return configs
+
+    def _munged_argv(self):
+        lay = self.layout
+        argv = [find_binary("munged"), "--foreground", "--key-file=%s" % lay.munge_key,
+                "--socket=%s" % lay.munge_socket, "--pid-file=%s" % os.path.join(lay.run, "munged.pid"),
+                "--log-file=%s" % os.path.join(lay.log, "munged.log"), "--seed-file=%s" % lay.munge_seed]
+        if not self._socket_path_open(lay.run):
+            # munged refuses a socket whose directory path is not o+x all the way up (pytest's tmp dirs are 0700);
+            # --force turns that into a warning. Nobody else can reach the socket then, which is fine here.
+            argv.append("--force")
+        return argv
+
+    @staticmethod
+    def _socket_path_open(path):
+        while True:
+            try:
+                if not os.stat(path).st_mode & stat.S_IXOTH:
+                    return False
+            except OSError:
+                return False
+            parent = os.path.dirname(path)
+            if parent == path:
+                return True
+            path = parent
+
+    def _munge_ready(self):
+        if not os.path.exists(self.layout.munge_socket):
+            return False
+        try:
+            proc = subprocess.run([find_binary("munge"), "--socket=%s" % self.layout.munge_socket, "-n"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        except subprocess.TimeoutExpired:
+            return False
+        return proc.returncode == 0
+
+    def _ctld_ready(self):
+        try:
+            proc = self.run([find_binary("scontrol"), "ping"], timeout=15, check=False)
+        except LocalClusterError:
+            return False
+        return proc.returncode == 0 and "is UP" in proc.stdout
+
+    # --- accounting --------------------------------------------------------------------------------------------
+
+    def _mariadb_argv(self, base_port):
+        lay = self.layout
+        argv = [find_binary("mariadbd"), "--no-defaults", "--datadir=%s" % lay.db, "--socket=%s" % lay.db_socket,
+                "--port=%d" % (base_port + DB_OFFSET), "--bind-address=%s" % LOOPBACK,
+                "--pid-file=%s" % os.path.join(lay.run, "mariadbd.pid"),
+                "--log-error=%s" % os.path.join(lay.log, "mariadbd.log"), "--skip-name-resolve",
+                # the values slurmdbd recommends (it logs an error for less)
+                "--innodb-buffer-pool-size=128M", "--innodb-lock-wait-timeout=900", "--max-connections=64"]
+        if os.getuid() == 0:
+            argv.append("--user=root")
+        return argv
+
+    def _db_ready(self):
+        if not os.path.exists(self.layout.db_socket):
+            return False
+        proc = subprocess.run([find_binary("mariadb"), "--no-defaults", "--socket=%s" % self.layout.db_socket,
+                               "-u", self._db_admin(), "-e", "SELECT 1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=15)
+        return proc.returncode == 0
+
+    def _db_admin(self):
+        return "root" if os.getuid() == 0 else self.user
+
+    def _ensure_accounting(self, base_port, configs, changes):
+        lay = self.layout
+        if not os.path.isdir(os.path.join(lay.db, "mysql")):
+            if os.path.isdir(lay.db):
+                shutil.rmtree(lay.db)
+            os.makedirs(lay.db, mode=0o700)
+            argv = [find_binary("mariadb-install-db"), "--no-defaults", "--datadir=%s" % lay.db,
+                    "--auth-root-authentication-method=socket", "--skip-test-db"]
+            argv += ["--user=root"] if os.getuid() == 0 else ["--auth-root-socket-user=%s" % self.user]
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                                  timeout=max(self.timeout, 120))
+            if proc.returncode != 0:
+                raise LocalClusterError("mariadb-install-db failed: %s" % proc.stdout[-2000:])
+            changes.append("initialized the accounting database")
+        self._ensure_daemon("mariadbd", self._mariadb_argv(base_port), changes,
+                            digest=_digest(*self._mariadb_argv(base_port)), ready=self._db_ready)
+        with open(lay.db_password) as f:
+            password = f.read().strip()
+        marker = os.path.join(lay.db, ".soperator-user")
+        user_digest = _digest(password)
+        current = None
+        if os.path.exists(marker):
+            with open(marker) as f:
+                current = f.read().strip()
+        if current != user_digest:
+            sql = ("CREATE DATABASE IF NOT EXISTS {db};"
+                   "CREATE USER IF NOT EXISTS '{u}'@'127.0.0.1' IDENTIFIED BY '{p}';"
+                   "CREATE USER IF NOT EXISTS '{u}'@'localhost' IDENTIFIED BY '{p}';"
+                   "ALTER USER '{u}'@'127.0.0.1' IDENTIFIED BY '{p}';"
+                   "ALTER USER '{u}'@'localhost' IDENTIFIED BY '{p}';"
+                   "GRANT ALL ON {db}.* TO '{u}'@'127.0.0.1';"
+                   "GRANT ALL ON {db}.* TO '{u}'@'localhost';"
+                   "FLUSH PRIVILEGES;").format(db=DB_NAME, u=DB_USER, p=password)
+            proc = subprocess.run([find_binary("mariadb"), "--no-defaults", "--socket=%s" % lay.db_socket,
+                                   "-u", self._db_admin()], input=sql, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+            if proc.returncode != 0:
+                # the error text holds no password: mariadb reports the statement's position, not its text
+                raise LocalClusterError("creating the accounting database user failed (rc %d)" % proc.returncode)
+            _atomic_write(marker, user_digest, 0o600)
+            changes.append("created the accounting database user")
+        self._ensure_daemon("slurmdbd", [find_binary("slurmdbd"), "-D"], changes,
+                            digest=_digest(configs[c.SLURMDBD_CONF]), ready=lambda: self._dbd_ready(base_port))
+        self._ensure_cluster_registered(changes)
+
+    def _dbd_ready(self, base_port):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(2)
+        try:
+            s.connect((LOOPBACK, base_port + DBD_OFFSET))
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
+
+    def _ensure_cluster_registered(self, changes):
+        """slurmctld registers its cluster itself on start; done here too so it exists before slurmctld starts."""
+        sacctmgr = shutil.which("sacctmgr") or "/usr/bin/sacctmgr"
+        if not os.path.exists(sacctmgr):
+            return
+        proc = self.run([sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"], timeout=30, check=False)
+        if proc.returncode == 0 and self.model.name in proc.stdout.split():
+            return
+        self.run([sacctmgr, "-i", "add", "cluster", self.model.name], timeout=30, check=False)
+        changes.append("registered cluster %s in accounting" % self.model.name)
+
+    # --- nodes -------------------------------------------------------------------------------------------------
+
+    def _converge_nodes(self, model, slurm_hash, changes):
+        lay = self.layout
+        desired = [ns.node_name(i) for ns in model.node_sets for i in range(ns.replicas)]
+        all_nodes = set(ns.node_name(i) for ns in model.node_sets for i in range(ns.max_replicas))
+        records = self._records()
+        running = set(n[len("slurmd-"):] for n, r in records.items()
+                      if n.startswith("slurmd-") and _pid_alive(r["pid"], r.get("start_time")))
+        # 1. workers to have: start missing slurmds, restart those on an old configuration.
+        for node in desired:
+            os.makedirs(lay.node_spool(node), exist_ok=True)
+            self._ensure_daemon("slurmd-%s" % node, [find_binary("slurmd"), "-D", "-N", node], changes,
+                                digest=slurm_hash, ready=None)
+        # 2. nodes to remove: running slurmds not wanted, and nodes slurmctld still lists (recovered state).
+        visible = dict((n["name"], n) for n in self.sinfo_nodes())
+        remove = sorted((running | set(visible)) - set(desired), key=_natural)
+        if remove:
+            self._scale_down(remove, visible, changes)
+        # Records of nodes that left the model entirely.
+        for name in list(self._records()):
+            if name.startswith("slurmd-") and name[len("slurmd-"):] not in all_nodes:
+                self._stop_daemon(name)
+        # 3. wait until every wanted node answers; undrain ours left over from an unfinished scale-down.
+        self._wait_nodes_up(desired, changes)
+
+    def _scale_down(self, nodes, visible, changes):
+        prefix = self.model.remediation.drain_reason_prefix
+        reason = "%s %s" % (prefix, SCALE_DOWN_REASON) if prefix else SCALE_DOWN_REASON
+        scontrol = find_binary("scontrol")
+        to_drain = [n for n in nodes if n in visible and not _drained(visible[n])]
+        if to_drain:
+            self.run([scontrol, "update", "nodename=%s" % hostlist.compress(to_drain), "state=DRAIN",
+                      "reason=%s" % reason])
+            changes.append("drained %s" % hostlist.compress(to_drain))
+        watched = [n for n in nodes if n in visible]
+        deadline = time.time() + self.drain_timeout
+        busy = self.jobs_on(watched)
+        while any(busy.values()):
+            if time.time() > deadline:
+                left = dict((n, j) for n, j in busy.items() if j)
+                raise LocalClusterError(
+                    "scale-down: nodes still run jobs after %ss (they stay drained; run again to finish): %s"
+                    % (self.drain_timeout, ", ".join("%s (jobs %s)" % (n, ",".join(j))
+                                                     for n, j in sorted(left.items()))))
+            time.sleep(1)
+            busy = self.jobs_on(watched)
+        for node in nodes:
+            if self._stop_daemon("slurmd-%s" % node):
+                changes.append("stopped slurmd %s" % node)
+        if watched:
+            self.run([scontrol, "update", "nodename=%s" % hostlist.compress(watched), "state=FUTURE"])
+            changes.append("removed %s from Slurm (FUTURE)" % hostlist.compress(watched))
+            deadline = time.time() + self.timeout
+            while True:
+                still = [n["name"] for n in self.sinfo_nodes() if n["name"] in watched]
+                if not still:
+                    break
+                if time.time() > deadline:
+                    raise LocalClusterError("nodes still listed by sinfo after scale-down: %s" % ", ".join(still))
+                time.sleep(0.5)
+
+    def _wait_nodes_up(self, desired, changes):
+        if not desired:
+            return
+        prefix = self.model.remediation.drain_reason_prefix
+        ours = "%s %s" % (prefix, SCALE_DOWN_REASON) if prefix else SCALE_DOWN_REASON
+        scontrol = find_binary("scontrol")
+        deadline = time.time() + self.timeout
+        resumed = set()
+        while True:
+            nodes = dict((n["name"], n) for n in self.sinfo_nodes())
+            pending = []
+            for name in desired:
+                node = nodes.get(name)
+                if node is None or not _responding(node):
+                    pending.append(name)
+                    continue
+                if _drained(node) and node.get("reason") == ours and name not in resumed:
+                    self.run([scontrol, "update", "nodename=%s" % name, "state=RESUME"])
+                    resumed.add(name)
+                    changes.append("resumed %s (left drained by an unfinished scale-down)" % name)
+                    pending.append(name)
+            if not pending:
+                return
+            for name in pending:
+                if not self._running("slurmd-%s" % name):
+                    raise LocalClusterError("slurmd %s exited:\n%s"
+                                            % (name, _tail(os.path.join(self.layout.log, "slurmd-%s.log" % name))))
+            if time.time() > deadline:
+                raise LocalClusterError("nodes not up after %ss: %s\n%s" % (
+                    self.timeout, ", ".join(pending),
+                    "\n".join("%s: %s %s" % (n, nodes[n].get("state"), nodes[n].get("state_flags"))
+                              for n in pending if n in nodes)))
+            time.sleep(0.5)
+
+    # --- daemon bookkeeping ------------------------------------------------------------------------------------
+
+    def _records(self):
+        out = {}
+        try:
+            names = os.listdir(self.layout.run)
+        except OSError:
+            return out
+        for fn in names:
+            if fn.endswith(".proc.json"):
+                try:
+                    with open(os.path.join(self.layout.run, fn)) as f:
+                        out[fn[:-len(".proc.json")]] = json.load(f)
+                except (IOError, OSError, ValueError):
+                    continue
+        return out
+
+    def _running(self, name):
+        return self.pid(name) is not None
+
+    def _ensure_daemon(self, name, argv, changes, digest, ready):
+        """Start `name` unless it runs with the same digest (configuration); restart it when the digest changed.
+
+        Returns True when it was (re)started.
+        """
+        rec = self._records().get(name)
+        if rec and _pid_alive(rec["pid"], rec.get("start_time")):
+            if rec.get("digest") == digest:
+                return False
+            self._stop_daemon(name)
+            changes.append("restarted %s (configuration changed)" % name)
+        else:
+            changes.append("started %s" % name)
+        self._start_daemon(name, argv, digest, ready)
+        return True
+
+    def _start_daemon(self, name, argv, digest, ready):
+        lay = self.layout
+        env = dict(os.environ)
+        env.update(self.env())
+        out_path = os.path.join(lay.log, "%s.out" % name)
+        with open(out_path, "ab") as out:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env=env, cwd=lay.state_dir, close_fds=True, start_new_session=True)
+        self._children[proc.pid] = proc
+        start_time = None
+        for _ in range(100):
+            start_time = _proc_start_time(proc.pid)
+            if start_time is not None or proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        _atomic_write(lay.record(name), json.dumps({"pid": proc.pid, "start_time": start_time, "argv": argv,
+                                                    "digest": digest}) + "\n")
+        if ready is None:
+            time.sleep(0.05)
+            if proc.poll() is not None:
+                raise LocalClusterError("%s exited at once (rc %s):\n%s"
+                                        % (name, proc.returncode, self._logs_of(name)))
+            return
+        deadline = time.time() + self.timeout
+        while not ready():
+            if proc.poll() is not None:
+                raise LocalClusterError("%s exited (rc %s) while starting:\n%s" % (name, proc.returncode,
+                                                                                   self._logs_of(name)))
+            if time.time() > deadline:
+                raise LocalClusterError("%s not ready after %ss:\n%s" % (name, self.timeout, self._logs_of(name)))
+            time.sleep(0.2)
+
+    def _logs_of(self, name):
+        lay = self.layout
+        logs = [os.path.join(lay.log, "%s.out" % name)]
+        base = name.split("-", 1)
+        if base[0] == "slurmd" and len(base) == 2:
+            logs.append(os.path.join(lay.log, "slurmd-%s.log" % base[1]))
+        else:
+            logs.append(os.path.join(lay.log, "%s.log" % name))
+        return "\n".join("== %s\n%s" % (p, _tail(p)) for p in logs if os.path.exists(p))
+
+    def _stop_daemon(self, name, sig=signal.SIGTERM):
+        """Stop a recorded daemon (SIGTERM, then SIGKILL after the timeout); drop its record. True if it ran."""
+        path = self.layout.record(name)
+        rec = self._records().get(name)
+        if rec is None:
+            return False
+        pid, start = rec["pid"], rec.get("start_time")
+        was_alive = _pid_alive(pid, start)
+        if was_alive:
+            self._signal(pid, sig)
+            if not self._wait_gone(pid, start, self.timeout):
+                self._signal(pid, signal.SIGKILL)
+                if not self._wait_gone(pid, start, 10):
+                    raise LocalClusterError("%s (pid %d) does not exit even on SIGKILL" % (name, pid))
+        try:
+            os.remove(path)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise
+        return was_alive
+
+    @staticmethod
+    def _signal(pid, sig):
+        try:
+            os.kill(pid, sig)
+        except OSError as e:
+            if e.errno != errno.ESRCH:
+                raise
+
+    def _wait_gone(self, pid, start, timeout):
+        deadline = time.time() + timeout
+        while True:
+            child = self._children.get(pid)
+            if child is not None and child.poll() is not None:
+                self._children.pop(pid, None)
+            if not _pid_alive(pid, start):
+                return True
+            if time.time() > deadline:
+                return False
+            time.sleep(0.05)
+
+    def _cancel_all_jobs(self):
+        try:
+            proc = self.run([find_binary("squeue"), "-h", "-o", "%A"], timeout=30, check=False)
+            jobs = proc.stdout.split() if proc.returncode == 0 else []
+            if not jobs:
+                return
+            self.run([find_binary("scancel")] + jobs, timeout=30, check=False)
+            deadline = time.time() + min(self.timeout, 60)
+            while time.time() < deadline:
+                proc = self.run([find_binary("squeue"), "-h", "-o", "%A"], timeout=30, check=False)
+                if proc.returncode != 0 or not proc.stdout.split():
+                    return
+                time.sleep(0.5)
+        except LocalClusterError:
+            return
+
+    def _find_our_processes(self):
+        """(pid, comm) of Slurm/munge/MariaDB processes that use this state directory (cwd, open files, argv)."""
+        root = self.layout.state_dir + os.sep
+        me = os.getpid()
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            pid = int(entry)
+            try:
+                with open("/proc/%d/comm" % pid) as f:
+                    comm = f.read().strip()
+            except (IOError, OSError):
+                continue
+            if comm not in _DAEMON_COMMS and not comm.startswith("slurmstepd"):
+                continue
+            if _proc_start_time(pid) is None:
+                continue
+            if self._uses_dir(pid, root):
+                found.append((pid, comm))
+        return found
+
+    @staticmethod
+    def _uses_dir(pid, root):
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                if root.encode() in f.read():
+                    return True
+        except (IOError, OSError):
+            pass
+        paths = []
+        try:
+            paths.append(os.readlink("/proc/%d/cwd" % pid))
+        except OSError:
+            pass
+        try:
+            for fd in os.listdir("/proc/%d/fd" % pid):
+                try:
+                    paths.append(os.readlink("/proc/%d/fd/%s" % (pid, fd)))
+                except OSError:
+                    continue
+        except OSError:
+            pass
+        return any((p + os.sep).startswith(root) for p in paths)
+
+    def _sweep_leftovers(self):
+        """Kill what stopping the recorded daemons left: slurmstepds of cancelled jobs, slurmscriptd, ..."""
+        found = self._find_our_processes()
+        for pid, _comm in found:
+            self._signal(pid, signal.SIGTERM)
+        deadline = time.time() + 10
+        for pid, _comm in found:
+            while _pid_alive(pid) and time.time() < deadline:
+                time.sleep(0.05)
+            if _pid_alive(pid):
+                self._signal(pid, signal.SIGKILL)
+                self._wait_gone(pid, None, 10)
+        return found
+
+
+# ------------------------------------------------------------------------------------------------ node states
+
+def _flags(node):
+    return set(f.upper() for f in (node.get("state_flags") or []))
+
+
+def _drained(node):
+    return "DRAIN" in _flags(node) or node.get("state", "").lower().startswith("drain")
+
+
+def _responding(node):
+    state = (node.get("state") or "").lower()
+    return state not in ("down", "future", "unknown") and "NOT_RESPONDING" not in _flags(node)
+
+
+def _natural(name):
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]

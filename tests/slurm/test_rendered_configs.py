@@ -1,0 +1,176 @@
+"""Acceptance of the Slurm renderer against a real slurmctld: every example's configs (render_slurm + the local
+adaptation) load, and every NodeSet's nodes (all max_replicas of them) show up with the right partitions, CPUs,
+memory, GRES and features. No slurmd is started: the FUTURE nodes are revealed with `scontrol update state=down`."""
+import dataclasses
+import glob
+import os
+
+import pytest
+
+from ansible_collections.soperator.slurm.plugins.module_utils import hostlist, spec
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
+EXAMPLE_FILES = sorted(glob.glob(os.path.join(EXAMPLES, "*.yml")) + glob.glob(os.path.join(EXAMPLES, "*.yaml")))
+
+
+def test_there_are_examples():
+    assert EXAMPLE_FILES
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=[os.path.basename(p) for p in EXAMPLE_FILES])
+def test_example_nodes_as_slurmctld_sees_them(local_cluster, path):
+    with open(path) as f:
+        model = spec.build_model(spec.load_documents(f.read()))
+    # Controller only: no worker runs, so nodes of any size can be checked on this machine.
+    no_workers = dataclasses.replace(model, node_sets=tuple(dataclasses.replace(ns, replicas=0)
+                                                            for ns in model.node_sets))
+    cluster = local_cluster(model=no_workers)
+    assert cluster.sinfo_nodes() == []                     # all FUTURE: nothing listed yet
+
+    defined = [ns for ns in model.node_sets if ns.max_replicas > 0]
+    for ns in defined:
+        cluster.run(["scontrol", "update", "nodename=%s" % ns.node_range, "state=down", "reason=config-check"])
+    nodes = dict((n["name"], n) for n in cluster.sinfo_nodes())
+
+    expected_names = set()
+    for ns in defined:
+        names = hostlist.expand(ns.node_range)
+        assert len(names) == ns.max_replicas
+        expected_names.update(names)
+        partitions = sorted(p.name for p in model.partitions if ns.name in p.node_sets)
+        for name in names:
+            node = nodes.get(name)
+            assert node is not None, "%s (NodeSet %s) is not listed by sinfo" % (name, ns.name)
+            assert sorted(node["partitions"]) == partitions, name
+            assert node["cpus"] == ns.cpus, name
+            assert node["real_memory"] == ns.real_memory_mib, name
+            if ns.sockets:
+                assert node["sockets"] == ns.sockets, name
+            if ns.cores_per_socket:
+                assert node["cores"] == ns.cores_per_socket, name
+            if ns.threads_per_core:
+                assert node["threads"] == ns.threads_per_core, name
+            assert _gres(node["gres"]) == sorted(str(g) for g in ns.gres if g.count > 0), name
+            assert sorted(f for f in node["features"].split(",") if f) == sorted(ns.features), name
+    assert set(nodes) == expected_names                     # nothing else
+
+    # Every partition of the spec exists, with exactly its NodeSets' nodes.
+    for p in model.partitions:
+        want = sorted(n for ns in defined if ns.name in p.node_sets for n in hostlist.expand(ns.node_range))
+        got = sorted(n for n, node in nodes.items() if p.name in node["partitions"])
+        assert got == want, p.name
+
+
+def _gres(text):
+    """sinfo's gres field ("gpu:h100:8(S:0-1)" or "") as sorted name:type:count strings."""
+    out = []
+    for item in (text or "").split(","):
+        item = item.split("(")[0].strip()
+        if item:
+            out.append(item)
+    return sorted(out)
+
+
+# --- the local adaptation changes only what it must (no daemon needed) --------------------------------------------
+
+# Keys adapt_configs may change, per file; any other rendered line must survive byte for byte.
+ADAPTED_KEYS = {
+    "slurm.conf": {"slurmctldhost", "slurmctldport", "slurmuser", "slurmduser", "statesavelocation", "slurmdspooldir",
+                   "slurmctldpidfile", "slurmdpidfile", "slurmctldlogfile", "slurmdlogfile", "plugstackconfig",
+                   "authinfo", "accountingstoragehost", "accountingstorageport", "accountingstoragepass",
+                   "communicationparameters", "slurmdparameters", "proctracktype", "taskplugin",
+                   "jobacctgathertype", "prologflags", "mpidefault", "healthcheckprogram", "healthcheckinterval",
+                   "healthchecknodestate", "nodename"},
+    "gres.conf": {"nodename"},
+    "plugstack.conf": {"required", "optional"},
+    "slurmdbd.conf": {"dbdhost", "dbdaddr", "dbdport", "slurmuser", "authinfo", "storagehost", "storageport",
+                      "storageuser", "storageloc", "storagepass", "logfile", "pidfile"},
+}
+STATE = "/tmp/sop-adapt"
+
+
+def _render_and_adapt(path, have_pmix=False):
+    from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
+    from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
+    with open(path) as f:
+        model = spec.build_model(spec.load_documents(f.read()))
+    rendered = render_slurm_configs(model)
+    adapted = lb.adapt_configs(rendered, model, STATE, 20000, user="someone", db_password="secret",
+                               local_paths_exist=lambda p: False, have_pmix=have_pmix)
+    return model, rendered, adapted
+
+
+def _settings(text):
+    return [line for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=[os.path.basename(p) for p in EXAMPLE_FILES])
+def test_adaptation_keeps_every_other_line(path):
+    model, rendered, adapted = _render_and_adapt(path)
+    assert sorted(adapted) == sorted(rendered)
+    for name, text in rendered.items():
+        kept = set(adapted[name].splitlines())
+        for line in _settings(text):
+            if line in kept:
+                continue
+            key = line.split("=", 1)[0].split()[0].lower()
+            assert key in ADAPTED_KEYS.get(name, set()), "%s: %r changed" % (name, line)
+        # Comments and blank lines of the rendered file all survive.
+        for line in text.splitlines():
+            if not line.strip() or line.strip().startswith("#"):
+                assert line in kept, "%s: comment %r lost" % (name, line)
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=[os.path.basename(p) for p in EXAMPLE_FILES])
+def test_adaptation_points_everything_local(path):
+    model, rendered, adapted = _render_and_adapt(path)
+    conf = adapted["slurm.conf"]
+    settings = dict(line.split("=", 1) for line in _settings(conf) if " " not in line)
+    assert settings["SlurmctldHost"] == "localhost(127.0.0.1)"
+    assert settings["SlurmctldPort"] == "20000"
+    assert settings["SlurmUser"] == "someone" and settings["SlurmdUser"] == "someone"
+    assert settings["AuthInfo"] == "socket=%s/run/munge.socket" % STATE
+    assert settings["SlurmdSpoolDir"] == "%s/spool/%%n" % STATE
+    assert "%n" in settings["SlurmdPidFile"] and "%n" in settings["SlurmdLogFile"]
+    assert set(settings["CommunicationParameters"].split(",")) >= {"NoInAddrAny", "NoCtldInAddrAny"}
+    assert settings["ProctrackType"] == "proctrack/linuxproc" and settings["TaskPlugin"] == "task/none"
+    assert "HealthCheckProgram" not in settings          # not installed here (local_paths_exist says so)
+    if model.mpi.default.startswith("pmix"):
+        assert settings["MpiDefault"] == "none"
+        _m, _r, with_pmix = _render_and_adapt(path, have_pmix=True)
+        assert "MpiDefault=%s" % model.mpi.default in with_pmix["slurm.conf"].splitlines()
+    # Every path a daemon writes is under the state directory; no in-container path is left in a setting.
+    for name, text in adapted.items():
+        for line in _settings(text):
+            for container_path in ("/var/spool", "/var/log", "/run/", "/etc/slurm", "/dev/nvidia", "/opt/soperator",
+                                   "/usr/lib/slurm/spank_chroot"):
+                assert "=" + container_path not in line and not line.startswith(container_path), \
+                    "%s: %r" % (name, line)
+                assert "spank_chroot" not in line
+    # One slurmd port per possible node, all distinct, on loopback.
+    ports = []
+    for line in _settings(conf):
+        if line.startswith("NodeName="):
+            words = dict(w.split("=", 1) for w in line.split())
+            assert words["NodeAddr"] == "127.0.0.1" and words["NodeHostname"] == "localhost"
+            names = hostlist.expand(words["NodeName"])
+            got = _ports(words["Port"])
+            assert len(got) == len(names)
+            ports += got
+    assert len(ports) == len(set(ports)) == sum(ns.max_replicas for ns in model.node_sets)
+    if "gres.conf" in adapted:
+        for line in _settings(adapted["gres.conf"]):
+            assert "File=" not in line and "Count=" in line
+    if model.accounting.enabled:
+        dbd = dict(line.split("=", 1) for line in _settings(adapted["slurmdbd.conf"]))
+        assert dbd["DbdAddr"] == "127.0.0.1" and dbd["StorageHost"] == "127.0.0.1"
+        assert dbd["StoragePass"] == "secret"
+        assert settings["AccountingStorageHost"] == "localhost"
+        assert settings["AccountingStoragePass"] == "%s/run/munge.socket" % STATE
+
+
+def _ports(expr):
+    """Port=17820 or Port=[17820-17823] as a list of ints (a hostlist of numbers)."""
+    if not expr.startswith("["):
+        return [int(expr)]
+    return [int(name[1:]) for name in hostlist.expand("x" + expr)]
