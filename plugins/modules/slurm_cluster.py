@@ -10,13 +10,13 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: slurm_cluster
-short_description: Render a Slurm cluster (SlurmCluster + NodeSets) into Kubernetes manifests and Slurm configs
+short_description: Render a Slurm cluster (SlurmCluster + NodeSets), or run it as a real Slurm cluster on this machine
 version_added: 0.1.0
 description:
   - Validates a SlurmCluster and its NodeSets (the C(slurm.soperator.dev/v1alpha1) custom resources), fills in every
-    default, and renders the whole cluster.
+    default, and renders the whole cluster or runs it.
   - Every problem of the spec is reported at once, each with the field path and the rule it breaks; nothing is written
-    from an invalid spec.
+    or started from an invalid spec.
   - With O(state=rendered), writes every Kubernetes object as YAML under O(dest)/manifests/ and every Slurm config
     (slurm.conf, cgroup.conf, gres.conf, plugstack.conf, mpi.conf, topology.conf, slurmdbd.conf) under O(dest)/slurm/,
     without contacting any cluster. The module owns those two folders and removes files in them that are no longer
@@ -24,27 +24,51 @@ description:
   - Secrets (munge key, SSH host keys, database passwords) are generated the first time and read back from O(dest) on
     later runs, so re-rendering the same spec gives byte-identical files. Secret manifests are written with mode 0600
     and their data never appears in the diff or the result.
+  - With O(state=present) and O(target=local), runs the same cluster as local processes under O(state_dir) (the
+    "embedded default"): munged with a generated key, slurmctld, one C(slurmd -N <node>) per worker of every NodeSet,
+    and slurmdbd with a private MariaDB when accounting is enabled. The rendered Slurm configs are used unchanged
+    except for hosts, ports and paths. Every daemon binds the loopback interface only.
+  - Re-running O(state=present) on a running, identical cluster changes nothing and restarts nothing. A changed
+    C(replicas) scales the running cluster without restarting slurmctld; removed nodes are drained first, waited for
+    until they run no job, then stopped and removed from Slurm. A changed Slurm config restarts the daemons that read it.
+  - With O(state=absent) and O(target=local), cancels the cluster's jobs and stops every process of it; the state
+    directory (configs, munge key, Slurm state, accounting database) is kept unless O(purge=true).
 author:
   - soperator.slurm contributors
 attributes:
   check_mode:
     support: full
-    description: Reports which files would be created, updated or removed, and writes nothing.
+    description:
+      - O(state=rendered) reports which files would be created, updated or removed, and writes nothing.
+      - O(state=present) and O(state=absent) compare the desired cluster with the running one (processes, Slurm nodes,
+        config files under O(state_dir)) and list in RV(actions) what would be started, restarted, scaled, stopped or
+        deleted, without starting, stopping or writing anything.
   diff_mode:
-    support: full
-    description: Shows the before and after text of every changed file; Secret data is hidden.
+    support: partial
+    description:
+      - O(state=rendered) shows the before and after text of every changed file; Secret data is hidden.
+      - O(state=present) and O(state=absent) show the running daemons and Slurm nodes before and after, not file text.
 options:
   state:
     description:
       - V(rendered) writes the manifests and Slurm configs to O(dest).
+      - V(present) makes the cluster run on O(target); V(absent) stops it there.
     type: str
     required: true
-    choices: [rendered]
+    choices: [rendered, present, absent]
+  target:
+    description:
+      - Where O(state=present) or O(state=absent) runs the cluster. Required with those states; ignored with
+        O(state=rendered).
+      - V(local) runs it as processes on the machine the module runs on.
+      - The Kubernetes target is not implemented by this module yet; render manifests with O(state=rendered).
+    type: str
+    choices: [local]
   definition:
     description:
       - The SlurmCluster and its NodeSets, as a list of documents, a single document, or a string of
         multi-document YAML.
-      - Mutually exclusive with O(src).
+      - Mutually exclusive with O(src). One of them is required, except with O(state=absent) and O(state_dir) set.
     type: raw
   src:
     description:
@@ -55,9 +79,31 @@ options:
     description:
       - Folder to render into. Required with O(state=rendered).
     type: path
+  state_dir:
+    description:
+      - With O(target=local), the directory holding everything of the local cluster (configs, munge key, spool, logs,
+        pid records, accounting database). Slurm's unix sockets live under it, so keep it short (the error says how
+        short when it is too long).
+      - Defaults to C($XDG_STATE_HOME/soperator/<cluster name>), that is C(~/.local/state/soperator/<cluster name>).
+    type: path
+  purge:
+    description:
+      - With O(state=absent), also delete O(state_dir) once every process is stopped. Destructive, opt-in; the module
+        refuses to delete a directory that does not look like a local cluster's state directory.
+    type: bool
+    default: false
+  wait_timeout:
+    description:
+      - With O(target=local), the longest wait in seconds for each step - a daemon to start or stop, the nodes to come up,
+        and the jobs on a node being scaled down to finish.
+    type: int
+    default: 300
 notes:
   - Scaling a NodeSet up to its C(maxReplicas) changes no Slurm config; Slurm nodes are defined as FUTURE nodes up to
     that number and join when their slurmd starts.
+  - O(target=local) needs the Debian packages slurm-wlm (slurmctld, slurmd, slurm-client) and munge, plus slurmdbd and
+    mariadb-server with accounting; a missing binary fails with the package to install.
+  - Processes started with O(target=local) outlive the Ansible run; stop them with O(state=absent).
 seealso:
   - name: The SlurmCluster and NodeSet CRDs
     description: Shipped in the collection's crds/ folder, generated from the same schema this module validates with.
@@ -88,12 +134,38 @@ EXAMPLES = r"""
           clusterName: demo
           replicas: 2
           resources: {cpu: "16", memory: 64Gi}
+
+- name: Run the cluster as local processes (re-running it changes nothing; new replicas scale it)
+  soperator.slurm.slurm_cluster:
+    state: present
+    target: local
+    src: examples/small-cpu.yml
+    state_dir: /tmp/slurm-small
+  register: cluster
+
+- name: Run a job on it
+  ansible.builtin.command: srun -N2 hostname
+  environment: "{{ cluster.env }}"
+  changed_when: false
+
+- name: Stop it, keeping its state
+  soperator.slurm.slurm_cluster:
+    state: absent
+    target: local
+    state_dir: /tmp/slurm-small
+
+- name: Stop it and delete its state directory
+  soperator.slurm.slurm_cluster:
+    state: absent
+    target: local
+    state_dir: /tmp/slurm-small
+    purge: true
 """
 
 RETURN = r"""
 files:
   description: Every file of the render, with what was done to it.
-  returned: always
+  returned: when O(state=rendered)
   type: list
   elements: dict
   contains:
@@ -107,7 +179,7 @@ files:
       sample: unchanged
 cluster:
   description: A summary of the validated, defaulted cluster.
-  returned: success
+  returned: success, when a definition or src was given
   type: dict
   sample:
     name: demo
@@ -116,10 +188,54 @@ cluster:
     partitions: [{name: main, node_sets: [cpu], default: true}]
 generated_secrets:
   description: Names of the Secrets whose material was generated by this run (their data is never returned).
-  returned: success
+  returned: when O(state=rendered)
   type: list
   elements: str
   sample: [demo-munge, demo-ssh-host-keys]
+actions:
+  description:
+    - What was done to the local cluster, in order; in check mode what would be done (each item starts with
+      C(would)). Empty when nothing changed.
+  returned: when O(state=present) or O(state=absent)
+  type: list
+  elements: str
+  sample: ["started munged", "started slurmctld", "started slurmd-cpu-0", "started slurmd-cpu-1"]
+state_dir:
+  description: The local cluster's state directory.
+  returned: when O(state=present) or O(state=absent)
+  type: str
+  sample: /root/.local/state/soperator/small
+env:
+  description: Environment Slurm clients (sinfo, sbatch, srun, squeue) need to reach the local cluster; export it.
+  returned: when O(state=present) or O(state=absent)
+  type: dict
+  sample: {SLURM_CONF: /root/.local/state/soperator/small/etc/slurm.conf}
+nodes:
+  description:
+    - Slurm nodes as C(sinfo --json) reports them after the run (in check mode, as they are now). Empty when
+      slurmctld does not run.
+  returned: when O(state=present)
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Node name.
+      type: str
+      sample: cpu-0
+    state:
+      description: Base state, lower case.
+      type: str
+      sample: idle
+    state_flags:
+      description: State flags such as DRAIN.
+      type: list
+      elements: str
+      sample: []
+    partitions:
+      description: Partitions the node is in.
+      type: list
+      elements: str
+      sample: [main]
 errors:
   description: On an invalid spec, every problem found, each with its field path.
   returned: failure
@@ -128,8 +244,13 @@ errors:
   sample: [{path: "NodeSet/gpu spec.replicas", message: "must be >= 0, got -1"}]
 """
 
+import json
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, load_documents
 from ansible_collections.soperator.slurm.plugins.module_utils.render import (
     read_secret_material, render_cluster, write_rendered)
@@ -151,6 +272,13 @@ def _documents(module):
     return definition
 
 
+def _model(module):
+    try:
+        return build_model(_documents(module))
+    except SpecError as e:
+        module.fail_json(msg=str(e), errors=[{"path": i.path, "message": i.message} for i in e.issues])
+
+
 def _summary(model):
     return {
         "name": model.name,
@@ -163,24 +291,8 @@ def _summary(model):
     }
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            state=dict(type="str", required=True, choices=["rendered"]),
-            definition=dict(type="raw"),
-            src=dict(type="path"),
-            dest=dict(type="path"),
-        ),
-        mutually_exclusive=[("definition", "src")],
-        required_one_of=[("definition", "src")],
-        required_if=[("state", "rendered", ("dest",))],
-        supports_check_mode=True,
-    )
-    try:
-        model = build_model(_documents(module))
-    except SpecError as e:
-        module.fail_json(msg=str(e), errors=[{"path": i.path, "message": i.message} for i in e.issues])
-
+def _rendered(module):
+    model = _model(module)
     dest = module.params["dest"]
     rendered = render_cluster(model, read_secret_material(dest))
     files, diffs = write_rendered(dest, rendered, check_mode=module.check_mode)
@@ -190,6 +302,235 @@ def main():
     if module._diff:
         result["diff"] = diffs
     module.exit_json(**result)
+
+
+# --------------------------------------------------------------------------------------------- target=local
+
+def _nodes(status_nodes):
+    return [{"name": n.get("name"), "state": (n.get("state") or "").lower(), "state_flags": n.get("state_flags") or [],
+             "partitions": n.get("partitions") or []} for n in (status_nodes or [])]
+
+
+def _running(status):
+    return sorted(name for name, p in status["processes"].items() if p["running"])
+
+
+def _desired_daemons(model):
+    names = ["munged", "slurmctld"] + (["mariadbd", "slurmdbd"] if model.accounting.enabled else [])
+    names += ["slurmd-%s" % ns.node_name(i) for ns in model.node_sets for i in range(ns.replicas)]
+    return sorted(names)
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except (IOError, OSError):
+        return None
+
+
+def _saved_base_port(layout):
+    text = _read(layout.cluster_file)
+    if text is None:
+        return None
+    try:
+        return json.loads(text).get("base_port")
+    except ValueError:
+        return None
+
+
+def _plan_configs(cluster, model):
+    """(actions, slurm_changed, dbd_changed): which config files under state_dir/etc a run would write."""
+    lay = cluster.layout
+    actions = []
+    base_port = _saved_base_port(lay)
+    if base_port is None:
+        actions.append("would choose %d free loopback ports and write the Slurm configs to %s"
+                       % (lb.ports_needed(model), lay.etc))
+        return actions, True, True
+    password = None
+    if model.accounting.enabled:
+        password = _read(lay.db_password)
+        if password is None:
+            actions.append("would generate the database password")
+            return actions + ["would write the Slurm configs to %s" % lay.etc], True, True
+        password = password.strip()
+    from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
+    configs = lb.adapt_configs(render_slurm_configs(model), model, lay.state_dir, base_port, user=cluster.user,
+                               db_password=password)
+    slurm_changed = dbd_changed = False
+    for name, text in sorted(configs.items()):
+        old = _read(os.path.join(lay.etc, name))
+        if old != text:
+            actions.append("would %s %s" % ("update" if old is not None else "write", name))
+            if name == c.SLURMDBD_CONF:
+                dbd_changed = True
+            else:
+                slurm_changed = True
+    if os.path.isdir(lay.etc):
+        for name in sorted(os.listdir(lay.etc)):
+            if name not in configs and not name.startswith("."):
+                actions.append("would remove %s" % name)
+                slurm_changed = True
+    return actions, slurm_changed, dbd_changed
+
+
+def _plan_present(cluster, model, status):
+    """What ensure_started() would do, from LocalCluster.status() and the files under state_dir; changes nothing."""
+    lay = cluster.layout
+    if not os.path.isdir(lay.state_dir):
+        actions = ["would create state directory %s" % lay.state_dir, "would generate munge key"]
+        if model.accounting.enabled:
+            actions += ["would initialize the accounting database"]
+        actions += ["would write the Slurm configs to %s" % lay.etc]
+        return actions + ["would start %s" % d for d in _daemon_order(_desired_daemons(model))]
+    actions, slurm_changed, dbd_changed = _plan_configs(cluster, model)
+    if not os.path.exists(lay.munge_key):
+        actions.append("would generate munge key")
+    running = set(_running(status))
+    changed_by = {"slurmctld": slurm_changed, "slurmdbd": dbd_changed}
+    desired = _desired_daemons(model)
+    for name in _daemon_order(desired):
+        if name not in running:
+            actions.append("would start %s" % name)
+        elif changed_by.get(name, slurm_changed if name.startswith("slurmd-") else False):
+            actions.append("would restart %s (configuration changed)" % name)
+    if not model.accounting.enabled:
+        actions += ["would stop %s (accounting disabled)" % n for n in ("slurmdbd", "mariadbd") if n in running]
+    listed = set(n["name"] for n in (status["nodes"] or []))
+    remove = (set(n[len("slurmd-"):] for n in running if n.startswith("slurmd-")) | listed) - \
+        set(d[len("slurmd-"):] for d in desired if d.startswith("slurmd-"))
+    for node in sorted(remove, key=lb._natural):
+        actions.append("would drain %s, wait for its jobs, stop its slurmd and remove it from Slurm" % node)
+    return actions
+
+
+def _daemon_order(names):
+    """Start order: munged, accounting, slurmctld, then the slurmds."""
+    fixed = [n for n in ("munged", "mariadbd", "slurmdbd", "slurmctld") if n in names]
+    return fixed + sorted((n for n in names if n not in fixed), key=lb._natural)
+
+
+def _stop_order(names):
+    """The order LocalCluster.stop() stops daemons in: the slurmds, then slurmctld, accounting, munged."""
+    slurmds = sorted((n for n in names if n.startswith("slurmd-")), key=lb._natural)
+    fixed = [n for n in ("slurmctld", "slurmdbd", "mariadbd", "munged") if n in names]
+    return slurmds + fixed + sorted(n for n in names if n not in slurmds and n not in fixed)
+
+
+def _ppid(pid):
+    text = _read("/proc/%d/stat" % pid)
+    if not text:
+        return None
+    try:
+        return int(text[text.rindex(")") + 2:].split()[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def _looks_like_state_dir(layout):
+    if not os.path.isdir(layout.state_dir):
+        return True
+    entries = set(os.listdir(layout.state_dir))
+    return not entries or os.path.exists(layout.cluster_file) or os.path.exists(layout.slurm_conf) or \
+        entries <= {".lock", "etc", "secrets", "run", "log", "ctld", "spool", "db"}
+
+
+def _local(module):
+    params = module.params
+    state = params["state"]
+    model = None
+    if params["src"] or params["definition"] is not None:
+        model = _model(module)
+    elif state == "present" or not params["state_dir"]:
+        module.fail_json(msg="state=%s needs the cluster: pass src or definition%s"
+                         % (state, "" if state == "present" else " (or state_dir)"))
+    state_dir = params["state_dir"] or lb.default_state_dir(model.name)
+    timeout = params["wait_timeout"]
+    cluster = lb.LocalCluster(state_dir, model, timeout=timeout, drain_timeout=timeout)
+    result = dict(changed=False, actions=[], state_dir=cluster.state_dir, env=cluster.env())
+    if model is not None:
+        result["cluster"] = _summary(model)
+    try:
+        before = cluster.status()
+        if state == "present":
+            _present(module, cluster, model, before, result)
+        else:
+            _absent(module, cluster, before, result)
+    except lb.LocalClusterError as e:
+        result.pop("changed")
+        module.fail_json(msg=str(e), **result)
+    module.exit_json(**result)
+
+
+def _present(module, cluster, model, before, result):
+    if module.check_mode:
+        actions = _plan_present(cluster, model, before)
+        after_daemons = _desired_daemons(model)
+        after_nodes = sorted((d[len("slurmd-"):] for d in after_daemons if d.startswith("slurmd-")), key=lb._natural)
+        result["nodes"] = _nodes(before["nodes"])
+    else:
+        done = cluster.ensure_started(model)
+        actions = done["changes"]
+        after = cluster.status()
+        after_daemons = _running(after)
+        result["nodes"] = _nodes(after["nodes"])
+        after_nodes = [n["name"] for n in result["nodes"]]
+    result.update(changed=bool(actions), actions=actions)
+    if module._diff:
+        result["diff"] = {
+            "before": {"daemons": _running(before), "nodes": [n["name"] for n in _nodes(before["nodes"])]},
+            "after": {"daemons": after_daemons, "nodes": after_nodes},
+        }
+
+
+def _absent(module, cluster, before, result):
+    purge = module.params["purge"]
+    lay = cluster.layout
+    if purge and not _looks_like_state_dir(lay):
+        module.fail_json(msg="refusing to purge %s: it does not look like a local cluster's state directory "
+                         "(no cluster.json or etc/slurm.conf)" % lay.state_dir, **result)
+    running = _running(before)
+    if module.check_mode:
+        actions = ["would stop %s" % n for n in _stop_order(running)]
+        if os.path.isdir(lay.state_dir):
+            ours = set(before["processes"][n]["pid"] for n in running)
+            # a leftover whose parent is one of our daemons (slurmscriptd, slurmstepd) ends with it
+            actions += ["would stop %s[%d] (leftover)" % (comm, pid) for pid, comm in cluster.leftover_processes()
+                        if pid not in ours and _ppid(pid) not in ours]
+        if purge and os.path.exists(lay.state_dir):
+            actions.append("would delete %s" % lay.state_dir)
+    else:
+        done = cluster.stop(purge=purge)
+        actions = [s if s.startswith("purged ") else "stopped %s" % s for s in done["stopped"]]
+    result.update(changed=bool(actions), actions=actions)
+    if module._diff:
+        result["diff"] = {"before": {"daemons": running, "state_dir_exists": os.path.isdir(lay.state_dir)},
+                          "after": {"daemons": [], "state_dir_exists": os.path.isdir(lay.state_dir) and not purge}}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", required=True, choices=["rendered", "present", "absent"]),
+            target=dict(type="str", choices=["local"]),
+            definition=dict(type="raw"),
+            src=dict(type="path"),
+            dest=dict(type="path"),
+            state_dir=dict(type="path"),
+            purge=dict(type="bool", default=False),
+            wait_timeout=dict(type="int", default=300),
+        ),
+        mutually_exclusive=[("definition", "src")],
+        required_if=[("state", "rendered", ("dest",)), ("state", "rendered", ("definition", "src"), True),
+                     ("state", "present", ("target",)), ("state", "absent", ("target",))],
+        supports_check_mode=True,
+    )
+    if module.params["wait_timeout"] <= 0:
+        module.fail_json(msg="wait_timeout must be > 0, got %d" % module.params["wait_timeout"])
+    if module.params["state"] == "rendered":
+        _rendered(module)
+    _local(module)
 
 
 if __name__ == "__main__":
