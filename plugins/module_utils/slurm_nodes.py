@@ -431,7 +431,7 @@ def _plan_node(record, state, reason, prefix, force):
     """(action, why) for one node; why explains a skip or an error ('error: ...')."""
     foreign = record.held and not record.ours(prefix)
     if record.future and not force:
-        return "error", "is FUTURE (defined in slurm.conf but not running); force=true to change it anyway"
+        return "future", None
     if state == "drained":
         if record.drain and record.ours(prefix) and record.reason == reason:
             return NONE, None
@@ -465,13 +465,13 @@ def plan(records, names, state, reason, prefix, force):
     """Decide what to do with each of ``names`` (all present in ``records``)."""
     if state not in STATES:
         raise SlurmCommandError("state must be one of %s" % ", ".join(STATES))
-    node_actions, skipped, errors = {}, [], []
+    node_actions, skipped, errors, future = {}, [], [], []
     groups = {}
     for name in names:
         record = records[name]
         action, why = _plan_node(record, state, reason, prefix, force)
-        if action == "error":
-            errors.append("%s %s" % (name, why))
+        if action == "future":
+            future.append(name)
             continue
         node_actions[name] = action
         if action == SKIP:
@@ -479,8 +479,12 @@ def plan(records, names, state, reason, prefix, force):
         elif action != NONE:
             key = (action, reason if action == DRAIN else None)
             groups.setdefault(key, []).append(name)
+    if future:
+        errors.append("%d node(s) are FUTURE (defined in slurm.conf but not running): %s; force=true changes them "
+                      "anyway" % (len(future), hostlist.compress(future)))
     order = {DRAIN: 0, UNDRAIN: 1, RESUME: 2}
-    actions = [Action(verb, group, why) for (verb, why), group in sorted(groups.items(), key=lambda kv: order[kv[0][0]])]
+    actions = [Action(verb, group, why)
+               for (verb, why), group in sorted(groups.items(), key=lambda kv: order[kv[0][0]])]
     return Plan(state, reason, node_actions, actions, skipped, errors)
 
 
@@ -607,10 +611,10 @@ def set_state(runner, nodes, state, reason=None, prefix=DEFAULT_REASON_PREFIX, f
                     % ", ".join("%s is %s" % (n, _describe(after[n].snapshot())) for n in missed),
                     runner.commands,
                     result=_partial(names, before, the_plan, updates, runner, started, warnings, after))
-        if wait and state == "drained":
-            after = _wait_drained(runner, names, the_plan, after, timeout, wait_sleep, sleep, clock,
-                                  lambda current: _partial(names, before, the_plan, updates, runner, started,
-                                                           warnings, current))
+        if wait and state in ("drained", "resumed"):
+            after = _wait(runner, state, names, the_plan, after, timeout, wait_sleep, sleep, clock,
+                          lambda current: _partial(names, before, the_plan, updates, runner, started, warnings,
+                                                   current))
 
     result = _partial(names, before, the_plan, updates, runner, started, warnings, after)
     return result
@@ -635,22 +639,32 @@ def _read_after(runner, names, before):
     return after
 
 
-def _wait_drained(runner, names, the_plan, current, timeout, wait_sleep, sleep, clock, partial):
-    """Poll (one sinfo --json per round) until every node we hold drained runs no job."""
-    targets = [n for n in names if the_plan.node_actions[n] in (DRAIN, NONE) and not current[n].future]
+def _wait(runner, state, names, the_plan, current, timeout, wait_sleep, sleep, clock, partial):
+    """Poll (one sinfo --json per round) until the nodes are all the way there: drained -> no job runs on them
+    (DRAINED, not DRAINING); resumed -> slurmd answers (Slurm marks a resumed node NOT_RESPONDING until its next
+    ping). Skipped and FUTURE nodes are not waited for."""
+    wanted = (DRAIN, NONE) if state == "drained" else (RESUME, NONE)
+    targets = [n for n in names if the_plan.node_actions[n] in wanted and not current[n].future]
     deadline = clock() + (timeout or 0)
     while True:
-        lost = [n for n in targets if not current[n].drain]
+        if state == "drained":
+            lost = [n for n in targets if not current[n].drain]
+            pending = [n for n in targets if current[n].busy]
+            what = "DRAINED; still DRAINING (jobs running)"
+        else:
+            lost = [n for n in targets if current[n].held]
+            pending = [n for n in targets if "NOT_RESPONDING" in current[n].flags]
+            what = "in service; slurmd not responding"
         if lost:
-            raise SlurmCommandError("while waiting, these nodes were undrained by someone else: %s"
-                                    % hostlist.compress(lost), runner.commands, result=partial(current))
-        busy = [n for n in targets if current[n].busy]
-        if not busy:
+            raise SlurmCommandError("while waiting, someone else changed these nodes: %s"
+                                    % ", ".join("%s is %s" % (n, _describe(current[n].snapshot())) for n in lost),
+                                    runner.commands, result=partial(current))
+        if not pending:
             return current
         if clock() >= deadline:
             raise SlurmCommandError(
-                "timed out after %ss waiting for %d node(s) to become DRAINED; still DRAINING (jobs running): %s"
-                % (timeout, len(busy), hostlist.compress(busy)), runner.commands, result=partial(current))
+                "timed out after %ss waiting for %d node(s) to be %s: %s"
+                % (timeout, len(pending), what, hostlist.compress(pending)), runner.commands, result=partial(current))
         sleep(max(0.0, min(wait_sleep, deadline - clock())))
         visible = read_sinfo(runner)
         missing = [n for n in targets if n not in visible]
@@ -673,7 +687,7 @@ def _partial(names, before, the_plan, updates, runner, started, warnings, after=
     result = {
         "changed": changed,
         "nodes": nodes,
-        "skipped": the_plan.skipped,
+        "skipped_nodes": the_plan.skipped,
         "commands": updates,
         "queries": _queries(runner, started),
         "reason": the_plan.reason,

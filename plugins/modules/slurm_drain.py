@@ -18,7 +18,7 @@ description:
     and verifies every change by reading it back.
   - Every drain it sets carries O(reason_prefix). A node held by someone else (drained, failed or down with a reason
     that lacks the prefix) is never resumed, undrained or re-drained unless O(force=true); such nodes are left alone
-    and reported in RV(skipped) with their reason.
+    and reported in RV(skipped_nodes) with their reason.
   - A node that Slurm does not know, a controller that does not answer (after O(retries)), output that cannot be
     parsed, or a change that does not show up when read back fails the task. It never reports success it did not
     verify.
@@ -72,14 +72,16 @@ options:
     default: false
   wait:
     description:
-      - With O(state=drained), return only when every drained node runs no more jobs (DRAINED, not DRAINING). The
-        task fails if that does not happen within O(timeout).
-      - Nodes skipped as someone else's and FUTURE nodes are not waited for.
+      - With O(state=drained), return only when every drained node runs no more jobs (DRAINED, not DRAINING).
+      - With O(state=resumed), return only when every resumed node answers again (Slurm marks a resumed node
+        NOT_RESPONDING until its slurmd answers the next ping).
+      - The task fails if that does not happen within O(timeout). Nodes skipped as someone else's and FUTURE nodes
+        are not waited for. Ignored with O(state=undrained) and in check mode.
     type: bool
     default: false
   timeout:
     description:
-      - Seconds O(wait) waits for the nodes to become DRAINED.
+      - Seconds O(wait) waits.
     type: int
     default: 600
     aliases: [wait_timeout]
@@ -158,7 +160,7 @@ nodes:
       description: State read back from slurmctld after the change (predicted in check mode).
       type: dict
       sample: {"state": "DRAINING", "flags": ["DRAIN"], "reason": "soperator: firmware update"}
-skipped:
+skipped_nodes:
   description: Nodes left alone because someone else holds them (reason without O(reason_prefix)).
   returned: always
   type: list
@@ -220,7 +222,7 @@ def argument_spec():
 
 def run_module(params, check_mode=False, sleep=None):
     """The module without AnsibleModule: (ok, result). Used by main() and by the benchmark."""
-    result = {"changed": False, "nodes": [], "skipped": [], "commands": [], "queries": []}
+    result = {"changed": False, "nodes": [], "skipped_nodes": [], "commands": [], "queries": []}
     runner = None
     try:
         runner = runner_from_params(params, sleep=sleep)

@@ -63,7 +63,9 @@ EXAMPLES = r"""
 
 - name: Nodes that someone else drained
   ansible.builtin.debug:
-    msg: "{{ slurm.nodes | selectattr('state', 'in', ['DRAINED', 'DRAINING']) | rejectattr('ours') | map(attribute='name') }}"
+    msg: >-
+      {{ slurm.nodes | selectattr('state', 'in', ['DRAINED', 'DRAINING']) | rejectattr('ours')
+         | map(attribute='name') }}
 
 - name: Read two nodes of the cluster "demo" through its controller pod
   soperator.slurm.slurm_node_info:

@@ -158,6 +158,8 @@ class FakeSlurm(object):
         for node in self.nodes.values():
             if node["state"] in ("allocated", "mixed"):
                 node["state"] = "idle"
+            # ... and slurmd answered the ping that follows a RESUME.
+            node["state_flags"] = [f for f in node["state_flags"] if f != "NOT_RESPONDING"]
 
     def exec(self, argv, timeout):
         self.calls.append(list(argv))
@@ -209,6 +211,8 @@ class FakeSlurm(object):
                 node["state_flags"] = [f for f in flags if f != "DRAIN"]
                 if state == "RESUME" and node["state"] == "down":
                     node["state"] = "idle"
+                if state == "RESUME" and node["state"] != "future":
+                    node["state_flags"].append("NOT_RESPONDING")   # 22.05: until the next ping
                 if state == "RESUME" and node["state"] == "future":
                     node["state"] = "idle"
                     node["state_flags"].append("NOT_RESPONDING")
@@ -290,10 +294,22 @@ def test_wait_returns_only_once_drained():
 
 def test_wait_times_out_with_a_clear_message():
     slurm, runner, clock = make({"w-0": "allocated"})
-    with pytest.raises(SlurmCommandError, match=r"timed out after 10s .* still DRAINING .*: w-0") as err:
+    with pytest.raises(SlurmCommandError, match=r"timed out after 10s .* to be DRAINED; still DRAINING .*: w-0") as err:
         run(runner, clock, "w-0", "drained", wait=True, timeout=10, wait_sleep=3)
     assert err.value.details["result"]["nodes"][0]["after"]["state"] == "DRAINING"
     assert clock.now == 10
+
+
+def test_resume_wait_until_slurmd_answers():
+    slurm, runner, clock = make({})
+    slurm.add("a", "idle", ["DRAIN"], "soperator: x")
+    clock.finish_after = 3
+    result = run(runner, clock, "a", "resumed", wait=True, timeout=30, wait_sleep=1)
+    assert clock.now >= 3 and result["nodes"][0]["after"] == {"state": "IDLE", "flags": [], "reason": ""}
+    slurm.add("b", "idle", ["DRAIN"], "soperator: x")
+    clock.finish_after = None
+    with pytest.raises(SlurmCommandError, match="to be in service; slurmd not responding: b"):
+        run(runner, clock, "b", "resumed", wait=True, timeout=5, wait_sleep=1)
 
 
 def test_resume_and_undrain_only_our_drains():
@@ -305,12 +321,12 @@ def test_resume_and_undrain_only_our_drains():
     slurm.add("e", "down", [], "soperator: down")
     result = run(runner, clock, "a,b,c,d,e", "resumed")
     assert slurm.updates() == [["scontrol", "update", "NodeName=a,e", "State=RESUME"]]
-    assert {s["name"]: s["reason"] for s in result["skipped"]} == {"b": "hw: bad dimm", "c": "Not responding"}
+    assert {s["name"]: s["reason"] for s in result["skipped_nodes"]} == {"b": "hw: bad dimm", "c": "Not responding"}
     assert [n["action"] for n in result["nodes"]] == ["resume", "skipped", "skipped", "none", "resume"]
     assert slurm.nodes["b"]["state_flags"] == ["DRAIN"]
     forced = run(runner, clock, "a,b,c,d,e", "resumed", force=True)
     assert forced["changed"] and slurm.updates()[-1] == ["scontrol", "update", "NodeName=b,c", "State=RESUME"]
-    assert forced["skipped"] == []
+    assert forced["skipped_nodes"] == []
 
 
 def test_foreign_drain_is_not_overwritten_unless_forced():
@@ -319,7 +335,7 @@ def test_foreign_drain_is_not_overwritten_unless_forced():
     slurm.add("b", "idle")
     result = run(runner, clock, "a,b", "drained")
     assert slurm.updates() == [["scontrol", "update", "NodeName=b", "State=DRAIN", "Reason=soperator: maintenance"]]
-    assert result["skipped"][0]["name"] == "a" and "lacks 'soperator:'" in result["skipped"][0]["why"]
+    assert result["skipped_nodes"][0]["name"] == "a" and "lacks 'soperator:'" in result["skipped_nodes"][0]["why"]
     assert slurm.nodes["a"]["reason"] == "hw: bad dimm"
     run(runner, clock, "a,b", "drained", force=True)
     assert slurm.nodes["a"]["reason"] == "soperator: maintenance"
@@ -351,7 +367,7 @@ def test_unknown_node_fails_before_any_change():
 
 def test_future_nodes_are_an_error_unless_forced():
     slurm, runner, clock = make({"w-0": "idle", "f-0": "future", "f-1": "future"})
-    with pytest.raises(SlurmCommandError, match="f-0 is FUTURE .* force=true"):
+    with pytest.raises(SlurmCommandError, match=r"2 node\(s\) are FUTURE .*: f-\[0-1\]; force=true"):
         run(runner, clock, "w-0,f-[0-1]", "drained")
     assert slurm.updates() == []
     result = run(runner, clock, "w-0,f-[0-1]", "drained", force=True)
@@ -398,7 +414,7 @@ def test_resume_of_never_registered_nodes_is_verified_not_trusted():
     slurm, runner, clock = make({"n-%d" % i: ("unknown", ["DRAIN"], "soperator: x") for i in range(3)})
     result = run(runner, clock, "n-[0-2]", "resumed")
     assert result["changed"] and "every node reached the requested state" in result["warnings"][0]
-    assert all(n["after"]["flags"] == [] for n in result["nodes"])
+    assert all("DRAIN" not in n["after"]["flags"] for n in result["nodes"])
 
 
 def test_thousand_nodes_one_update_each_way():
