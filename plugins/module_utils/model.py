@@ -291,4 +291,3 @@ class ClusterModel:
     @property
     def total_workers(self):
         return sum(ns.replicas for ns in self.node_sets)
-

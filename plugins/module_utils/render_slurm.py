@@ -214,11 +214,9 @@ def _slurm_sections(model):
 
 
 def _health_check_states(passive):
-    """HealthCheckNodeState words. Slurm 22.05 does not know NONDRAINED_IDLE (later releases do): it becomes IDLE,
-    which also covers drained idle nodes; a health check there is harmless."""
+    """HealthCheckNodeState words (the spec only allows those slurmctld 22.05 knows)."""
     states = []
     for state in passive.node_states:
-        state = "IDLE" if state == "NONDRAINED_IDLE" else state
         if state not in states:
             states.append(state)
     return states + (["CYCLE"] if passive.cycle else [])
@@ -226,13 +224,13 @@ def _health_check_states(passive):
 
 def _node_set_refs(model):
     """{NodeSet name: how partitions name it}. Normally its `NodeSet=` name; its node range when that name cannot
-    be a Slurm NodeSet: `all` (a partition with Nodes=all holds every node) or a name that is also
-    a node name of another NodeSet (gpu-1 when NodeSet gpu has gpu-1)."""
+    be a Slurm NodeSet: a name that is also a node name of another NodeSet (gpu-1 when NodeSet gpu has gpu-1).
+    (`all`, which Slurm reads as every node, is refused by the spec.)"""
     defined = dict((ns.name, ns) for ns in _defined_node_sets(model))
     refs = {}
     for name, ns in defined.items():
         match = NODE_NAME.match(name)
-        clash = name.lower() == "all" or bool(
+        clash = bool(
             match and match.group(1) in defined and int(match.group(2)) < defined[match.group(1)].max_replicas)
         refs[name] = ns.node_range if clash else name
     return refs

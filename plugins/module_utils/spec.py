@@ -62,7 +62,8 @@ MANAGED_SLURM_KEYS = {
 }
 MANAGED_PARTITION_KEYS = {"partitionname": "spec.partitions[].name", "nodes": "spec.partitions[].nodeSets",
                           "default": "spec.partitions[].default"}
-NODE_STATES = ["ANY", "ALLOC", "IDLE", "MIXED", "NONDRAINED_IDLE"]
+# HealthCheckNodeState values slurmctld 22.05 accepts (it rejects NONDRAINED_IDLE, added in a later release).
+NODE_STATES = ["ANY", "ALLOC", "IDLE", "MIXED"]
 
 
 def _quantity(description, **kw):
@@ -326,6 +327,8 @@ METADATA = Obj("Object metadata.", {
 # Name lengths: pod names and the controller-revision-hash label must stay within 63 characters.
 MAX_CLUSTER_NAME = 30
 MAX_NODESET_NAME = 40
+# `all` means every node in a Slurm partition; `<cluster>-...` would collide with the cluster's own objects.
+RESERVED_NODESET_NAMES = ("all",)
 
 
 def _document_schema(kind, spec_schema):
@@ -411,6 +414,10 @@ def _cross_checks(cluster, node_sets):
                                         "must be at most %d characters long" % MAX_NODESET_NAME))
             if ns_name in seen:
                 issues.append(SpecIssue("%s metadata.name" % label, "duplicate NodeSet name %r" % ns_name))
+            if ns_name in RESERVED_NODESET_NAMES or (isinstance(name, str) and ns_name.startswith(name + "-")):
+                issues.append(SpecIssue("%s metadata.name" % label,
+                                        "%r is reserved (Slurm's 'all', or the cluster's own %r-... names)"
+                                        % (ns_name, name)))
             seen[ns_name] = doc
         cluster_ref = _get(doc, "spec", "clusterName")
         if name and cluster_ref and cluster_ref != name:

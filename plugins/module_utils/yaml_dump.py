@@ -7,11 +7,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import yaml
-
-
-class _Dumper(yaml.SafeDumper):
-    """Block style for multi-line strings, so slurm.conf inside a ConfigMap stays readable in a diff."""
+try:
+    import yaml
+    HAS_YAML = True
+except ImportError:  # modules report it with missing_required_lib("PyYAML")
+    yaml = None
+    HAS_YAML = False
 
 
 def _str_representer(dumper, data):
@@ -20,7 +21,11 @@ def _str_representer(dumper, data):
     return dumper.represent_scalar("tag:yaml.org,2002:str", data)
 
 
-_Dumper.add_representer(str, _str_representer)
+if HAS_YAML:
+    class _Dumper(yaml.SafeDumper):
+        """Block style for multi-line strings, so slurm.conf inside a ConfigMap stays readable in a diff."""
+
+    _Dumper.add_representer(str, _str_representer)
 
 
 def to_yaml(obj):

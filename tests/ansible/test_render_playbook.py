@@ -19,7 +19,7 @@ def playbook(*args, spec=SMALL, dest, expect_rc=0):
                ANSIBLE_NOCOLOR="1")
     proc = subprocess.run(["ansible-playbook", os.path.join(ROOT, "playbooks", "render.yml"),
                            "-e", "spec_file=%s" % spec, "-e", "render_dest=%s" % dest] + list(args),
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == expect_rc, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     task = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
@@ -75,14 +75,14 @@ def test_same_spec_renders_the_same_non_secret_files_anywhere(tmp_path):
 
 def test_check_mode_writes_nothing_and_reports_the_plan(tmp_path):
     dest = tmp_path / "out"
-    task, _ = playbook("--check", dest=str(dest))
+    task, dummy = playbook("--check", dest=str(dest))
     assert task["changed"] and {f["action"] for f in task["files"]} == {"created"}
     assert not dest.exists()
 
 
 def test_diff_hides_secret_data(tmp_path):
     dest = tmp_path / "out"
-    task, _ = playbook("--diff", dest=str(dest))
+    task, dummy = playbook("--diff", dest=str(dest))
     diffs = task["diff"]
     secret_diffs = [d for d in diffs if "-secret-" in d["after_header"]]
     assert secret_diffs and all(d["after"] == "<secret data hidden>" for d in secret_diffs)
@@ -104,7 +104,7 @@ def test_spec_change_touches_only_what_it_should_and_removes_stale_files(tmp_pat
     docs = [d for d in docs if d["metadata"]["name"] != "cpu"]
     spec = tmp_path / "no-cpu.yml"
     spec.write_text(yaml.safe_dump_all(docs))
-    task, _ = playbook("--diff", dest=str(dest), spec=str(spec))
+    task, dummy = playbook("--diff", dest=str(dest), spec=str(spec))
     actions = {f["path"]: f["action"] for f in task["files"]}
     removed = [p for p, a in actions.items() if a == "removed"]
     assert removed and all("cpu" in p for p in removed)
@@ -122,7 +122,7 @@ def test_invalid_spec_fails_naming_the_field_and_writes_nothing(tmp_path):
     spec = tmp_path / "bad.yml"
     spec.write_text(yaml.safe_dump_all(docs))
     dest = tmp_path / "out"
-    task, _ = playbook(dest=str(dest), spec=str(spec), expect_rc=2)
+    task, dummy = playbook(dest=str(dest), spec=str(spec), expect_rc=2)
     assert task["failed"]
     paths = {e["path"] for e in task["errors"]}
     assert paths == {"NodeSet/cpu spec.replicas", "SlurmCluster/small spec.login.replicas"}

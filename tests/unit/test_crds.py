@@ -55,9 +55,9 @@ def test_schema_is_structural(crd):
 def test_nodeset_scale_and_status_subresources():
     cluster, node_set = crds()
     version = node_set["spec"]["versions"][0]
-    assert version["subresources"]["scale"] == {"specReplicasPath": ".spec.replicas",
-                                                 "statusReplicasPath": ".status.replicas",
-                                                 "labelSelectorPath": ".status.selector"}
+    expected = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+                "labelSelectorPath": ".status.selector"}
+    assert version["subresources"]["scale"] == expected
     assert "status" in version["subresources"]
     assert "status" in cluster["spec"]["versions"][0]["subresources"]
     assert "scale" not in cluster["spec"]["versions"][0]["subresources"]

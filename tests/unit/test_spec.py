@@ -195,6 +195,14 @@ def test_bad_cidr_and_ssh_key():
     assert "SlurmCluster/demo spec.login.sshRootPublicKeys[0]" in paths
 
 
+@pytest.mark.parametrize("name", ["all", "demo-login"])
+def test_reserved_nodeset_names(name):
+    docs = base_docs()
+    docs[1]["metadata"]["name"] = name
+    docs[0]["spec"]["partitions"][0]["nodeSets"][0] = name
+    assert "NodeSet/%s metadata.name" % name in paths_of(docs)
+
+
 def test_cluster_name_must_match():
     docs = base_docs()
     docs[1]["spec"]["clusterName"] = "other"
@@ -338,7 +346,8 @@ def test_generated_names_follow_dns_label_rules(name):
     docs[1]["metadata"]["name"] = name
     docs[0]["spec"]["partitions"][0]["nodeSets"][0] = name
     import re
-    ok = re.match(s.DNS_LABEL, name) and len(name) <= s.MAX_NODESET_NAME
+    ok = re.match(s.DNS_LABEL, name) and len(name) <= s.MAX_NODESET_NAME and name != "all" \
+        and not name.startswith("demo-")
     if ok:
         assert s.build_model(docs).node_set(name).node_range == "%s-[0-1]" % name
     else:
