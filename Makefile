@@ -5,7 +5,7 @@ SANITY_ROOT := build/sanity/ansible_collections/soperator/slurm
 APT_PACKAGES := slurm-wlm slurmctld slurmd slurmdbd slurm-client munge libslurm-dev mariadb-server \
 	openssh-server rsync git make gcc
 
-.PHONY: deps test unit slurm lint sanity ci render bench crds
+.PHONY: deps up down test unit lint sanity ci render bench crds
 
 # Debian packages (real Slurm, munge, MariaDB, sshd) and Python packages. Safe to re-run.
 deps:
@@ -16,9 +16,17 @@ deps:
 	fi
 	$(PYTHON) -m pip install -q -r requirements.txt -r requirements-dev.txt
 
-# All tests: unit, real Slurm daemons (tests/slurm), Kubernetes API emulator (tests/kube) and the real-cluster
-# integration suite (tests/integration, skipped loudly without KUBECONFIG).
-test:
+SPEC ?= examples/small-cpu.yml
+
+# The embedded default: the spec as a real Slurm cluster of local processes (README quick start).
+up: deps
+	ansible-playbook playbooks/site.yml -e slurm_target=local -e spec_file=$(SPEC)
+
+down:
+	ansible-playbook playbooks/teardown.yml -e spec_file=$(SPEC)
+
+# Every test: unit, real Slurm daemons (tests/slurm) and real ansible-playbook runs (tests/ansible).
+test: deps
 	$(PYTHON) -m pytest -q tests
 
 unit:
