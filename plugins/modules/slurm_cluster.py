@@ -25,8 +25,8 @@ description:
     later runs, so re-rendering the same spec gives byte-identical files. Secret manifests are written with mode 0600
     and their data never appears in the diff or the result.
   - With O(state=present) and O(target=local), runs the same cluster as local processes under O(state_dir) (the
-    "embedded default"): munged with a generated key, slurmctld, one C(slurmd -N <node>) per worker of every NodeSet,
-    and slurmdbd with a private MariaDB when accounting is enabled. The rendered Slurm configs are used unchanged
+    "embedded default") - munged with a generated key, slurmctld, one C(slurmd -N <node>) per worker of every
+    NodeSet, and slurmdbd with a private MariaDB when accounting is enabled. The rendered Slurm configs are used unchanged
     except for hosts, ports and paths. Every daemon binds the loopback interface only.
   - Re-running O(state=present) on a running, identical cluster changes nothing and restarts nothing. A changed
     C(replicas) scales the running cluster without restarting slurmctld; removed nodes are drained first, waited for
@@ -34,7 +34,7 @@ description:
   - With O(state=absent) and O(target=local), cancels the cluster's jobs and stops every process of it; the state
     directory (configs, munge key, Slurm state, accounting database) is kept unless O(purge=true).
 author:
-  - soperator.slurm contributors
+  - soperator.slurm contributors (@soperator-slurm)
 attributes:
   check_mode:
     support: full

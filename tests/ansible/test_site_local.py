@@ -38,7 +38,7 @@ def playbook(name, *args, expect_rc=0):
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
                ANSIBLE_NOCOLOR="1")
     proc = subprocess.run(["ansible-playbook", os.path.join(ROOT, "playbooks", name)] + list(args),
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == expect_rc, proc.stdout[-4000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     tasks = dict((t["task"]["name"], t["hosts"].get("localhost", {})) for t in out["plays"][0]["tasks"])
@@ -59,7 +59,7 @@ def state_dir():
 
 def slurm(state, *argv):
     env = dict(os.environ, SLURM_CONF=os.path.join(state, "etc", "slurm.conf"))
-    proc = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -130,7 +130,7 @@ def test_site_local_up_idempotent_check_mode_scale_and_teardown(state_dir, tmp_p
     assert lb.LocalCluster(state).pid("slurmctld") == ctld
     out = slurm(state, "srun", "-N4", "-l", "printenv", "SLURMD_NODENAME")
     assert sorted(line.split(": ")[1] for line in out.splitlines()) == ["cpu-0", "cpu-1", "cpu-2", "cpu-3"]
-    _, stats = site(state, four)
+    stats = site(state, four)[1]
     assert stats["changed"] == 0
 
     # 5. teardown (state kept), check mode first: nothing stopped by it
@@ -142,13 +142,13 @@ def test_site_local_up_idempotent_check_mode_scale_and_teardown(state_dir, tmp_p
     stopped = tasks["soperator.slurm.cluster : Converge the local Slurm cluster"]["actions"]
     assert {"stopped slurmctld", "stopped munged", "stopped slurmd-cpu-3"} <= set(stopped)
     assert lb.LocalCluster(state).leftover_processes() == []
-    assert subprocess.run(["pgrep", "-f", state], capture_output=True).stdout == b""
+    assert subprocess.run(["pgrep", "-f", state], capture_output=True, check=False).stdout == b""
     assert os.path.exists(os.path.join(state, "etc", "slurm.conf"))      # kept without purge
-    _, stats = playbook("teardown.yml", "-e", "slurm_target=local", "-e", "state_dir=%s" % state)
+    stats = playbook("teardown.yml", "-e", "slurm_target=local", "-e", "state_dir=%s" % state)[1]
     assert stats["changed"] == 0
 
     # 6. purge deletes the state directory
-    tasks, _ = playbook("teardown.yml", "-e", "slurm_target=local", "-e", "state_dir=%s" % state, "-e", "purge=true")
+    tasks = playbook("teardown.yml", "-e", "slurm_target=local", "-e", "state_dir=%s" % state, "-e", "purge=true")[0]
     assert tasks["soperator.slurm.cluster : Converge the local Slurm cluster"]["actions"] == ["purged %s" % state]
     assert not os.path.exists(state)
 
@@ -157,7 +157,7 @@ def test_purge_refuses_a_directory_that_is_not_a_state_dir(tmp_path):
     other = tmp_path / "precious"
     other.mkdir()
     (other / "thesis.tex").write_text("do not delete")
-    tasks, _ = playbook("teardown.yml", "-e", "slurm_target=local", "-e", "state_dir=%s" % other, "-e", "purge=true",
-                        expect_rc=2)
+    tasks = playbook("teardown.yml", "-e", "slurm_target=local", "-e", "state_dir=%s" % other, "-e", "purge=true",
+                     expect_rc=2)[0]
     assert "refusing to purge" in tasks["soperator.slurm.cluster : Converge the local Slurm cluster"]["msg"]
     assert (other / "thesis.tex").exists()
