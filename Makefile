@@ -5,7 +5,7 @@ SANITY_ROOT := build/sanity/ansible_collections/soperator/slurm
 APT_PACKAGES := slurm-wlm slurmctld slurmd slurmdbd slurm-client munge libslurm-dev mariadb-server \
 	openssh-server rsync git make gcc
 
-.PHONY: deps up down test unit lint sanity ci render bench crds
+.PHONY: deps up down test unit lint sanity molecule ci render bench crds
 
 # Debian packages (real Slurm, munge, MariaDB, sshd) and Python packages. Safe to re-run.
 deps:
@@ -23,7 +23,7 @@ up: deps
 	ansible-playbook playbooks/site.yml -e slurm_target=local -e spec_file=$(SPEC)
 
 down:
-	ansible-playbook playbooks/teardown.yml -e spec_file=$(SPEC)
+	ansible-playbook playbooks/teardown.yml -e slurm_target=local -e spec_file=$(SPEC)
 
 # Every test: unit, real Slurm daemons (tests/slurm) and real ansible-playbook runs (tests/ansible).
 test: deps
@@ -52,7 +52,11 @@ sanity:
 		ansible-test sanity --python $$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
 			--color no
 
-ci: test lint sanity
+# converge (site.yml, local target) -> idempotence -> verify (a real srun job) -> destroy.
+molecule:
+	molecule test
+
+ci: test lint sanity molecule
 
 render:
 	ansible-playbook playbooks/render.yml -e spec_file=examples/gpu-accounting.yml -e render_dest=build/rendered
