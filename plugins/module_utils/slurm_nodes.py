@@ -11,9 +11,11 @@ Rules (see the slurm_drain module documentation, which states them for users):
   it is reported in ``skipped`` with its reason.
 * A node that Slurm does not know, a controller that does not answer, or output we cannot parse is an error. We never
   report a state we did not read back from slurmctld after the change (fail closed).
-* State is read with one ``sinfo --json`` per read. ``sinfo`` hides FUTURE nodes (defined in slurm.conf, not running:
-  soperator defines every possible node of a NodeSet that way), so names missing from it are looked up once with
-  ``scontrol --future show node`` to tell "FUTURE" from "does not exist".
+* State is read with one ``sinfo --json`` per read (the plan, each round of a wait). ``sinfo`` hides FUTURE nodes
+  (defined in slurm.conf, not running: soperator defines every possible node of a NodeSet that way), so names missing
+  from it are looked up once with ``scontrol --future show node`` to tell "FUTURE" from "does not exist". After the
+  updates, the changed nodes (only those) are read back with one ``scontrol --future show node <hostlist>``: it shows
+  FUTURE nodes too and takes a third of the time of ``sinfo --json`` for 1,000 nodes.
 * FUTURE nodes are an error unless ``force``: draining or resuming something that is not running is almost always a
   wrong hostlist. With ``force`` a drain sets the DRAIN flag (the node registers drained), and resumed / undrained
   clear it with UNDRAIN; never RESUME, which in Slurm 22.05 turns a FUTURE node into IDLE+NOT_RESPONDING.
@@ -234,7 +236,8 @@ def parse_sinfo_json(text):
 
 
 _NOT_FOUND = re.compile(r"^Node (\S+) not found$")
-_KEY = re.compile(r"(?:^|\s)([A-Za-z_]+)=")
+_SCONTROL_FIELDS = frozenset(["NodeName", "State", "Partitions", "Gres", "AvailableFeatures", "NodeAddr",
+                              "NodeHostName"])
 _REASON = re.compile(r"^(.*?)(?: \[([^\]@]*)@([^\]]*)\])?$", re.S)
 
 
@@ -259,11 +262,12 @@ def parse_scontrol_nodes(text):
             head, reason_text = line[:cut], line[cut + len(" Reason="):]
             match = _REASON.match(reason_text)
             reason, user = match.group(1), match.group(2) or None
+        # The fields we read never hold spaces; others may (OS=Linux 5.15 ...), their pieces are ignored.
         fields = {}
-        keys = list(_KEY.finditer(head))
-        for i, key in enumerate(keys):
-            end = keys[i + 1].start() if i + 1 < len(keys) else len(head)
-            fields[key.group(1)] = head[key.end():end].strip()
+        for word in head.split():
+            key, sep, value = word.partition("=")
+            if sep and key in _SCONTROL_FIELDS and key not in fields:
+                fields[key] = value
         name = fields.get("NodeName")
         state = fields.get("State")
         if not name or not state:
@@ -350,8 +354,9 @@ def _parse_scontrol_result(result):
     return records, missing
 
 
-def read_hidden(runner, names=None):
-    """One ``scontrol --future show node [names]``: the nodes sinfo hides (FUTURE), and names Slurm does not know."""
+def read_scontrol(runner, names=None):
+    """One ``scontrol --oneliner --future show node [names]``: FUTURE nodes too (sinfo hides them), and the names
+    Slurm does not know. Used to classify names sinfo did not list and to read back the nodes we just changed."""
     argv = list(SCONTROL_FUTURE)
     if names:
         argv.append(hostlist.compress(names))
@@ -364,14 +369,14 @@ def read_nodes(runner, names=None, include_future=False):
     by_name = read_sinfo(runner)
     if names is None:
         if include_future:
-            hidden, _missing = read_hidden(runner)
+            hidden, _missing = read_scontrol(runner)
             for name, record in hidden.items():
                 if name not in by_name and record.future:
                     by_name[name] = record
         return by_name
     absent = [n for n in names if n not in by_name]
     if absent:
-        hidden, _missing = read_hidden(runner, absent)
+        hidden, _missing = read_scontrol(runner, absent)
         unknown = [n for n in absent if n not in hidden]
         if unknown:
             raise SlurmCommandError("%d node(s) do not exist in Slurm: %s" % (len(unknown), hostlist.compress(unknown)),
@@ -534,13 +539,13 @@ def _describe(snapshot):
     return text
 
 
-def _diff(names, before, after):
+def _diff(nodes):
     lines_before, lines_after = [], []
-    for name in names:
-        b, a = before[name].snapshot(), after[name].snapshot()
+    for entry in nodes:
+        b, a = entry["before"], entry["after"]
         if b != a:
-            lines_before.append("%s: %s\n" % (name, _describe(b)))
-            lines_after.append("%s: %s\n" % (name, _describe(a)))
+            lines_before.append("%s: %s\n" % (entry["name"], _describe(b)))
+            lines_after.append("%s: %s\n" % (entry["name"], _describe(a)))
     return {"before_header": "slurm nodes", "after_header": "slurm nodes",
             "before": "".join(lines_before), "after": "".join(lines_after)}
 
@@ -593,7 +598,8 @@ def set_state(runner, nodes, state, reason=None, prefix=DEFAULT_REASON_PREFIX, f
                 failures.append((action, result))
         after = before
         if the_plan.actions:
-            after = _read_after(runner, names, before)
+            after = dict(before)
+            after.update(_read_back(runner, [n for a in the_plan.actions for n in a.names]))
             for action, result in failures:
                 missed = [n for n in action.names if not reached(after[n], action.verb, action.reason)]
                 message = (result.stderr or result.stdout).strip()
@@ -620,23 +626,15 @@ def set_state(runner, nodes, state, reason=None, prefix=DEFAULT_REASON_PREFIX, f
     return result
 
 
-def _read_after(runner, names, before):
-    """Read back the nodes we changed: one sinfo, plus scontrol only for FUTURE nodes (sinfo hides them)."""
-    visible = read_sinfo(runner)
-    after = {}
-    hidden_names = []
-    for name in names:
-        if name in visible:
-            after[name] = visible[name]
-        else:
-            hidden_names.append(name)
-    if hidden_names:
-        hidden, _missing = read_hidden(runner, hidden_names)
-        for name in hidden_names:
-            if name not in hidden:
-                raise SlurmCommandError("node %s disappeared from Slurm during the change" % name, runner.commands)
-            after[name] = hidden[name]
-    return after
+def _read_back(runner, changed):
+    """Read back the nodes we changed, and only those: one ``scontrol --future show node <hostlist>`` (FUTURE nodes
+    included; a third of the time of sinfo --json for 1,000 nodes). Untouched nodes keep the state read before."""
+    records, _missing = read_scontrol(runner, changed)
+    gone = [n for n in changed if n not in records]
+    if gone:
+        raise SlurmCommandError("nodes disappeared from Slurm during the change: %s" % hostlist.compress(gone),
+                                runner.commands)
+    return records
 
 
 def _wait(runner, state, names, the_plan, current, timeout, wait_sleep, sleep, clock, partial):
@@ -694,7 +692,7 @@ def _partial(names, before, the_plan, updates, runner, started, warnings, after=
         "warnings": list(warnings),
     }
     if after is not None:
-        result["diff"] = _diff(names, before, after)
+        result["diff"] = _diff(nodes)
     return result
 
 

@@ -14,8 +14,9 @@ short_description: Drain, resume or undrain Slurm nodes safely
 version_added: 0.1.0
 description:
   - Drives Slurm nodes to O(state=drained), O(state=resumed) or O(state=undrained) with one C(scontrol update) per
-    distinct action (a hostlist expression, never one call per node), reads state with one C(sinfo --json) per read,
-    and verifies every change by reading it back.
+    distinct action (a hostlist expression, never one call per node). It plans from one C(sinfo --json) and verifies
+    every change by reading the changed nodes back with one C(scontrol --future show node <hostlist>); each round of
+    O(wait) is one C(sinfo --json).
   - Every drain it sets carries O(reason_prefix). A node held by someone else (drained, failed or down with a reason
     that lacks the prefix) is never resumed, undrained or re-drained unless O(force=true); such nodes are left alone
     and reported in RV(skipped_nodes) with their reason.
@@ -178,7 +179,7 @@ queries:
   returned: always
   type: list
   elements: str
-  sample: ["sinfo --json", "sinfo --json"]
+  sample: ["sinfo --json", "scontrol --oneliner --future show node 'gpu-[3,7]'"]
 reason:
   description: The full drain reason set (with the prefix); null unless O(state=drained).
   returned: always

@@ -263,7 +263,7 @@ def test_thousand_nodes(local_cluster):
     drained = drain(cluster, nodes=everything, reason="all")
     assert drained["commands"] == ["scontrol update 'NodeName=n-[0-999]' State=DRAIN 'Reason=soperator: all'"]
     assert set(after(drained).values()) == {"DRAINED"}
-    assert drained["queries"] == ["sinfo --json", "sinfo --json"]
+    assert drained["queries"] == ["sinfo --json", "scontrol --oneliner --future show node 'n-[0-999]'"]
     assert not drain(cluster, nodes=everything, reason="all")["changed"]
     resumed = drain(cluster, nodes=everything, state="resumed")
     assert resumed["commands"] == ["scontrol update 'NodeName=n-[0-999]' State=RESUME"]

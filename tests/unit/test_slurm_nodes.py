@@ -263,7 +263,7 @@ def test_drain_idle_nodes_with_one_update():
     assert slurm.updates() == [["scontrol", "update", "NodeName=w-[0-3]", "State=DRAIN",
                                 "Reason=soperator: maintenance"]]
     assert result["commands"] == ["scontrol update 'NodeName=w-[0-3]' State=DRAIN 'Reason=soperator: maintenance'"]
-    assert result["queries"] == ["sinfo --json", "sinfo --json"]
+    assert result["queries"] == ["sinfo --json", "scontrol --oneliner --future show node 'w-[0-3]'"]
     assert [n["after"]["state"] for n in result["nodes"]] == ["DRAINED"] * 4
     assert result["nodes"][0]["before"] == {"state": "IDLE", "flags": [], "reason": ""}
     assert "w-0: DRAINED (soperator: maintenance)" in result["diff"]["after"]
