@@ -33,7 +33,7 @@ from typing import Optional, Tuple
 
 from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import (
-    SlurmCommandError, SlurmError, SlurmOutputError, TransientError, format_command, looks_unavailable)
+    SlurmCommandError, SlurmError, SlurmOutputError, TransientError, format_command)
 
 DEFAULT_REASON_PREFIX = "soperator:"
 STATES = ("drained", "resumed", "undrained")
@@ -495,7 +495,7 @@ def plan(records, names, state, reason, prefix, force):
 
 def predict(record, action, reason):
     """What the node will look like after ``action`` (check mode)."""
-    flags = [f for f in record.flags]
+    flags = list(record.flags)
     base = record.base_state
     new_reason = record.reason
     if action == DRAIN:
@@ -587,7 +587,7 @@ def set_state(runner, nodes, state, reason=None, prefix=DEFAULT_REASON_PREFIX, f
         failures = []
         for action in the_plan.actions:
             try:
-                result, _ = runner.run(action.argv, check=False)
+                result = runner.run(action.argv, check=False)[0]
             except SlurmError as e:
                 e.msg = "%s (commands already run: %s)" % (e.msg, "; ".join(updates) or "none")
                 e.args = (e.msg,)

@@ -28,7 +28,7 @@ description:
     O(force=true). With O(force=true), V(drained) sets their DRAIN flag (the node registers drained) and V(resumed) /
     V(undrained) clear it with C(UNDRAIN), never C(RESUME), which would take the node out of FUTURE.
 author:
-  - soperator.slurm contributors
+  - soperator.slurm contributors (@soperator-slurm)
 attributes:
   check_mode:
     support: full
@@ -36,7 +36,7 @@ attributes:
       and changes nothing. O(wait) is ignored.
   diff_mode:
     support: full
-    description: One line per changed node, C(<node>: <state> (<reason>)) before and after.
+    description: 'One line per changed node, C(<node>: <state> (<reason>)), before and after.'
 extends_documentation_fragment:
   - soperator.slurm.slurm_connection
   - kubernetes.core.k8s_auth_options
@@ -49,8 +49,8 @@ options:
   state:
     description:
       - V(drained) sets the DRAIN flag with O(reason) (jobs that run go on; new ones are not scheduled there).
-      - V(resumed) makes the nodes schedulable again (C(scontrol update State=RESUME)): clears DRAIN, FAIL and DOWN of
-        our own drains.
+      - V(resumed) makes the nodes schedulable again with C(scontrol update State=RESUME), which clears DRAIN, FAIL
+        and DOWN of our own drains.
       - V(undrained) only clears the DRAIN flag (C(State=UNDRAIN)); a DOWN node stays DOWN.
     type: str
     choices: [drained, resumed, undrained]
@@ -262,8 +262,9 @@ def main():
     for warning in result.pop("warnings", []):
         module.warn(warning)
     if not ok:
-        result.pop("changed", None)
-        module.fail_json(changed=bool(result.get("commands")) and not module.check_mode, **result)
+        # Updates that ran (or may have: the controller stopped answering) before the failure count as a change.
+        result["changed"] = bool(result.get("commands")) and not module.check_mode
+        module.fail_json(**result)
     module.exit_json(**result)
 
 

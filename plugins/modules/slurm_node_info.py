@@ -19,13 +19,14 @@ description:
   - A requested node that Slurm does not know, a controller that does not answer, or output that cannot be parsed
     fails the task; an empty answer is never mistaken for "no nodes".
 author:
-  - soperator.slurm contributors
+  - soperator.slurm contributors (@soperator-slurm)
 attributes:
   check_mode:
     support: full
     description: Reads only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Changes nothing, so there is nothing to show.
 extends_documentation_fragment:
   - soperator.slurm.slurm_connection
   - kubernetes.core.k8s_auth_options

@@ -49,13 +49,14 @@ def module(cluster, name, check=False, diff=False, expect_failed=False, **args):
         argv.append("--check")
     if diff:
         argv.append("--diff")
-    proc = subprocess.run(argv, cwd=ROOT, env=_env(cluster), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(argv, cwd=ROOT, env=_env(cluster), capture_output=True, text=True, timeout=300,
+                          check=False)
     try:
         out = json.loads(proc.stdout)
         result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
     except (ValueError, KeyError, IndexError):
-        raise AssertionError("no result from ansible (rc %d): %s %s" % (proc.returncode, proc.stdout[-3000:],
-                                                                         proc.stderr[-3000:]))
+        raise AssertionError("no result from ansible (rc %d): %s %s"
+                             % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
     assert bool(result.get("failed")) == expect_failed, json.dumps(result, indent=1)[-4000:]
     assert proc.returncode == (2 if expect_failed else 0), proc.stderr[-2000:]
     return result
@@ -67,7 +68,7 @@ def drain(cluster, **args):
 
 def playbook(cluster, name, *extra):
     proc = subprocess.run(["ansible-playbook", os.path.join(ROOT, "playbooks", name)] + list(extra), cwd=ROOT,
-                          env=_env(cluster), capture_output=True, text=True, timeout=300)
+                          env=_env(cluster), capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 

@@ -98,7 +98,8 @@ def test_scontrol_future_nodes():
 def test_scontrol_reason_with_equals_signs():
     line = ("NodeName=a Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN ThreadsPerCore=1 Partitions=p,q "
             "Reason=x = y [z] [slurm@2026-01-01T00:00:00]")
-    (node,), _ = sn.parse_scontrol_nodes(line)
+    (node,), missing = sn.parse_scontrol_nodes(line)
+    assert missing == []
     assert node.reason == "x = y [z]" and node.reason_set_by_user == "slurm" and node.partitions == ("p", "q")
     with pytest.raises(SlurmOutputError):
         sn.parse_scontrol_nodes("garbage")
@@ -421,8 +422,8 @@ def test_thousand_nodes_one_update_each_way():
     slurm, runner, clock = make({"n-%d" % i: "idle" for i in range(1000)})
     run(runner, clock, "n-[0-999]", "drained")
     run(runner, clock, ["n-[0-499]", "n-[500-999]"], "resumed")
-    assert [c[2:4] for c in slurm.updates()] == [["NodeName=n-[0-999]", "State=DRAIN"],
-                                                  ["NodeName=n-[0-999]", "State=RESUME"]]
+    assert [c[2:4] for c in slurm.updates()] == [
+        ["NodeName=n-[0-999]", "State=DRAIN"], ["NodeName=n-[0-999]", "State=RESUME"]]
     assert len(slurm.calls) == 6
 
 
@@ -471,7 +472,7 @@ def test_runner_retries_only_unavailable_controller():
     t = Scripted([(1, "", "Unable to contact slurm controller (connect failure)"), TransientError("timeout"),
                   (0, "ok", "")])
     runner = SlurmRunner(t, retries=3, retry_delay=0.5, sleep=sleeps.append)
-    result, _ = runner.run(["scontrol", "ping"])
+    result = runner.run(["scontrol", "ping"])[0]
     assert result.stdout == "ok" and result.attempts == 3 and sleeps == [0.5, 1.0]
     t = Scripted([(1, "", "slurm_update error: Invalid node name specified")])
     runner = SlurmRunner(t, retries=3, sleep=sleeps.append)
