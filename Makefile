@@ -63,6 +63,7 @@ render:
 
 bench:
 	$(PYTHON) bench/bench_render.py
+	$(PYTHON) bench/bench_drain.py
 
 crds:
 	$(PYTHON) tools/generate_crds.py

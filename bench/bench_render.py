@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Render the whole cluster (Slurm configs + every Kubernetes object) for 16, 1,024 and 10,000 workers in 4 nodesets.
 
 Prints seconds per render (best of N) and slurm.conf size. Targets: 1,024 workers <= 0.1 s, 10,000 <= 0.5 s on a

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write crds/*.yaml from plugins/module_utils/crds.py (the schema spec.py validates with). Run after a spec change;
 tests/unit/test_crds.py fails while the files are stale."""
 import os

@@ -259,4 +259,3 @@ def compress(names):
         entries.append(((_natural_key(prefix), 1), text))
     entries.sort(key=lambda entry: entry[0])
     return ",".join(text for _key, text in entries)
-

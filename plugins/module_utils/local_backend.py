@@ -663,7 +663,7 @@ class LocalCluster:
         env.update(self.env())
         try:
             proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  universal_newlines=True, timeout=timeout or self.timeout, input=stdin_text)
+                                  universal_newlines=True, timeout=timeout or self.timeout, input=stdin_text, check=False)
         except subprocess.TimeoutExpired:
             raise LocalClusterError("%s did not finish within %ss" % (" ".join(argv), timeout or self.timeout))
         if check and proc.returncode != 0:
@@ -802,7 +802,7 @@ class LocalCluster:
             return False
         try:
             proc = subprocess.run([find_binary("munge"), "--socket=%s" % self.layout.munge_socket, "-n"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
         except subprocess.TimeoutExpired:
             return False
         return proc.returncode == 0
@@ -833,7 +833,7 @@ class LocalCluster:
             return False
         proc = subprocess.run([find_binary("mariadb"), "--no-defaults", "--socket=%s" % self.layout.db_socket,
                                "-u", self._db_admin(), "-e", "SELECT 1"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=15)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=15, check=False)
         return proc.returncode == 0
 
     def _db_admin(self):
@@ -849,7 +849,7 @@ class LocalCluster:
                     "--auth-root-authentication-method=socket", "--skip-test-db"]
             argv += ["--user=root"] if os.getuid() == 0 else ["--auth-root-socket-user=%s" % self.user]
             proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                                  timeout=max(self.timeout, 120))
+                                  timeout=max(self.timeout, 120), check=False)
             if proc.returncode != 0:
                 raise LocalClusterError("mariadb-install-db failed: %s" % proc.stdout[-2000:])
             changes.append("initialized the accounting database")
@@ -874,7 +874,7 @@ class LocalCluster:
                    "FLUSH PRIVILEGES;").format(db=DB_NAME, u=DB_USER, p=password)
             proc = subprocess.run([find_binary("mariadb"), "--no-defaults", "--socket=%s" % lay.db_socket,
                                    "-u", self._db_admin()], input=sql, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+                                  stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False)
             if proc.returncode != 0:
                 # the error text holds no password: mariadb reports the statement's position, not its text
                 raise LocalClusterError("creating the accounting database user failed (rc %d)" % proc.returncode)
@@ -1048,7 +1048,7 @@ class LocalCluster:
                                     env=env, cwd=lay.state_dir, close_fds=True, start_new_session=True)
         self._children[proc.pid] = proc
         start_time = None
-        for _ in range(100):
+        for dummy in range(100):
             start_time = _proc_start_time(proc.pid)
             if start_time is not None or proc.poll() is not None:
                 break

@@ -207,7 +207,7 @@ NUMBER = st.one_of(st.integers(0, 30), st.integers(90, 130), st.integers(995, 10
 def host_names(draw, max_size=40):
     prefixes = draw(st.lists(PREFIX, min_size=1, max_size=3, unique=True))
     names = []
-    for _ in range(draw(st.integers(1, max_size))):
+    for dummy in range(draw(st.integers(1, max_size))):
         prefix = draw(st.sampled_from(prefixes))
         if prefix and draw(st.integers(0, 9)) == 0:
             names.append(prefix)        # a name without a number
@@ -303,12 +303,12 @@ def scontrol(tmp_path_factory):
 
     def run(command, arg):
         assert not arg.startswith("-"), "scontrol would read %r as an option" % (arg,)
-        proc = subprocess.run([SCONTROL, "show", command, arg], env=env, capture_output=True, timeout=30)
+        proc = subprocess.run([SCONTROL, "show", command, arg], env=env, capture_output=True, timeout=30, check=False)
         proc.stdout, proc.stderr = proc.stdout.decode(), proc.stderr.decode()  # bytes: keep '\r' as it is
         # scontrol prints "Invalid hostlist" on stdout and still exits 0
         if proc.returncode != 0 or "Invalid hostlist" in proc.stdout or proc.stderr.strip():
-            raise ValueError("scontrol show %s %r: rc=%d %s %s" % (command, arg, proc.returncode, proc.stdout,
-                                                                  proc.stderr))
+            raise ValueError("scontrol show %s %r: rc=%d %s %s"
+                             % (command, arg, proc.returncode, proc.stdout, proc.stderr))
         return proc.stdout
 
     probe = run("hostnames", "a[1-2]")
@@ -380,14 +380,14 @@ def test_generated_names_agree_with_scontrol(scontrol, names):
 @st.composite
 def expressions(draw):
     parts = []
-    for _ in range(draw(st.integers(1, 3))):
+    for dummy in range(draw(st.integers(1, 3))):
         text = draw(PREFIX)
         brackets = draw(st.integers(0 if text else 1, 3))
         for b in range(brackets):
             if b:
                 text += draw(st.from_regex(r"\A[a-z-]{0,2}\Z"))
             items = []
-            for _ in range(draw(st.integers(1, 3))):
+            for dummy in range(draw(st.integers(1, 3))):
                 lo = draw(st.integers(0, 120))
                 hi = lo + draw(st.integers(0, 12))
                 width = draw(st.integers(0, 4))
@@ -413,8 +413,8 @@ def test_random_malformed_expressions_agree_with_scontrol(scontrol):
     rnd = random.Random(22_05)
     alphabet = "ab-[],0123456789"
     checked = 0
-    for _ in range(300):
-        expr = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(1, 10)))
+    for dummy in range(300):
+        expr = "".join(rnd.choice(alphabet) for dummy in range(rnd.randint(1, 10)))
         if expr.startswith("-"):
             continue
         try:

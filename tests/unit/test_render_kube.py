@@ -392,8 +392,8 @@ def test_accounting_in_cluster(objects):
     dbd = find(objects, "StatefulSet", "demo-accounting")
     assert dbd["spec"]["serviceName"] == "demo-accounting"
     env = dict((e["name"], e) for e in container(dbd)["env"])
-    assert env[rk.ENV_SLURMDBD_STORAGE_PASS]["valueFrom"]["secretKeyRef"] == {"name": "demo-accounting-db",
-                                                                               "key": "password"}
+    expected = {"name": "demo-accounting-db", "key": "password"}
+    assert env[rk.ENV_SLURMDBD_STORAGE_PASS]["valueFrom"]["secretKeyRef"] == expected
     assert env[rk.ENV_SLURMDBD_TEMPLATE]["value"] == rk.SLURMDBD_TEMPLATE_DIR + "/slurmdbd.conf"
     volumes = dict((v["name"], v) for v in pod_spec(dbd)["volumes"])
     assert volumes["slurmdbd-template"]["configMap"]["name"] == "demo-slurmdbd"
@@ -506,7 +506,7 @@ def test_no_secret_value_outside_secrets(objects):
 
 def test_no_generated_secret_value_outside_secrets():
     model = make_model()
-    material, _ = s.ensure_secret_material(model, {})
+    material, dummy = s.ensure_secret_material(model, {})
     objects = rk.render_manifests(model, CONFIGS, material)
     outside = json.dumps([o for o in objects if o["kind"] != "Secret"], sort_keys=True)
     for values in material.values():
@@ -553,8 +553,8 @@ def test_apply_order(objects):
     def index(kind, name):
         return [(o["kind"], o["metadata"]["name"]) for o in objects].index((kind, name))
     first_sts = min(i for i, k in enumerate(kinds) if k == "StatefulSet")
-    assert max(i for i, k in enumerate(kinds) if k in ("Secret", "ConfigMap", "ServiceAccount",
-                                                         "PersistentVolumeClaim", "Service")) < first_sts
+    before_workloads = ("Secret", "ConfigMap", "ServiceAccount", "PersistentVolumeClaim", "Service")
+    assert max(i for i, k in enumerate(kinds) if k in before_workloads) < first_sts
     job = index("Job", "demo-populate-jail")
     for name in ("demo-login", "gpu", "cpu"):
         assert job < index("StatefulSet", name)

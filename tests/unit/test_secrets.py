@@ -59,13 +59,13 @@ def test_generates_every_needed_secret(fresh):
 
 
 def test_munge_key_length(fresh):
-    material, _ = fresh
+    material, dummy = fresh
     assert list(material["demo-munge"]) == ["munge.key"]
     assert len(material["demo-munge"]["munge.key"]) == 1024
 
 
 def test_passwords(fresh):
-    material, _ = fresh
+    material, dummy = fresh
     db = material["demo-accounting-db"]
     assert sorted(db) == ["password", "root-password"]
     for value in db.values():
@@ -76,7 +76,7 @@ def test_passwords(fresh):
 
 
 def test_ssh_host_keys_are_valid_openssh_keys(fresh):
-    material, _ = fresh
+    material, dummy = fresh
     keys = material["demo-ssh-host-keys"]
     assert sorted(keys) == sorted(SSH_FILES + [f + ".pub" for f in SSH_FILES])
     expected = {"ssh_host_ed25519_key": ed25519.Ed25519PrivateKey, "ssh_host_rsa_key": rsa.RSAPrivateKey,
@@ -99,7 +99,7 @@ def test_ssh_host_keys_are_valid_openssh_keys(fresh):
 
 
 def test_keeps_existing_values(fresh):
-    material, _ = fresh
+    material, dummy = fresh
     existing = copy.deepcopy(dict(material))
     again, generated = s.ensure_secret_material(model(accounting=True), existing)
     assert generated == []
@@ -107,7 +107,7 @@ def test_keeps_existing_values(fresh):
 
 
 def test_generates_only_missing(fresh):
-    material, _ = fresh
+    material, dummy = fresh
     existing = copy.deepcopy(dict(material))
     del existing["demo-munge"]
     del existing["demo-accounting-db"]["root-password"]
@@ -120,7 +120,7 @@ def test_generates_only_missing(fresh):
 
 
 def test_missing_public_key_is_derived_from_the_kept_private_key(fresh):
-    material, _ = fresh
+    material, dummy = fresh
     existing = copy.deepcopy(dict(material))
     del existing["demo-ssh-host-keys"]["ssh_host_rsa_key.pub"]
     again, generated = s.ensure_secret_material(model(accounting=True), existing)
@@ -129,10 +129,10 @@ def test_missing_public_key_is_derived_from_the_kept_private_key(fresh):
 
 
 def test_missing_private_key_regenerates_its_public_key(fresh):
-    material, _ = fresh
+    material, dummy = fresh
     existing = copy.deepcopy(dict(material))
     del existing["demo-ssh-host-keys"]["ssh_host_ed25519_key"]
-    again, _ = s.ensure_secret_material(model(accounting=True), existing)
+    again, dummy = s.ensure_secret_material(model(accounting=True), existing)
     keys = again["demo-ssh-host-keys"]
     assert keys["ssh_host_ed25519_key"] != material["demo-ssh-host-keys"]["ssh_host_ed25519_key"]
     private = serialization.load_ssh_private_key(keys["ssh_host_ed25519_key"], password=None)
@@ -142,7 +142,7 @@ def test_missing_private_key_regenerates_its_public_key(fresh):
 
 
 def test_extra_existing_keys_are_kept_and_str_values_accepted(fresh):
-    material, _ = fresh
+    material, dummy = fresh
     existing = copy.deepcopy(dict(material))
     existing["demo-munge"]["extra"] = b"x"
     existing["demo-accounting-db"]["password"] = "plain-text"
@@ -161,22 +161,22 @@ def test_no_db_secret_without_in_cluster_accounting():
 
 
 def test_db_secret_kept_when_accounting_is_turned_off(fresh):
-    material, _ = fresh
+    material, dummy = fresh
     again, generated = s.ensure_secret_material(model(accounting=False), copy.deepcopy(dict(material)))
     assert generated == []
     assert again["demo-accounting-db"] == material["demo-accounting-db"]
 
 
 def test_foreign_secrets_are_ignored(fresh):
-    material, _ = fresh
+    material, dummy = fresh
     existing = copy.deepcopy(dict(material))
     existing["other-munge"] = {"munge.key": b"k" * 1024}
-    again, _ = s.ensure_secret_material(model(accounting=True), existing)
+    again, dummy = s.ensure_secret_material(model(accounting=True), existing)
     assert "other-munge" not in again
 
 
 def test_values_never_in_repr(fresh):
-    material, _ = fresh
+    material, dummy = fresh
     text = repr(material) + str(material)
     assert "munge.key" in text
     for values in material.values():

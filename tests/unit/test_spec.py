@@ -39,7 +39,7 @@ def issues_of(docs):
 
 
 def paths_of(docs):
-    return {p for p, _ in issues_of(docs)[0]}
+    return {p for p, dummy in issues_of(docs)[0]}
 
 
 # ---- valid specs ------------------------------------------------------------------------------------------------
@@ -102,7 +102,7 @@ def test_input_is_not_mutated():
 def test_unknown_field_is_named():
     docs = base_docs()
     docs[0]["spec"]["login"] = {"replicas": 1, "replica": 2}
-    (issues, _) = issues_of(docs)
+    (issues, dummy) = issues_of(docs)
     assert any(p == "SlurmCluster/demo spec.login.replica" and m.startswith("unknown field") for p, m in issues)
 
 
@@ -142,7 +142,7 @@ def test_duplicate_names():
     docs = base_docs()
     docs.append(copy.deepcopy(docs[1]))
     docs[0]["spec"]["partitions"].append({"name": "gpu", "nodeSets": ["cpu"]})
-    issues, _ = issues_of(docs)
+    issues, dummy = issues_of(docs)
     assert ("NodeSet/cpu metadata.name", "duplicate NodeSet name 'cpu'") in issues
     assert ("SlurmCluster/demo spec.partitions[2].name", "duplicate 'gpu' (already at index 1)") in issues
 
@@ -168,7 +168,7 @@ def test_gpu_request_must_match_gres():
 def test_managed_slurm_keys_are_refused():
     docs = base_docs()
     docs[0]["spec"]["slurmConfig"] = {"SlurmctldHost": "elsewhere", "MaxJobCount": 100000}
-    issues, _ = issues_of(docs)
+    issues, dummy = issues_of(docs)
     assert any(p == "SlurmCluster/demo spec.slurmConfig" and "SlurmctldHost" in m for p, m in issues)
 
 
@@ -212,7 +212,7 @@ def test_cluster_name_must_match():
 def test_missing_or_second_cluster_document():
     assert ("", "the spec has no SlurmCluster document") in issues_of(base_docs()[1:])[0]
     docs = base_docs() + [copy.deepcopy(base_docs()[0])]
-    assert any("exactly one SlurmCluster" in m for _, m in issues_of(docs)[0])
+    assert any("exactly one SlurmCluster" in m for dummy, m in issues_of(docs)[0])
 
 
 def test_wrong_kind_and_api_version():
@@ -229,7 +229,7 @@ def test_all_errors_are_reported_at_once():
     docs[0]["spec"]["login"] = {"replicas": -3}
     docs[1]["spec"]["replicas"] = -1
     docs[2]["spec"]["resources"]["memory"] = "lots"
-    _, err = issues_of(docs)
+    dummy, err = issues_of(docs)
     assert len(err.issues) >= 3
     text = str(err)
     for path in ("SlurmCluster/demo spec.login.replicas", "NodeSet/cpu spec.replicas", "NodeSet/gpu spec.resources.memory"):
@@ -288,7 +288,7 @@ def test_generated_wrong_types_name_the_field(data):
     _set(docs[which], path, WRONG[node.kind])
     label = "%s/%s" % (docs[which]["kind"], docs[which]["metadata"]["name"]) if path != ("metadata", "name") \
         else "document[%d]" % which
-    issues, _ = issues_of(docs)
+    issues, dummy = issues_of(docs)
     assert any(p == "%s %s" % (label, _dotted(path)) and m.startswith(EXPECT[node.kind]) for p, m in issues), issues
 
 
@@ -309,7 +309,7 @@ def test_generated_unknown_fields_are_named(data, field):
     cur[field] = 1
     label = "%s/%s" % (docs[which]["kind"], docs[which]["metadata"]["name"])
     expected = "%s %s" % (label, _dotted(path + (field,)))
-    issues, _ = issues_of(docs)
+    issues, dummy = issues_of(docs)
     assert any(p == expected and m.startswith("unknown field") for p, m in issues), (expected, issues)
 
 
