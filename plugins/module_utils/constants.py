@@ -33,3 +33,8 @@ SSH_HOST_KEY_DIR = "/etc/ssh/host-keys"
 
 SLURMD_PORT = 6818
 SLURM_USER = "slurm"
+
+# The in-cluster accounting database (MariaDB).
+MARIADB_PORT = 3306
+ACCOUNTING_DB_USER = SLURM_USER
+ACCOUNTING_DB_NAME = "slurm_acct_db"

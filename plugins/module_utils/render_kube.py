@@ -25,6 +25,11 @@ import copy
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s
 from ansible_collections.soperator.slurm.plugins.module_utils.model import API_GROUP, MANAGED_BY
+from ansible_collections.soperator.slurm.plugins.module_utils.names import (  # noqa: F401 (re-exported)
+    slurm_configs_name, slurmdbd_config_name, authorized_keys_name, jail_claim_name,
+    controller_name, login_name, login_headless_name, accounting_name,
+    accounting_db_name, populate_jail_name, remediation_name, remediation_cluster_role_name,
+    service_account_name)
 
 APP_NAME = "slurm"
 
@@ -46,11 +51,8 @@ ENV_SLURMDBD_TEMPLATE = "SLURMDBD_CONF_TEMPLATE"       # entrypoint: template + 
 ENV_SLURMDBD_STORAGE_PASS = "SLURMDBD_STORAGE_PASS"
 ENV_JAIL_DIR = "JAIL_DIR"
 ENV_JAIL_OVERWRITE = "JAIL_OVERWRITE"                  # never | if_empty | always
-MARIADB_PORT = 3306
 MARIADB_DATA_DIR = "/var/lib/mysql"
 # Slurm's own defaults of slurmdbd.conf, used when the rendered file does not set them.
-DEFAULT_STORAGE_USER = c.SLURM_USER
-DEFAULT_STORAGE_LOC = "slurm_acct_db"
 # A hung remediation run must not block the next ones forever (concurrencyPolicy is Forbid).
 REMEDIATION_DEADLINE_SECONDS = 1800
 REMEDIATION_PLAYBOOK = "soperator.slurm.remediate"
@@ -64,61 +66,6 @@ _API = {
 # Apply order: what a pod mounts or runs as exists before the pod; the jail is populated before it is used.
 KIND_ORDER = ("ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "Secret", "ConfigMap",
               "PersistentVolumeClaim", "Service", "Job", "StatefulSet", "PodDisruptionBudget", "CronJob")
-
-
-# --- names -------------------------------------------------------------------------------------------------------
-
-def slurm_configs_name(model):
-    return "%s-slurm-configs" % model.name
-
-
-def slurmdbd_config_name(model):
-    return "%s-slurmdbd" % model.name
-
-
-def authorized_keys_name(model):
-    return "%s-root-authorized-keys" % model.name
-
-
-def jail_claim_name(model):
-    return model.jail.volume.existing_claim or "%s-jail" % model.name
-
-
-def controller_name(model):
-    return "%s-controller" % model.name
-
-
-def login_name(model):
-    return "%s-login" % model.name
-
-
-def login_headless_name(model):
-    return "%s-login-headless" % model.name
-
-
-def accounting_name(model):
-    return "%s-accounting" % model.name
-
-
-def accounting_db_name(model):
-    return "%s-accounting-db" % model.name
-
-
-def populate_jail_name(model):
-    return "%s-populate-jail" % model.name
-
-
-def remediation_name(model):
-    return "%s-remediation" % model.name
-
-
-def remediation_cluster_role_name(model):
-    # Cluster-scoped: the namespace is part of the name so two clusters never share it.
-    return "soperator-slurm-%s-%s-remediation" % (model.namespace, model.name)
-
-
-def service_account_name(model, component):
-    return "%s-%s" % (model.name, component)
 
 
 # --- metadata ----------------------------------------------------------------------------------------------------
@@ -417,7 +364,7 @@ def _services(model):
     if model.accounting.enabled:
         if model.accounting.in_cluster is not None:
             out.append(_headless_service(model, accounting_db_name(model), ACCOUNTING_DB,
-                                         [("mysql", MARIADB_PORT)], publish_not_ready=False))
+                                         [("mysql", c.MARIADB_PORT)], publish_not_ready=False))
         out.append(_headless_service(model, accounting_name(model), ACCOUNTING,
                                      [("slurmdbd", model.accounting.port)]))
     svc = model.login.service
@@ -464,12 +411,12 @@ def _accounting_db(model, slurm_configs):
     env = [
         _env_secret("MARIADB_ROOT_PASSWORD", secret, s.DB_ROOT_PASSWORD),
         # The user and database slurmdbd.conf names: the one rendered file is the source of truth.
-        {"name": "MARIADB_USER", "value": _conf_value(dbd_conf, "StorageUser", DEFAULT_STORAGE_USER)},
+        {"name": "MARIADB_USER", "value": _conf_value(dbd_conf, "StorageUser", c.ACCOUNTING_DB_USER)},
         _env_secret("MARIADB_PASSWORD", secret, s.DB_PASSWORD),
-        {"name": "MARIADB_DATABASE", "value": _conf_value(dbd_conf, "StorageLoc", DEFAULT_STORAGE_LOC)},
+        {"name": "MARIADB_DATABASE", "value": _conf_value(dbd_conf, "StorageLoc", c.ACCOUNTING_DB_NAME)},
     ]
     container = _container(
-        model, "mariadb", model.images.mariadb, ports=[("mysql", MARIADB_PORT)],
+        model, "mariadb", model.images.mariadb, ports=[("mysql", c.MARIADB_PORT)],
         # slurmdbd's documented tuning: long lock waits during upgrades and purges.
         args=["--innodb-lock-wait-timeout=900"],
         env=env, mounts=[_mount("data", MARIADB_DATA_DIR)], resources=_requests_with_memory_limit(db.resources),

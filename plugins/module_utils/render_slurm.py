@@ -19,6 +19,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import names
 
 CONFIG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 NODE_NAME = re.compile(r"^(.+)-(0|[1-9][0-9]*)$")    # <nodeset>-<ordinal>, as NodeSet.node_name makes them
@@ -129,11 +130,11 @@ def _has_gpus(model):
 
 def accounting_host(model):
     """The slurmdbd pod as slurmctld reaches it."""
-    return model.dns_name("%s-accounting-0" % model.name, "%s-accounting" % model.name)
+    return names.statefulset_pod_host(model, names.accounting_name(model))
 
 
 def controller_address(model):
-    return model.dns_name(model.controller_host, "%s-controller" % model.name)
+    return names.statefulset_pod_host(model, names.controller_name(model))
 
 
 # ---------------------------------------------------------------------------------------------------- slurm.conf
@@ -452,13 +453,14 @@ def _render_slurmdbd_conf(model):
     if external is not None:
         host, port, user, database = external.host, external.port, external.user, external.database
     else:
-        host, port, user, database = "%s-accounting-db" % model.name, 3306, "slurm", "slurm_acct_db"
+        host, port = names.accounting_db_name(model), c.MARIADB_PORT
+        user, database = c.ACCOUNTING_DB_USER, c.ACCOUNTING_DB_NAME
     lines = _header(model, c.SLURMDBD_CONF)
     lines += [
         "# StoragePass is deliberately absent: the accounting container's entrypoint appends it from the",
         "# database password Secret when it starts, so the password never sits in a ConfigMap.",
         "",
-        "DbdHost=%s-accounting-0" % model.name,
+        "DbdHost=%s-0" % names.accounting_name(model),
         "DbdPort=%d" % model.accounting.port,
         "SlurmUser=%s" % c.SLURM_USER,
         "AuthType=auth/munge",

@@ -1,0 +1,67 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Names of the Kubernetes objects of a cluster. Slurm configs name some of them too (hosts are pod DNS names), so
+both renderers take them from here."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+def slurm_configs_name(model):
+    return "%s-slurm-configs" % model.name
+
+
+def slurmdbd_config_name(model):
+    return "%s-slurmdbd" % model.name
+
+
+def authorized_keys_name(model):
+    return "%s-root-authorized-keys" % model.name
+
+
+def jail_claim_name(model):
+    return model.jail.volume.existing_claim or "%s-jail" % model.name
+
+
+def controller_name(model):
+    return "%s-controller" % model.name
+
+
+def login_name(model):
+    return "%s-login" % model.name
+
+
+def login_headless_name(model):
+    return "%s-login-headless" % model.name
+
+
+def accounting_name(model):
+    return "%s-accounting" % model.name
+
+
+def accounting_db_name(model):
+    return "%s-accounting-db" % model.name
+
+
+def populate_jail_name(model):
+    return "%s-populate-jail" % model.name
+
+
+def remediation_name(model):
+    return "%s-remediation" % model.name
+
+
+def remediation_cluster_role_name(model):
+    # Cluster-scoped: the namespace is part of the name so two clusters never share it.
+    return "soperator-slurm-%s-%s-remediation" % (model.namespace, model.name)
+
+
+def service_account_name(model, component):
+    return "%s-%s" % (model.name, component)
+
+
+def statefulset_pod_host(model, statefulset, ordinal=0):
+    """The stable DNS name of one StatefulSet pod (via its governing headless Service of the same name)."""
+    return model.dns_name("%s-%d" % (statefulset, ordinal), statefulset)
