@@ -14,7 +14,7 @@ from ansible_collections.soperator.slurm.plugins.filter import quantity as quant
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FILTER_DIR = os.path.join(ROOT, "plugins", "filter")
-COLLECTIONS = os.path.join(ROOT, "build", "collections")   # tests/conftest.py links the repository there
+COLLECTIONS = os.path.join(ROOT, "collections")   # holds the ansible_collections/soperator/slurm link to the repository
 
 FILTERS = dict(hostlist_filters.FilterModule().filters())
 FILTERS.update(quantity_filters.FilterModule().filters())
