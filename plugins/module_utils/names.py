@@ -62,6 +62,18 @@ def service_account_name(model, component):
     return "%s-%s" % (model.name, component)
 
 
+def munge_secret_name(model):
+    return "%s-munge" % model.name
+
+
+def ssh_host_keys_secret_name(model):
+    return "%s-ssh-host-keys" % model.name
+
+
+def accounting_db_secret_name(model):
+    return "%s-accounting-db" % model.name
+
+
 def statefulset_pod_host(model, statefulset, ordinal=0):
     """The stable DNS name of one StatefulSet pod (via its governing headless Service of the same name)."""
     return model.dns_name("%s-%d" % (statefulset, ordinal), statefulset)

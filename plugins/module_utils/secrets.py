@@ -16,6 +16,9 @@ import secrets as _random
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
+from ansible_collections.soperator.slurm.plugins.module_utils.names import (  # noqa: F401 (re-exported)
+    accounting_db_secret_name, munge_secret_name, ssh_host_keys_secret_name)
+
 # Keys of the Secrets (the images and render_kube read them by these names).
 MUNGE_KEY = "munge.key"
 MUNGE_KEY_BYTES = 1024
@@ -94,13 +97,13 @@ class KeySpec:
 
 @dataclass(frozen=True)
 class SecretSpec:
-    suffix: str                        # the Secret is named <cluster>-<suffix>
+    name_of: Callable                  # (model) -> the Secret's name, from names.py
     component: str                     # its app.kubernetes.io/component label
     keys: Tuple[KeySpec, ...]
     needed: Callable                   # (model) -> bool
 
     def name(self, model):
-        return "%s-%s" % (model.name, self.suffix)
+        return self.name_of(model)
 
 
 def _in_cluster_db(model):
@@ -117,23 +120,11 @@ def _ssh_keys():
 
 
 SECRET_SPECS = (
-    SecretSpec("munge", "munge", (KeySpec(MUNGE_KEY, _munge_key),), lambda model: True),
-    SecretSpec("ssh-host-keys", "login", _ssh_keys(), lambda model: True),
-    SecretSpec("accounting-db", "accounting-db",
+    SecretSpec(munge_secret_name, "munge", (KeySpec(MUNGE_KEY, _munge_key),), lambda model: True),
+    SecretSpec(ssh_host_keys_secret_name, "login", _ssh_keys(), lambda model: True),
+    SecretSpec(accounting_db_secret_name, "accounting-db",
                (KeySpec(DB_PASSWORD, _password), KeySpec(DB_ROOT_PASSWORD, _password)), _in_cluster_db),
 )
-
-
-def munge_secret_name(model):
-    return "%s-munge" % model.name
-
-
-def ssh_host_keys_secret_name(model):
-    return "%s-ssh-host-keys" % model.name
-
-
-def accounting_db_secret_name(model):
-    return "%s-accounting-db" % model.name
 
 
 def secret_specs(model):
