@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -105,7 +106,8 @@ def jobs_on(cluster, node):
 
 def test_drain_waits_for_jobs_then_resume(local_cluster):
     cluster = local_cluster(SMALL)
-    job = sbatch_sleep(cluster, "cpu-0", 12)
+    # Long enough to outlive every step before the wait on any machine; the wait's end comes from the scancel below.
+    job = sbatch_sleep(cluster, "cpu-0", 600)
 
     # Check mode: the command is listed, nothing changes.
     checked = drain(cluster, check=True, diff=True, nodes="cpu-[0-1]", reason="maintenance")
@@ -123,8 +125,14 @@ def test_drain_waits_for_jobs_then_resume(local_cluster):
     assert got["cpu-0"] == ("MIXED+DRAIN", "soperator: maintenance") and got["cpu-1"][0] == "IDLE+DRAIN"
     assert jobs_on(cluster, "cpu-0") == [job]
 
-    # The same again with wait: nothing to change, returns only once the job is gone (DRAINED).
-    second = drain(cluster, nodes="cpu-[0-1]", reason="maintenance", wait=True, timeout=JOB_WAIT, wait_sleep=0.5)
+    # The same again with wait: nothing to change, returns only once the job is gone (DRAINED). The job is
+    # cancelled while the module is already waiting.
+    canceller = threading.Timer(3, lambda: cluster.run(["scancel", job], timeout=30))
+    canceller.start()
+    try:
+        second = drain(cluster, nodes="cpu-[0-1]", reason="maintenance", wait=True, timeout=JOB_WAIT, wait_sleep=0.5)
+    finally:
+        canceller.join()
     assert not second["changed"] and second["commands"] == []
     assert after(second) == {"cpu-0": "DRAINED", "cpu-1": "DRAINED"}
     assert jobs_on(cluster, "cpu-0") == []
@@ -148,11 +156,27 @@ def test_drain_waits_for_jobs_then_resume(local_cluster):
 
 def test_wait_really_waits_for_a_running_job(local_cluster):
     cluster = local_cluster(SMALL)
-    sbatch_sleep(cluster, "cpu-1", 8)
-    started = time.time()
-    result = drain(cluster, nodes="cpu-1", reason="reboot", wait=True, timeout=JOB_WAIT, wait_sleep=0.5)
+    job = sbatch_sleep(cluster, "cpu-1", 600)
+    cancelled = threading.Event()
+
+    def cancel():
+        # Once the module's drain is in place it is in its wait loop; only then does the job end.
+        deadline = time.time() + JOB_WAIT
+        while "DRAIN" not in states(cluster, "cpu-1")["cpu-1"][0] and time.time() < deadline:
+            time.sleep(0.2)
+        cluster.run(["scancel", job], timeout=30)
+        cancelled.set()
+
+    # The job ends only when cancelled, while the module waits: returning before that would be a false DRAINED.
+    canceller = threading.Thread(target=cancel)
+    canceller.start()
+    try:
+        result = drain(cluster, nodes="cpu-1", reason="reboot", wait=True, timeout=JOB_WAIT, wait_sleep=0.5)
+        returned_after_cancel = cancelled.is_set()
+    finally:
+        canceller.join()
     assert result["changed"] and after(result) == {"cpu-1": "DRAINED"}
-    assert jobs_on(cluster, "cpu-1") == [] and time.time() - started >= 5
+    assert returned_after_cancel and jobs_on(cluster, "cpu-1") == []
     # A job that outlives the timeout: the task fails, the node stays drained and is reported DRAINING.
     drain(cluster, nodes="cpu-1", state="resumed")
     sbatch_sleep(cluster, "cpu-1", 60)
