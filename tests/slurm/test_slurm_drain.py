@@ -249,14 +249,11 @@ def test_controller_down_fails_after_bounded_retries(local_cluster):
         assert time.time() < deadline, "slurmctld did not stop"
         time.sleep(0.2)
 
-    started = time.time()
     # Each attempt gives up after command_timeout (the Slurm client itself would wait ~9 s to connect).
     failed = drain(cluster, nodes="cpu-[0-1]", reason="x", retries=2, retry_delay=0.5, command_timeout=4,
                    expect_failed=True)
-    took = time.time() - started
     assert "did not answer sinfo --json after 3 attempt(s)" in failed["msg"], failed["msg"]
     assert failed["commands"] == [] and not failed.get("changed")
-    assert 3 * 4 <= took < 60
     # Without a client timeout: sinfo --json exits 0 but lists an error and no nodes; that is a failure, not
     # "no nodes".
     info = module(cluster, "slurm_node_info", retries=0, expect_failed=True)
