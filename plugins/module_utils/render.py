@@ -58,6 +58,11 @@ def manifest_files(manifests):
     return files
 
 
+def _is_secret_file(name):
+    """Secret manifests are the files manifest_files() names NN-secret-<name>.yaml."""
+    return name.split("-", 1)[-1].startswith("secret-") and name.endswith(".yaml")
+
+
 def read_secret_material(dest):
     """Secret data from an earlier render in DEST (our Secrets only), as name -> {key: bytes}."""
     folder = os.path.join(dest, MANIFESTS_DIR)
@@ -65,7 +70,7 @@ def read_secret_material(dest):
     if not os.path.isdir(folder):
         return material
     for name in sorted(os.listdir(folder)):
-        if "-secret-" not in name or not name.endswith(".yaml"):
+        if not _is_secret_file(name):
             continue
         with open(os.path.join(folder, name)) as f:
             obj = yaml.safe_load(f)
@@ -139,7 +144,8 @@ def write_rendered(dest, rendered, check_mode=False):
         files.append({"path": rel, "action": "removed"})
         before = _read(path)
         diffs.append({"before_header": rel, "after_header": "/dev/null",
-                      "before": HIDDEN if "-secret-" in rel else (before or ""), "after": ""})
+                      "before": HIDDEN if _is_secret_file(os.path.basename(rel)) else (before or ""),
+                      "after": ""})
         if not check_mode:
             os.unlink(path)
     return files, diffs

@@ -382,9 +382,8 @@ def validate_documents(documents):
         else:
             issues.append(SpecIssue("%s kind" % label if isinstance(doc, dict) else label,
                                     "must be SlurmCluster or NodeSet, got %r" % (kind,)))
-    if cluster is None and not any(i.message.startswith("a spec holds") for i in issues):
-        if not any(isinstance(d, dict) and d.get("kind") == "SlurmCluster" for d in documents):
-            issues.append(SpecIssue("", "the spec has no SlurmCluster document"))
+    if cluster is None:
+        issues.append(SpecIssue("", "the spec has no SlurmCluster document"))
     return cluster, node_sets, issues
 
 

@@ -247,13 +247,14 @@ errors:
 import json
 import os
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, load_documents
 from ansible_collections.soperator.slurm.plugins.module_utils.render import (
     read_secret_material, render_cluster, write_rendered)
+from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import HAS_YAML
 
 
 def _documents(module):
@@ -526,6 +527,8 @@ def main():
                      ("state", "present", ("target",)), ("state", "absent", ("target",))],
         supports_check_mode=True,
     )
+    if not HAS_YAML:
+        module.fail_json(msg=missing_required_lib("PyYAML"))
     if module.params["wait_timeout"] <= 0:
         module.fail_json(msg="wait_timeout must be > 0, got %d" % module.params["wait_timeout"])
     if module.params["state"] == "rendered":
