@@ -21,6 +21,7 @@ __metaclass__ = type
 
 import base64
 import copy
+import hashlib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s
@@ -56,6 +57,7 @@ MARIADB_DATA_DIR = "/var/lib/mysql"
 # A hung remediation run must not block the next ones forever (concurrencyPolicy is Forbid).
 REMEDIATION_DEADLINE_SECONDS = 1800
 REMEDIATION_PLAYBOOK = "soperator.slurm.remediate"
+NODE_DEFINITIONS_ANNOTATION = "slurm.soperator.dev/node-definitions"
 
 _API = {
     "ServiceAccount": "v1", "Secret": "v1", "ConfigMap": "v1", "PersistentVolumeClaim": "v1", "Service": "v1",
@@ -141,8 +143,11 @@ def _pod_spec(model, component, containers, volumes, scheduling=None, api_access
     return spec
 
 
-def _template(model, component, pod_spec, node_set=None):
-    return {"metadata": {"labels": labels(model, component, node_set)}, "spec": pod_spec}
+def _template(model, component, pod_spec, node_set=None, annotations=None):
+    meta = {"labels": labels(model, component, node_set)}
+    if annotations:
+        meta["annotations"] = dict(sorted(annotations.items()))
+    return {"metadata": meta, "spec": pod_spec}
 
 
 def _tcp_probe(port, liveness=False):
@@ -226,7 +231,7 @@ def _claim_template(model, name, component, size, storage_class):
 
 
 def _stateful_set(model, name, component, service, replicas, pod_spec, node_set=None, claims=None,
-                  on_delete=False, parallel=False):
+                  on_delete=False, parallel=False, pod_annotations=None):
     spec = {
         "replicas": replicas,
         "serviceName": service,
@@ -235,7 +240,7 @@ def _stateful_set(model, name, component, service, replicas, pod_spec, node_set=
     if parallel:
         spec["podManagementPolicy"] = "Parallel"
     spec["updateStrategy"] = {"type": "OnDelete"} if on_delete else {"type": "RollingUpdate"}
-    spec["template"] = _template(model, component, pod_spec, node_set)
+    spec["template"] = _template(model, component, pod_spec, node_set, pod_annotations)
     if claims:
         spec["volumeClaimTemplates"] = claims
     return _obj("StatefulSet", _meta(model, name, component, node_set), spec=spec)
@@ -450,7 +455,15 @@ def _accounting(model):
     return _stateful_set(model, accounting_name(model), ACCOUNTING, accounting_name(model), 1, pod)
 
 
-def _controller(model):
+def node_definitions_hash(slurm_conf):
+    """A digest of slurm.conf's NodeName lines. slurmctld 22.05 reads node definitions only when it starts, so the
+    controller's pod template carries this digest: a change rolls the controller, any other change of slurm.conf is
+    applied with `scontrol reconfigure` and restarts nothing."""
+    lines = [line.strip() for line in slurm_conf.splitlines() if line.strip().lower().startswith("nodename=")]
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()[:16]
+
+
+def _controller(model, slurm_configs):
     ctl = model.controller
     volumes, mounts = _slurm_volumes(model)
     mounts.append(_mount("spool", c.CONTROLLER_SPOOL))
@@ -460,6 +473,8 @@ def _controller(model):
         security={"allowPrivilegeEscalation": False}, probe_port="slurmctld")
     pod = _pod_spec(model, CONTROLLER, [container], volumes, scheduling=ctl.scheduling)
     return _stateful_set(model, controller_name(model), CONTROLLER, controller_name(model), 1, pod,
+                         pod_annotations={NODE_DEFINITIONS_ANNOTATION: node_definitions_hash(
+                             slurm_configs.get("slurm.conf", ""))},
                          claims=[_claim_template(model, "spool", CONTROLLER, ctl.spool_size,
                                                  ctl.spool_storage_class_name)])
 
@@ -557,7 +572,7 @@ def render_manifests(model, slurm_configs, secret_material):
         if model.accounting.in_cluster is not None:
             objects.append(_accounting_db(model, slurm_configs))
         objects.append(_accounting(model))
-    objects.append(_controller(model))
+    objects.append(_controller(model, slurm_configs))
     objects.append(_login(model))
     objects += [_worker(model, node_set) for node_set in model.node_sets]
     objects += _disruption_budgets(model)

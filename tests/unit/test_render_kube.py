@@ -279,7 +279,11 @@ def test_config_map_mounted_as_directory_without_checksum(objects):
     for obj in pod_objects(objects):
         template = obj["spec"]["jobTemplate"]["spec"]["template"] if obj["kind"] == "CronJob" \
             else obj["spec"]["template"]
-        assert "annotations" not in template["metadata"]
+        if obj["metadata"]["name"] == "demo-controller":
+            # only the node definitions: a change of anything else in slurm.conf restarts no pod
+            assert list(template["metadata"]["annotations"]) == [rk.NODE_DEFINITIONS_ANNOTATION]
+        else:
+            assert "annotations" not in template["metadata"]
         for ctr in pod_spec(obj)["containers"]:
             for mount in ctr.get("volumeMounts", []):
                 assert "subPath" not in mount
@@ -287,6 +291,15 @@ def test_config_map_mounted_as_directory_without_checksum(objects):
                     assert mount["mountPath"] == c.SLURM_CONF_DIR
                     users += 1
     assert users == 4   # controller, login, gpu, cpu
+
+
+@pytest.mark.skipif(render_slurm_configs is None, reason="render_slurm not available")
+def test_controller_rolls_only_when_node_definitions_change():
+    base = render_slurm_configs(make_model())["slurm.conf"]
+    digest = rk.node_definitions_hash(base)
+    assert rk.node_definitions_hash(base + "SchedulerParameters=bf_continue\n") == digest
+    more = base.replace("NodeName=gpu-[0-", "NodeName=gpu-[0-9")
+    assert more != base and rk.node_definitions_hash(more) != digest
 
 
 def test_service_accounts_automount_only_for_remediation(objects):
