@@ -1,0 +1,107 @@
+"""The pure parts of the Kubernetes apply: when an object counts as unchanged, the plan, and what a diff shows."""
+import copy
+
+from ansible_collections.soperator.slurm.plugins.module_utils import kube_apply as ka
+
+STS = {
+    "apiVersion": "apps/v1", "kind": "StatefulSet",
+    "metadata": {"name": "gpu", "namespace": "slurm", "labels": {"app.kubernetes.io/managed-by": "soperator.slurm"}},
+    "spec": {"replicas": 2, "template": {"spec": {"containers": [
+        {"name": "slurmd", "image": "w:1", "args": ["slurmd", "-D"],
+         "resources": {"requests": {"cpu": "2000m", "memory": "1024Mi"}}}]}}},
+}
+
+
+def live_of(obj):
+    """What a server returns for an applied object: our digest, defaults, bookkeeping, canonical quantities."""
+    live = copy.deepcopy(ka.with_digest(obj))
+    live["metadata"].update(uid="u", resourceVersion="7", managedFields=[{"manager": "x"}])
+    live["spec"]["podManagementPolicy"] = "OrderedReady"
+    ctr = live["spec"]["template"]["spec"]["containers"][0]
+    ctr["imagePullPolicy"] = "IfNotPresent"
+    ctr["resources"]["requests"] = {"cpu": "2", "memory": "1Gi"}
+    live["status"] = {"replicas": 2}
+    return live
+
+
+def test_server_defaults_and_canonical_quantities_count_as_unchanged():
+    assert ka.unchanged(STS, live_of(STS))
+
+
+def test_a_field_we_set_edited_by_someone_else_is_a_change():
+    live = live_of(STS)
+    live["spec"]["replicas"] = 5
+    assert not ka.unchanged(STS, live)
+    live = live_of(STS)
+    live["spec"]["template"]["spec"]["containers"][0]["args"] = ["slurmd"]
+    assert not ka.unchanged(STS, live)
+
+
+def test_a_field_we_stopped_rendering_is_a_change():
+    # the live object still has it (we applied it before); only the digest tells that apply would remove it
+    before = copy.deepcopy(STS)
+    before["metadata"]["labels"]["extra"] = "1"
+    live = live_of(before)
+    assert ka.contained(STS, live)
+    assert not ka.unchanged(STS, live)
+
+
+def test_containers_added_by_others_do_not_count_but_order_and_missing_ones_do():
+    live = live_of(STS)
+    live["spec"]["template"]["spec"]["containers"].append({"name": "sidecar", "image": "s"})
+    assert ka.unchanged(STS, live)
+    two = copy.deepcopy(STS)
+    two["spec"]["template"]["spec"]["containers"].append({"name": "b", "image": "b"})
+    live = live_of(two)
+    live["spec"]["template"]["spec"]["containers"].reverse()
+    assert not ka.contained(two, live)
+    del live["spec"]["template"]["spec"]["containers"][0]
+    assert not ka.contained(two, live)
+
+
+def test_secret_digest_ignores_values_which_are_compared_one_by_one():
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "n"},
+              "data": {"munge.key": "AAAA"}}
+    other = copy.deepcopy(secret)
+    other["data"]["munge.key"] = "BBBB"
+    assert ka.applied_digest(secret) == ka.applied_digest(other)
+    assert "AAAA" not in str(ka.with_digest(secret)["metadata"])
+    assert not ka.unchanged(other, live_of_plain(secret))
+    assert ka.unchanged(secret, live_of_plain(secret))
+
+
+def live_of_plain(obj):
+    return ka.with_digest(obj)
+
+
+def test_plan_creates_updates_prunes_and_keeps_volumes():
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "jail", "namespace": "slurm"}}
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old", "namespace": "slurm"}}
+    changed = copy.deepcopy(STS)
+    changed["spec"]["replicas"] = 3
+    new = dict(copy.deepcopy(STS), metadata={"name": "cpu", "namespace": "slurm"})
+    live = ka.index([live_of(STS), pvc, cm])
+    actions = [(ch.kind, ch.name, ch.action) for ch in ka.plan([changed, new], live)]
+    assert actions == [("StatefulSet", "gpu", "update"), ("StatefulSet", "cpu", "create"),
+                       ("PersistentVolumeClaim", "jail", "keep"), ("ConfigMap", "old", "prune")]
+    purge = [(ch.kind, ch.action) for ch in ka.plan([changed], live, purge_volumes=True)]
+    assert ("PersistentVolumeClaim", "prune") in purge
+
+
+def test_jobs_run_once():
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "populate", "namespace": "slurm"},
+           "spec": {"template": {"spec": {"containers": [{"name": "p", "image": "a"}]}}}}
+    edited = copy.deepcopy(job)
+    edited["spec"]["template"]["spec"]["containers"][0]["image"] = "b"
+    [change] = ka.plan([edited], ka.index([ka.with_digest(job)]))
+    assert change.action == "unchanged" and "delete the Job" in change.note
+
+
+def test_diff_hides_secret_values_and_server_bookkeeping():
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "n"},
+              "data": {"munge.key": "c2VjcmV0"}}
+    change = ka.Change(ka.UPDATE, secret, dict(ka.with_digest(secret), status={"x": 1}))
+    diff = change.diff()
+    assert "c2VjcmV0" not in diff["before"] + diff["after"]
+    assert "<hidden>" in diff["after"]
+    assert ka.APPLIED_ANNOTATION not in diff["before"] and "status" not in diff["before"]
