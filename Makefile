@@ -5,7 +5,7 @@ SANITY_ROOT := build/sanity/ansible_collections/soperator/slurm
 APT_PACKAGES := slurm-wlm slurmctld slurmd slurmdbd slurm-client munge libslurm-dev mariadb-server \
 	openssh-server rsync git make gcc
 
-.PHONY: deps up down test unit lint sanity molecule ci render bench crds
+.PHONY: deps up down test unit lint sanity molecule ci render bench crds spank
 
 # Debian packages (real Slurm, munge, MariaDB, sshd) and Python packages. Safe to re-run.
 deps:
@@ -67,3 +67,8 @@ bench:
 
 crds:
 	$(PYTHON) tools/generate_crds.py
+
+# The chroot SPANK plugin (images/spank_chroot: jobs run in the jail) -> build/spank/spank_chroot.so.
+# Needs gcc and <slurm/spank.h> (libslurm-dev). `make -C images/spank_chroot install` puts it in /usr/lib/slurm.
+spank:
+	$(MAKE) -C images/spank_chroot BUILD_DIR=$(CURDIR)/build/spank
