@@ -184,7 +184,7 @@ def pmix_available():
 
 
 def adapt_configs(configs, model, state_dir, base_port, user=None, db_password=None, local_paths_exist=os.path.exists,
-                  have_pmix=None):
+                  have_pmix=None, jail_dir=None, spank_chroot=None):
     """The rendered configs {file: text} adapted to run as local processes under `state_dir`. Pure text in/out.
 
     What changes, and only this (every other line of every file is kept byte for byte):
@@ -209,8 +209,12 @@ def adapt_configs(configs, model, state_dir, base_port, user=None, db_password=N
       * AccountingStorageHost=localhost, AccountingStoragePort=<local slurmdbd port> and AccountingStoragePass=<our
         munge socket> (the socket slurmctld authenticates to slurmdbd with) when accounting is on.
     gres.conf: `File=` (GPU device files; there are none) becomes `Count=<number of files>`; AutoDetect=off.
-    plugstack.conf: the chroot SPANK plugin line is commented out until the jail issue lands (no jail directory
-      exists locally yet); jobs run in the host's root filesystem.
+    plugstack.conf: without `jail_dir` the chroot SPANK plugin line is commented out and jobs run in the host's root
+      filesystem. With `jail_dir` (a local directory holding the jail's root filesystem) the line is kept, with the
+      local plugin (`spank_chroot`, default the installed SPANK_CHROOT_PLUGIN) and `jail=<jail_dir>`; `nodefaults`
+      replaces the images' default binds (/etc/slurm, /run/munge, /var/spool/slurmd do not belong to this cluster)
+      by binds of /tmp and of state_dir's etc/ (SLURM_CONF), run/ (munge socket) and spool/ (batch scripts,
+      slurmstepd sockets) at their host paths, so slurmstepd and the Slurm clients in the jail work.
     slurmdbd.conf: DbdHost/DbdAddr/DbdPort on loopback, SlurmUser, AuthInfo, LogFile/PidFile under state_dir, and
       the private MariaDB: StorageHost=127.0.0.1, StoragePort, StorageUser, StorageLoc, StoragePass (the rendered
       file has no password; in Kubernetes the entrypoint appends it from the Secret).
@@ -228,7 +232,7 @@ def adapt_configs(configs, model, state_dir, base_port, user=None, db_password=N
     if "gres.conf" in configs:
         out["gres.conf"] = _adapt_gres_conf(configs["gres.conf"])
     if "plugstack.conf" in configs:
-        out["plugstack.conf"] = _adapt_plugstack_conf(configs["plugstack.conf"])
+        out["plugstack.conf"] = _adapt_plugstack_conf(configs["plugstack.conf"], lay, jail_dir, spank_chroot)
     if c.SLURMDBD_CONF in configs:
         out[c.SLURMDBD_CONF] = _adapt_slurmdbd_conf(configs[c.SLURMDBD_CONF], lay, base_port, user, db_password)
     return out
@@ -367,13 +371,32 @@ def _adapt_gres_conf(text):
     return "\n".join(lines) + "\n"
 
 
-def _adapt_plugstack_conf(text):
+def _plugstack_word(path, what):
+    if not os.path.isabs(path) or re.search(r"\s", path):
+        raise LocalClusterError("%s must be an absolute path without whitespace (plugstack.conf), got %r"
+                                % (what, path))
+    return os.path.normpath(path)
+
+
+def _adapt_plugstack_conf(text, lay, jail_dir=None, spank_chroot=None):
+    if jail_dir is None and spank_chroot is not None:
+        raise LocalClusterError("spank_chroot needs jail_dir: the plugin runs job steps in a jail")
+    if jail_dir is not None:
+        jail = _plugstack_word(jail_dir, "jail_dir")
+        plugin = _plugstack_word(spank_chroot or c.SPANK_CHROOT_PLUGIN, "spank_chroot")
+        binds = ["nodefaults", "bind=/tmp"] + ["bind=%s" % d for d in (lay.etc, lay.run, lay.spool)]
     lines = []
     for line in text.splitlines():
         if not line.strip().startswith("#") and c.SPANK_CHROOT_PLUGIN in line:
-            # TODO(jail issue): load the chroot plugin with a local jail directory once the jail issue lands.
-            lines.append(_LOCAL_NOTE + "the chroot SPANK plugin is left out until the jail issue lands "
-                         "(no jail directory locally yet); jobs run in the host's root filesystem:")
+            if jail_dir is not None:
+                words = [plugin if w == c.SPANK_CHROOT_PLUGIN else "jail=%s" % jail if w.startswith("jail=") else w
+                         for w in line.split()]
+                lines.append(_LOCAL_NOTE + "the local jail; node paths of this cluster bound into it at the same "
+                             "paths:")
+                lines.append(" ".join(words + [b for b in binds if b not in words]))
+                continue
+            lines.append(_LOCAL_NOTE + "the chroot SPANK plugin is left out: no jail directory given "
+                         "(LocalCluster jail_dir); jobs run in the host's root filesystem:")
             lines.append("# " + line)
         else:
             lines.append(line)
@@ -501,10 +524,15 @@ class LocalCluster:
     `ensure_started()` converges (idempotent), `scale()` changes replicas, `stop()` stops everything it started,
     `status()` reports, `env()` gives what clients (sinfo, srun, ...) need. Every wait is bounded by `timeout`
     (daemon start/stop) or `drain_timeout` (jobs on a node being removed).
+
+    `jail_dir`: run job steps in this jail (a directory holding a root filesystem) through the chroot SPANK plugin
+    at `spank_chroot` (default: the installed c.SPANK_CHROOT_PLUGIN; `make spank` builds one); see adapt_configs().
+    Needs root (slurmstepd mounts the jail). The jail must hold what the jobs run, and the Slurm clients, their
+    libraries and the plugin itself at the same path for srun/sbatch inside jobs.
     """
 
     def __init__(self, state_dir, model=None, base_port=None, user=None, timeout=60.0, drain_timeout=300.0,
-                 renderer=None):
+                 renderer=None, jail_dir=None, spank_chroot=None):
         self.layout = Layout(state_dir)
         self.model = model
         self.user = user or _current_user()
@@ -512,6 +540,8 @@ class LocalCluster:
         self.drain_timeout = float(drain_timeout)
         self._renderer = renderer
         self._requested_base_port = base_port
+        self.jail_dir = jail_dir
+        self.spank_chroot = spank_chroot
         self._children = {}            # pid -> Popen of daemons this object started (reaped when they end)
 
     # --- public ------------------------------------------------------------------------------------------------
@@ -702,6 +732,13 @@ class LocalCluster:
             names += ["slurmdbd", "mariadbd", "mariadb-install-db", "mariadb"]
         for name in names:
             find_binary(name)
+        if self.jail_dir is not None:
+            plugin = self.spank_chroot or c.SPANK_CHROOT_PLUGIN
+            if not os.path.isfile(plugin):
+                raise LocalClusterError("chroot SPANK plugin %s not found: build it with `make spank` (or install it "
+                                        "with `make -C images/spank_chroot install`)" % plugin)
+            if os.getuid() != 0:
+                raise LocalClusterError("a jail needs root: slurmd and slurmstepd mount the jail for each job step")
 
     def _prepare_dirs(self, changes):
         lay = self.layout
@@ -755,7 +792,7 @@ class LocalCluster:
             with open(self.layout.db_password) as f:
                 password = f.read().strip()
         configs = adapt_configs(self._render(model), model, self.layout.state_dir, base_port, user=self.user,
-                                db_password=password)
+                                db_password=password, jail_dir=self.jail_dir, spank_chroot=self.spank_chroot)
         etc = self.layout.etc
         for name, text in sorted(configs.items()):
             path = os.path.join(etc, name)
