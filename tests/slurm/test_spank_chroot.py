@@ -1,0 +1,386 @@
+"""The chroot SPANK plugin (images/spank_chroot) on a real local cluster: job steps run in the jail.
+
+The plugin is built here with its Makefile (warnings are errors); a small jail is made from the host's binaries and
+their libraries: a shell and a few tools, the Slurm clients with their plugins and libraries (for srun inside a batch
+script), the plugin itself at its path (srun in the jail loads plugstack.conf too), passwd/group, and a marker file
+only the jail has. The cluster loads the plugin through LocalCluster(jail_dir=..., spank_chroot=...).
+
+Every mount the plugin makes lives in the mount namespace of a job step; after the clusters stop, no mount of the
+jail is left on the host (checked below).
+"""
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils import render_slurm, spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLUGIN_DIR = os.path.join(ROOT, "images", "spank_chroot")
+SMALL = "examples/small-cpu.yml"
+JOB_WAIT = 60
+MARKER = "soperator jail marker\n"
+# A file on the host's root filesystem that no job in the jail may see (/tmp is bound into the jail: not there).
+HOST_ONLY = os.path.abspath(__file__)
+# Programs the test jail holds (with their libraries), besides the Slurm plugin directory.
+JAIL_PROGRAMS = ("sh", "cat", "ls", "hostname", "sleep", "touch", "srun", "scontrol")
+JAIL_ETC = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache")
+
+
+# ------------------------------------------------------------------------------------------------ building
+
+
+def _require_build_tools():
+    if shutil.which("gcc") is None or shutil.which("make") is None:
+        pytest.skip("building the SPANK plugin needs gcc and make (Debian: gcc, make)")
+    if not os.path.exists("/usr/include/slurm/spank.h"):
+        pytest.skip("building the SPANK plugin needs <slurm/spank.h> (Debian: libslurm-dev)")
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory):
+    """The plugin built from images/spank_chroot with its Makefile into a tmp dir (-Wall -Wextra -Werror)."""
+    _require_build_tools()
+    build = tmp_path_factory.mktemp("spank")
+    proc = subprocess.run(["make", "-C", PLUGIN_DIR, "BUILD_DIR=%s" % build], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+    assert proc.returncode == 0, proc.stdout
+    path = str(build / "spank_chroot.so")
+    assert os.path.isfile(path)
+    return path
+
+
+def _ldd(path):
+    """Absolute paths of the shared libraries `path` loads (those ldd resolves)."""
+    proc = subprocess.run(["ldd", path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True,
+                          check=False)
+    libs = []
+    for line in proc.stdout.splitlines():
+        m = re.search(r"(?:=>\s*)?(/\S+)\s+\(0x", line)
+        if m:
+            libs.append(m.group(1))
+    return libs
+
+
+def _install(jail, path):
+    """Copy the host's `path` into the jail at the same path; symlinks stay symlinks (their targets are copied)."""
+    seen = set()
+    while path not in seen:
+        seen.add(path)
+        real_parent = os.path.realpath(os.path.dirname(path))
+        host = os.path.join(real_parent, os.path.basename(path))
+        dest = jail + host
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if os.path.islink(host):
+            target = os.readlink(host)
+            if not os.path.lexists(dest):
+                os.symlink(target, dest)
+            path = os.path.normpath(os.path.join(real_parent, target))
+            continue
+        if not os.path.exists(dest):
+            shutil.copy2(host, dest)
+        return
+
+
+def make_jail(jail, plugin_path):
+    """A minimal root filesystem at `jail` (see the module docstring)."""
+    os.makedirs(jail)
+    for name in ("bin", "sbin", "lib", "lib64"):          # Debian's merged /usr: keep the same symlinks
+        if os.path.islink("/" + name):
+            os.symlink(os.readlink("/" + name), os.path.join(jail, name))
+    files = set()
+    for prog in JAIL_PROGRAMS:
+        path = shutil.which(prog)
+        if path is None:
+            pytest.skip("the test jail needs %s on the host" % prog)
+        files.add(path)
+        files.update(_ldd(path))
+    # srun loads Slurm's plugins (auth/munge, ...) from its PluginDir: the directory of libslurmfull.so on Debian.
+    slurm_dirs = set(os.path.dirname(os.path.realpath(p)) for p in _ldd(shutil.which("srun")) if "libslurm" in p)
+    for d in slurm_dirs:
+        for name in os.listdir(d):
+            if name.endswith(".so"):
+                files.add(os.path.join(d, name))
+                files.update(_ldd(os.path.join(d, name)))
+    files.add(plugin_path)
+    for path in sorted(files):
+        _install(jail, path)
+    os.makedirs(os.path.join(jail, "etc"), exist_ok=True)
+    for name in JAIL_ETC:
+        if os.path.exists("/etc/" + name):
+            shutil.copy2("/etc/" + name, os.path.join(jail, "etc", name))
+    with open(os.path.join(jail, "etc", "jail-marker"), "w") as f:
+        f.write(MARKER)
+    for d in ("home/shared", "tmp"):
+        os.makedirs(os.path.join(jail, d), exist_ok=True)
+    os.chmod(os.path.join(jail, "tmp"), 0o1777)
+
+
+@pytest.fixture(scope="module")
+def jail(tmp_path_factory, plugin):
+    if os.getuid() != 0:
+        pytest.skip("the chroot SPANK plugin needs root (slurmstepd mounts the jail)")
+    path = str(tmp_path_factory.mktemp("jail-parent") / "jail")
+    make_jail(path, plugin)
+    yield path
+    assert _mounts_under(path) == [], "mounts of the jail leaked to the host"
+
+
+def _mounts_under(path):
+    """Mount points in this process' mount namespace at or below `path` (the host's view)."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4]
+            if point == path or point.startswith(path + "/"):
+                found.append(point)
+    return found
+
+
+@pytest.fixture
+def jailed(local_cluster, jail, plugin):
+    """A started small-cpu cluster (cpu-0, cpu-1) whose job steps run in the jail."""
+    return local_cluster(SMALL, jail_dir=jail, spank_chroot=plugin)
+
+
+def srun(cluster, *argv, **kwargs):
+    return cluster.run(["srun", "--chdir=/"] + list(argv), timeout=JOB_WAIT, **kwargs)
+
+
+def job_state(cluster, job_id):
+    out = cluster.run(["scontrol", "show", "job", "-o", str(job_id)], timeout=30).stdout
+    m = re.search(r"\bJobState=(\S+)", out)
+    assert m, out
+    return m.group(1)
+
+
+def wait_job(cluster, job_id, timeout=JOB_WAIT):
+    deadline = time.time() + timeout
+    while True:
+        state = job_state(cluster, job_id)
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            return state
+        assert time.time() < deadline, "job %s is still %s after %ss" % (job_id, state, timeout)
+        time.sleep(0.3)
+
+
+def slurmd_logs(cluster):
+    text = ""
+    for name in sorted(os.listdir(cluster.layout.log)):
+        if name.startswith("slurmd-") and name.endswith(".log"):
+            with open(os.path.join(cluster.layout.log, name)) as f:
+                text += f.read()
+    return text
+
+
+# ------------------------------------------------------------------------------------------------ the plugin
+
+
+def test_makefile_installs_under_destdir(plugin, tmp_path):
+    dest = tmp_path / "root"
+    proc = subprocess.run(["make", "-C", PLUGIN_DIR, "install", "BUILD_DIR=%s" % os.path.dirname(plugin),
+                           "DESTDIR=%s" % dest], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, check=False)
+    assert proc.returncode == 0, proc.stdout
+    assert os.path.isfile(str(dest) + c.SPANK_CHROOT_PLUGIN)
+
+
+def test_default_binds_are_the_images_paths():
+    """The node paths the plugin binds by default are the images' paths from constants.py."""
+    with open(os.path.join(PLUGIN_DIR, "spank_chroot.c")) as f:
+        source = f.read()
+    block = re.search(r"default_binds\[\] = \{(.*?)\};", source, re.S).group(1)
+    defaults = re.findall(r'"([^"]+)"', block)
+    assert defaults == ["/tmp", c.SLURM_CONF_DIR, c.MUNGE_SOCKET_DIR, c.SLURMD_SPOOL]
+
+
+# ------------------------------------------------------------------------------------------------ local backend
+
+
+def load_model(path):
+    with open(os.path.join(ROOT, path)) as f:
+        return spec.build_model(spec.load_documents(f.read()))
+
+
+def _adapted_plugstack(**kwargs):
+    model = load_model(SMALL)
+    rendered = render_slurm.render_slurm_configs(model)
+    return lb.adapt_configs(rendered, model, "/tmp/sop-x", 20000, user="someone", have_pmix=False,
+                            **kwargs)["plugstack.conf"]
+
+
+def _settings(text):
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_plugstack_without_jail_comments_the_plugin_out():
+    text = _adapted_plugstack()
+    assert _settings(text) == []
+    assert "# required %s jail=%s" % (c.SPANK_CHROOT_PLUGIN, c.JAIL_MOUNT) in text.splitlines()
+
+
+def test_plugstack_with_jail_loads_the_local_plugin_and_binds_the_state_dir():
+    text = _adapted_plugstack(jail_dir="/srv/jail/", spank_chroot="/opt/x/spank_chroot.so")
+    assert _settings(text) == ["required /opt/x/spank_chroot.so jail=/srv/jail nodefaults bind=/tmp "
+                               "bind=/tmp/sop-x/etc bind=/tmp/sop-x/run bind=/tmp/sop-x/spool"]
+    # Without spank_chroot: the installed plugin.
+    assert _settings(_adapted_plugstack(jail_dir="/srv/jail"))[0].startswith(
+        "required %s jail=/srv/jail " % c.SPANK_CHROOT_PLUGIN)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"spank_chroot": "/opt/x/spank_chroot.so"}, "spank_chroot needs jail_dir"),
+    ({"jail_dir": "relative/jail"}, "jail_dir must be an absolute path"),
+    ({"jail_dir": "/srv/my jail"}, "jail_dir must be an absolute path without whitespace"),
+    ({"jail_dir": "/srv/jail", "spank_chroot": "spank_chroot.so"}, "spank_chroot must be an absolute path"),
+])
+def test_plugstack_jail_arguments_are_checked(kwargs, error):
+    with pytest.raises(lb.LocalClusterError, match=error):
+        _adapted_plugstack(**kwargs)
+
+
+def test_local_cluster_refuses_a_missing_plugin(tmp_path):
+    for name in ("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel"):
+        try:
+            lb.find_binary(name)              # checked before the plugin
+        except lb.LocalClusterError as e:
+            pytest.skip("real Slurm needed: %s" % e)
+    cluster = lb.LocalCluster(str(tmp_path / "state"), load_model(SMALL), jail_dir=str(tmp_path),
+                              spank_chroot=str(tmp_path / "missing.so"))
+    with pytest.raises(lb.LocalClusterError, match="make spank"):
+        cluster.ensure_started()
+    assert not (tmp_path / "state").exists()                # refused before anything was created or started
+
+
+# ------------------------------------------------------------------------------------------------ jobs in the jail
+
+
+def test_job_sees_the_jail_not_the_host(jailed, jail):
+    assert srun(jailed, "cat", "/etc/jail-marker").stdout == MARKER
+    assert os.path.exists(HOST_ONLY)
+    out = srun(jailed, "sh", "-c", "test -e %s && echo visible || echo hidden" % HOST_ONLY).stdout
+    assert out.strip() == "hidden"
+    # The step's root mount is the jail (mountinfo field 4 is the mount's root within its filesystem).
+    mountinfo = srun(jailed, "cat", "/proc/self/mountinfo").stdout
+    points = dict((line.split()[4], line.split()) for line in mountinfo.splitlines())
+    root = points["/"][3]
+    assert root != "/" and os.path.realpath(jail).endswith(root), mountinfo
+    assert points["/proc"][points["/proc"].index("-") + 1] == "proc", mountinfo
+
+
+def test_job_has_its_own_proc(jailed):
+    out = srun(jailed, "sh", "-c", "echo $$; cat /proc/$$/status; ls /proc/self/").stdout.splitlines()
+    pid = out[0]
+    assert "Name:\tsh" in out and "Pid:\t%s" % pid in out, out
+    assert "mountinfo" in out
+
+
+def test_file_written_on_one_node_is_read_on_another(jailed, jail):
+    srun(jailed, "-w", "cpu-0", "sh", "-c", "echo from $SLURMD_NODENAME > /home/shared/handoff")
+    assert srun(jailed, "-w", "cpu-1", "cat", "/home/shared/handoff").stdout == "from cpu-0\n"
+    with open(os.path.join(jail, "home", "shared", "handoff")) as f:   # it is the jail's file
+        assert f.read() == "from cpu-0\n"
+
+
+def test_batch_script_runs_in_the_jail_and_its_srun_reaches_slurmctld(jailed, jail, tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\ncat /etc/jail-marker\nsrun -N2 hostname\necho step-rc=$?\n")
+    out = jailed.run(["sbatch", "--parsable", "-N2", "--chdir=/home/shared", "-o", "batch-%j.out", str(script)],
+                     timeout=30).stdout.strip().split(";")[0]
+    assert wait_job(jailed, out) == "COMPLETED", slurmd_logs(jailed)[-3000:]
+    # slurmstepd opened the output file in the jail: the path is the jail's /home/shared.
+    path = os.path.join(jail, "home", "shared", "batch-%s.out" % out)
+    with open(path) as f:
+        lines = f.read().splitlines()
+    assert lines[0] == MARKER.strip()
+    assert lines[1:] == [os.uname()[1]] * 2 + ["step-rc=0"], lines
+    assert not os.path.exists("/home/shared/batch-%s.out" % out)
+
+
+def test_working_directory_is_the_jails(jailed):
+    # /home/shared exists only in the jail: slurmstepd changes to it after the plugin entered the jail.
+    assert jailed.run(["srun", "--chdir=/home/shared", "sh", "-c", "pwd"], timeout=JOB_WAIT).stdout == "/home/shared\n"
+    # A directory the jail lacks (this checkout exists on the host only): Slurm's fallback, /tmp, with its error.
+    proc = jailed.run(["srun", "--chdir=%s" % ROOT, "sh", "-c", "pwd"], timeout=JOB_WAIT)
+    assert proc.stdout == "/tmp\n"
+    assert "couldn't chdir to `%s'" % ROOT in proc.stderr
+
+
+def test_missing_jail_fails_the_job_closed(local_cluster, plugin, tmp_path):
+    missing = str(tmp_path / "no-such-jail")
+    cluster = local_cluster(SMALL, jail_dir=missing, spank_chroot=plugin)
+    message = "cannot enter the jail %s: jail directory %s: No such file or directory" % (missing, missing)
+    ran = tmp_path / "ran"
+
+    proc = cluster.run(["srun", "-N2", "touch", str(ran)], timeout=JOB_WAIT, check=False)
+    assert proc.returncode == 1, proc
+    assert "spank_chroot: not running the task: job " in proc.stderr and message in proc.stderr, proc.stderr
+    assert not ran.exists()                  # nothing ran on the host's root filesystem instead
+
+    out = tmp_path / "batch.out"
+    job = cluster.run(["sbatch", "--parsable", "-o", str(out), "--wrap", "touch %s" % ran],
+                      timeout=30).stdout.strip().split(";")[0]
+    assert wait_job(cluster, job) == "FAILED"
+    assert re.search(r"\bExitCode=1:0\b", cluster.run(["scontrol", "show", "job", "-o", job]).stdout)
+    assert not ran.exists()
+    assert message in out.read_text()        # the job's stderr (on the host: slurmstepd never entered the jail)
+    assert message in slurmd_logs(cluster)
+    # The nodes stay in service (a launch failure would drain a batch job's node).
+    assert all(not n["state_flags"] for n in cluster.sinfo_nodes())
+
+
+def test_broken_plugstack_options_fail_closed(jailed, tmp_path):
+    """An unknown plugin option in plugstack.conf (slurmstepd reads it at each launch) fails the tasks too."""
+    _edit_plugstack(jailed, "nodefaults", "nodefaults no_such_option")
+    ran = tmp_path / "ran"
+    proc = jailed.run(["srun", "touch", str(ran)], timeout=JOB_WAIT, check=False)
+    assert proc.returncode == 1
+    assert "spank_chroot: not running the task: plugstack.conf: unknown option 'no_such_option'" in proc.stderr
+    assert not ran.exists()
+
+
+def test_no_jail_option_only_when_allowed(jailed):
+    """--no-jail keeps a job on the host's root only with allow_no_jail in plugstack.conf (srun and slurmstepd read
+    it at each launch, so the test edits the cluster's file)."""
+    proc = srun(jailed, "--no-jail", "true", check=False)
+    assert proc.returncode != 0 and "no-jail" in proc.stderr          # srun does not know the option
+    _edit_plugstack(jailed, "nodefaults", "nodefaults allow_no_jail")
+    assert srun(jailed, "--no-jail", "cat", HOST_ONLY).stdout == open(HOST_ONLY).read()
+    assert srun(jailed, "cat", "/etc/jail-marker").stdout == MARKER       # without it: still the jail
+
+
+def _edit_plugstack(cluster, old, new):
+    """Change the cluster's plugstack.conf in place: srun and slurmstepd read it at each launch."""
+    conf = os.path.join(cluster.layout.etc, "plugstack.conf")
+    with open(conf) as f:
+        text = f.read()
+    assert old in text
+    with open(conf, "w") as f:
+        f.write(text.replace(old, new))
+
+
+def test_read_only_bind(jailed, tmp_path):
+    shared = tmp_path / "datasets"
+    shared.mkdir()
+    (shared / "data.txt").write_text("read me\n")
+    _edit_plugstack(jailed, "nodefaults", "nodefaults bind=%s:/datasets:ro" % shared)
+    assert srun(jailed, "cat", "/datasets/data.txt").stdout == "read me\n"
+    proc = srun(jailed, "touch", "/datasets/new", check=False)
+    assert proc.returncode != 0 and "Read-only file system" in proc.stderr
+    assert not (shared / "new").exists()
+
+
+def test_mount_point_through_a_symlink_is_refused(jailed, jail, tmp_path):
+    # /lib in the test jail is a symlink (usr/lib, as on the host): a mount there could be redirected.
+    assert os.path.islink(os.path.join(jail, "lib"))
+    _edit_plugstack(jailed, "nodefaults", "nodefaults bind=%s:/lib/redirected" % tmp_path)
+    ran = tmp_path / "ran"
+    proc = srun(jailed, "touch", str(ran), check=False)
+    assert proc.returncode == 1
+    assert "mount point %s/lib/redirected: %s/lib is a symbolic link" % (jail, jail) in proc.stderr, proc.stderr
+    assert not ran.exists() and not os.path.exists(os.path.join(jail, "usr", "lib", "redirected"))
