@@ -1,0 +1,61 @@
+"""Small helpers shared by the emulator tests (tests/kube)."""
+import json
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+
+def ns_body(name):
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def make_ns(kube, name="t"):
+    return kube.call("POST", "/api/v1/namespaces", ns_body(name))
+
+
+def cm(name, data=None, labels=None, namespace=None):
+    meta = {"name": name}
+    if labels is not None:
+        meta["labels"] = labels
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data or {}}
+
+
+def cm_path(ns="t", name=None):
+    return "/api/v1/namespaces/%s/configmaps%s" % (ns, "/" + name if name else "")
+
+
+def sts_path(ns="t", name=None, sub=None):
+    return "/apis/apps/v1/namespaces/%s/statefulsets%s%s" % (ns, "/" + name if name else "", "/" + sub if sub else "")
+
+
+def sts(name="web", replicas=None, image="nginx:1.25", labels=None, containers=None):
+    labels = labels or {"app": name}
+    spec = {"serviceName": name, "selector": {"matchLabels": dict(labels)},
+            "template": {"metadata": {"labels": dict(labels)},
+                         "spec": {"containers": containers or [{"name": "main", "image": image}]}}}
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name}, "spec": spec}
+
+
+def failure(call, *args, **kwargs):
+    """Run a call that must fail; -> (ApiException, Status body as a dict)."""
+    with pytest.raises(ApiException) as info:
+        call(*args, **kwargs)
+    e = info.value
+    return e, json.loads(e.body)
+
+
+def managers(obj):
+    """{(manager, operation, subresource): fieldsV1} of an object."""
+    return dict(((m["manager"], m["operation"], m.get("subresource", "")), m["fieldsV1"])
+                for m in obj["metadata"].get("managedFields") or [])
+
+
+def entry(obj, manager, operation="Apply", subresource=""):
+    for m in obj["metadata"].get("managedFields") or []:
+        if (m["manager"], m["operation"], m.get("subresource", "")) == (manager, operation, subresource):
+            return m
+    return None
