@@ -33,6 +33,19 @@ description:
     until they run no job, then stopped and removed from Slurm. A changed Slurm config restarts the daemons that read it.
   - With O(state=absent) and O(target=local), cancels the cluster's jobs and stops every process of it; the state
     directory (configs, munge key, Slurm state, accounting database) is kept unless O(purge=true).
+  - With O(state=present) and O(target=kubernetes), applies the CRDs (O(install_crds)), the SlurmCluster and NodeSet
+    custom resources and every object of the cluster with server-side apply, in dependency order (Secrets and
+    ConfigMaps before workloads, the jail's populate Job before the login and worker StatefulSets). Objects we own
+    (labels C(app.kubernetes.io/managed-by=soperator.slurm) and C(app.kubernetes.io/instance=<name>)) that are no
+    longer rendered are pruned; PersistentVolumeClaims are kept unless O(purge_volumes=true).
+  - Secrets (munge key, SSH host keys, database passwords) are generated on the first apply and read back from the
+    cluster afterwards; they are never rotated by a re-run.
+  - A smaller C(replicas) or a deleted NodeSet removes workers safely - the highest ordinals are drained with the
+    cluster's drain reason prefix, waited for (O(drain_timeout)) until they run no job, and taken out of Slurm
+    before their pods go. A changed slurm.conf is applied with C(scontrol reconfigure).
+  - With O(state=absent) and O(target=kubernetes), deletes every object we own of the cluster - slurmctld and the
+    workers go together, so running jobs end with them; PersistentVolumeClaims (the jail, spools, the database) are kept unless O(purge_volumes=true), and the
+    CRDs always stay.
 author:
   - soperator.slurm contributors (@soperator-slurm)
 attributes:
@@ -43,11 +56,15 @@ attributes:
       - O(state=present) and O(state=absent) compare the desired cluster with the running one (processes, Slurm nodes,
         config files under O(state_dir)) and list in RV(actions) what would be started, restarted, scaled, stopped or
         deleted, without starting, stopping or writing anything.
+      - With O(target=kubernetes), every write is sent as a server-side dry run; RV(objects) lists what would be
+        created, updated or pruned and RV(actions) which nodes would be drained and removed.
   diff_mode:
     support: partial
     description:
       - O(state=rendered) shows the before and after text of every changed file; Secret data is hidden.
       - O(state=present) and O(state=absent) show the running daemons and Slurm nodes before and after, not file text.
+      - With O(target=kubernetes), the before and after of every object that changes, as YAML (the slurm.conf text
+        change shows in the ConfigMap); Secret values are hidden.
 options:
   state:
     description:
@@ -60,10 +77,10 @@ options:
     description:
       - Where O(state=present) or O(state=absent) runs the cluster. Required with those states; ignored with
         O(state=rendered).
+      - V(kubernetes) applies it to the Kubernetes cluster of the kubernetes.core auth options.
       - V(local) runs it as processes on the machine the module runs on.
-      - The Kubernetes target is not implemented by this module yet; render manifests with O(state=rendered).
     type: str
-    choices: [local]
+    choices: [kubernetes, local]
   definition:
     description:
       - The SlurmCluster and its NodeSets, as a list of documents, a single document, or a string of
@@ -96,8 +113,18 @@ options:
     description:
       - With O(target=local), the longest wait in seconds for each step - a daemon to start or stop, the nodes to come up,
         and the jobs on a node being scaled down to finish.
+      - With O(target=kubernetes) and O(wait=true), the longest wait for the cluster to become ready.
     type: int
     default: 300
+  install_crds:
+    description:
+      - With O(target=kubernetes), apply the SlurmCluster and NodeSet CustomResourceDefinitions first (needs the
+        right to manage CRDs, which are cluster-wide). They are never deleted by this module.
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - soperator.slurm.kube_target
+  - kubernetes.core.k8s_auth_options
 notes:
   - Scaling a NodeSet up to its C(maxReplicas) changes no Slurm config; Slurm nodes are defined as FUTURE nodes up to
     that number and join when their slurmd starts.
@@ -154,6 +181,29 @@ EXAMPLES = r"""
     target: local
     state_dir: /tmp/slurm-small
 
+- name: Deploy a cluster to Kubernetes and wait until it is ready
+  soperator.slurm.slurm_cluster:
+    state: present
+    target: kubernetes
+    src: examples/gpu-accounting.yml
+    kubeconfig: ~/.kube/config
+    wait: true
+    wait_timeout: 900
+
+- name: Show the plan (objects, slurm.conf change, nodes that would be drained) without changing anything
+  soperator.slurm.slurm_cluster:
+    state: present
+    target: kubernetes
+    src: examples/gpu-accounting.yml
+  check_mode: true
+  diff: true
+
+- name: Remove it from Kubernetes, keeping the jail and the accounting database volumes
+  soperator.slurm.slurm_cluster:
+    state: absent
+    target: kubernetes
+    src: examples/gpu-accounting.yml
+
 - name: Stop it and delete its state directory
   soperator.slurm.slurm_cluster:
     state: absent
@@ -196,25 +246,27 @@ actions:
   description:
     - What was done to the local cluster, in order; in check mode what would be done (each item starts with
       C(would)). Empty when nothing changed.
+    - With O(target=kubernetes), what was done in Slurm - nodes drained, waited for and removed, C(scontrol
+      reconfigure) - in check mode what would be done.
   returned: when O(state=present) or O(state=absent)
   type: list
   elements: str
   sample: ["started munged", "started slurmctld", "started slurmd-cpu-0", "started slurmd-cpu-1"]
 state_dir:
   description: The local cluster's state directory.
-  returned: when O(state=present) or O(state=absent)
+  returned: when O(target=local)
   type: str
   sample: /root/.local/state/soperator/small
 env:
   description: Environment Slurm clients (sinfo, sbatch, srun, squeue) need to reach the local cluster; export it.
-  returned: when O(state=present) or O(state=absent)
+  returned: when O(target=local)
   type: dict
   sample: {SLURM_CONF: /root/.local/state/soperator/small/etc/slurm.conf}
 nodes:
   description:
     - Slurm nodes as C(sinfo --json) reports them after the run (in check mode, as they are now). Empty when
       slurmctld does not run.
-  returned: when O(state=present)
+  returned: when O(state=present) and O(target=local)
   type: list
   elements: dict
   contains:
@@ -236,6 +288,34 @@ nodes:
       type: list
       elements: str
       sample: [main]
+objects:
+  description:
+    - With O(target=kubernetes), every object of the cluster in apply order and what was done to it - created,
+      updated, unchanged, pruned, or kept (a volume not purged) - in check mode what would be done.
+  returned: when O(target=kubernetes)
+  type: list
+  elements: dict
+  sample: [{kind: ConfigMap, namespace: slurm, name: demo-slurm-configs, action: updated}]
+waited:
+  description: With O(target=kubernetes) and O(wait=true), what was waited for and how long (seconds).
+  returned: when O(target=kubernetes)
+  type: list
+  elements: dict
+  sample: [{for: "the cluster to be ready", seconds: 42.0}]
+status:
+  description: With O(target=kubernetes), the SlurmCluster C(.status) written by this run (phase, conditions).
+  returned: when O(target=kubernetes) and O(state=present), not in check mode
+  type: dict
+  sample: {phase: Ready, conditions: [{type: ControllerReady, status: "True"}]}
+status_updated:
+  description: Whether C(.status) of the SlurmCluster or a NodeSet was written (not counted as C(changed)).
+  returned: when O(target=kubernetes)
+  type: bool
+requests:
+  description: With O(target=kubernetes), API requests made - reads, writes, and dry-run writes.
+  returned: when O(target=kubernetes)
+  type: dict
+  sample: {reads: 17, writes: 0, dry_run_writes: 0}
 errors:
   description: On an invalid spec, every problem found, each with its field path.
   returned: failure
@@ -250,6 +330,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
 from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, load_documents
 from ansible_collections.soperator.slurm.plugins.module_utils.render import (
@@ -510,18 +591,41 @@ def _absent(module, cluster, before, result):
                           "after": {"daemons": [], "state_dir_exists": os.path.isdir(lay.state_dir) and not purge}}
 
 
+# --------------------------------------------------------------------------------------------- target=kubernetes
+
+def _kubernetes(module):
+    params = module.params
+    if not params["src"] and params["definition"] is None:
+        module.fail_json(msg="target=kubernetes needs the cluster: pass src or definition")
+    model = _model(module)
+    for name in ("drain_timeout", "api_timeout"):
+        if params[name] <= 0:
+            module.fail_json(msg="%s must be > 0, got %d" % (name, params[name]))
+    extra = {"cluster": _summary(model)}
+    try:
+        cluster = km.make_cluster(module, model)
+    except km.KubeError as e:
+        module.fail_json(msg=str(e), **extra)
+    if params["state"] == "present":
+        km.run(module, cluster, lambda kc: kc.present(), extra)
+    km.run(module, cluster, lambda kc: kc.absent(), extra)
+
+
 def main():
+    argument_spec = dict(
+        state=dict(type="str", required=True, choices=["rendered", "present", "absent"]),
+        target=dict(type="str", choices=["kubernetes", "local"]),
+        definition=dict(type="raw"),
+        src=dict(type="path"),
+        dest=dict(type="path"),
+        state_dir=dict(type="path"),
+        purge=dict(type="bool", default=False),
+        wait_timeout=dict(type="int", default=300),
+        install_crds=dict(type="bool", default=True),
+    )
+    argument_spec.update(km.kube_target_argument_spec())
     module = AnsibleModule(
-        argument_spec=dict(
-            state=dict(type="str", required=True, choices=["rendered", "present", "absent"]),
-            target=dict(type="str", choices=["local"]),
-            definition=dict(type="raw"),
-            src=dict(type="path"),
-            dest=dict(type="path"),
-            state_dir=dict(type="path"),
-            purge=dict(type="bool", default=False),
-            wait_timeout=dict(type="int", default=300),
-        ),
+        argument_spec=argument_spec,
         mutually_exclusive=[("definition", "src")],
         required_if=[("state", "rendered", ("dest",)), ("state", "rendered", ("definition", "src"), True),
                      ("state", "present", ("target",)), ("state", "absent", ("target",))],
@@ -533,6 +637,8 @@ def main():
         module.fail_json(msg="wait_timeout must be > 0, got %d" % module.params["wait_timeout"])
     if module.params["state"] == "rendered":
         _rendered(module)
+    if module.params["target"] == "kubernetes":
+        _kubernetes(module)
     _local(module)
 
 

@@ -1,0 +1,85 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment(object):
+    # Options of the Kubernetes target shared by slurm_cluster and slurm_nodeset. Use together with
+    # kubernetes.core.k8s_auth_options (how the API server is reached).
+    DOCUMENTATION = r"""
+options:
+  wait:
+    description:
+      - With the Kubernetes target, wait until the StatefulSets are ready and the populate Job has completed, and
+        wait for the populate Job before applying the workloads that mount the jail. The waits and their durations
+        are returned in RV(waited); a timeout fails with what is not ready.
+    type: bool
+    default: false
+  create_namespace:
+    description:
+      - With the Kubernetes target, create the cluster's namespace when it does not exist.
+    type: bool
+    default: true
+  purge_volumes:
+    description:
+      - With the Kubernetes target, also delete PersistentVolumeClaims we created that are no longer rendered (or,
+        with O(state=absent), all of them). Destructive, opt-in; claims created by StatefulSets (spool, database) and
+        an existing jail claim are never deleted.
+    type: bool
+    default: false
+  drain_timeout:
+    description:
+      - With the Kubernetes target, how long in seconds to wait for the jobs on nodes being removed (a smaller
+        C(replicas), a deleted NodeSet) to finish. At the timeout the task fails and changes nothing else; the nodes
+        stay drained, and a re-run goes on.
+    type: int
+    default: 3600
+  force:
+    description:
+      - With the Kubernetes target, remove nodes without waiting for their jobs (the jobs are killed with the pods).
+    type: bool
+    default: false
+  reconfigure:
+    description:
+      - With the Kubernetes target, run C(scontrol reconfigure) in the controller after slurm.conf changed. A change
+        of node definitions restarts the controller pod instead (slurmctld reads them only when it starts).
+    type: bool
+    default: true
+  api_retries:
+    description:
+      - With the Kubernetes target, how many times an API request is retried after a server error (5xx), throttling
+        (429), a write conflict (409) or a timeout. Other errors are not retried.
+    type: int
+    default: 3
+  api_timeout:
+    description:
+      - With the Kubernetes target, seconds one API request may take before it counts as timed out.
+    type: int
+    default: 30
+  slurm_transport:
+    description:
+      - How Slurm commands (drain, remove nodes, reconfigure) reach the cluster's slurmctld.
+      - V(kubernetes) runs them in the controller pod C(<name>-controller-0) through the exec API.
+      - V(local) runs them on the host that runs the module, with C(SLURM_CONF) from O(slurm_conf) (a controller
+        reachable from there, for example through the local backend).
+    type: str
+    choices: [kubernetes, local]
+    default: kubernetes
+  slurm_conf:
+    description:
+      - With O(slurm_transport=local), the C(slurm.conf) the Slurm commands use.
+    type: path
+notes:
+  - Objects are applied with server-side apply under the field manager C(soperator.slurm), with conflicts forced (the
+    spec is the source of truth). An object is sent only when it differs from what we applied last or someone changed
+    a field we set, so a run that changes nothing makes no write request.
+  - Check mode sends every write as a server-side dry run (C(dryRun=All)), so the diff is the API server's own
+    answer. Where the namespace or a CRD does not exist yet, the plan is shown without the server's view.
+  - Writing C(.status) of the SlurmCluster and its NodeSets is reported in RV(status_updated), not as C(changed).
+requirements:
+  - The C(kubernetes) Python client (24.2 or newer) on the host that runs the module.
+"""

@@ -1,0 +1,502 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Kubernetes target: a whole cluster (slurm_cluster) or one NodeSet (slurm_nodeset) brought to the spec.
+
+One run, in order:
+1. read what we own: one list per managed kind (labels managed-by + instance), plus the namespace;
+2. render from the spec, keeping the Secret material that is already live (generated once, never rotated);
+3. remove workers safely: nodes that a smaller or deleted NodeSet loses are drained, waited for and taken out of
+   Slurm before anything else changes (kube_scale);
+4. apply what changed (kube_apply), the populate Job before the workloads that mount the jail (waiting for it when
+   wait=true), then prune what is no longer rendered;
+5. reload Slurm: a changed slurm.conf reaches slurmctld with `scontrol reconfigure`; changed node definitions roll
+   the controller through its pod template instead (render_kube.node_definitions_hash);
+6. wait for readiness (wait=true) and write .status of the SlurmCluster and NodeSets when it changed.
+Check mode runs 1-4 with the API server's dry run and the Slurm side as a plan.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import copy
+import time
+
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import kube_apply as ka
+from ansible_collections.soperator.slurm.plugins.module_utils import kube_scale
+from ansible_collections.soperator.slurm.plugins.module_utils import names
+from ansible_collections.soperator.slurm.plugins.module_utils.crds import crds
+from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import (
+    CR_API_VERSION, KubeError, NotFound, RESOURCES, object_key)
+from ansible_collections.soperator.slurm.plugins.module_utils.render import render_cluster
+from ansible_collections.soperator.slurm.plugins.module_utils.render_kube import (
+    KIND_ORDER, WORKER, labels as component_labels)
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import SlurmError
+
+# Everything we may own, in apply order; the CRs go first so the cluster's own record exists before its parts.
+MANAGED_KINDS = ("SlurmCluster", "NodeSet") + KIND_ORDER
+CRD_SELECTOR = "%s=%s" % (c.LABEL_MANAGED_BY, c.FIELD_MANAGER)
+SLURM_CONFIGS = "slurm.conf"
+
+
+class BackendError(Exception):
+    def __init__(self, msg, result=None):
+        super(BackendError, self).__init__(msg)
+        self.result = result or {}
+
+
+# --- desired state -------------------------------------------------------------------------------------------
+
+def custom_resources(model):
+    """The SlurmCluster and NodeSet objects as we apply them: the validated, defaulted spec plus our labels."""
+    out = []
+    docs = [model.cluster_spec] + [model.node_set_specs[ns.name] for ns in model.node_sets]
+    for doc in docs:
+        node_set = doc["metadata"]["name"] if doc["kind"] == "NodeSet" else None
+        meta = {"name": doc["metadata"]["name"], "namespace": model.namespace}
+        user_labels = dict(doc["metadata"].get("labels") or {})
+        user_labels.update(component_labels(model, "cluster" if node_set is None else WORKER, node_set))
+        meta["labels"] = user_labels
+        if doc["metadata"].get("annotations"):
+            meta["annotations"] = dict(doc["metadata"]["annotations"])
+        out.append({"apiVersion": CR_API_VERSION, "kind": doc["kind"], "metadata": meta,
+                    "spec": without_nulls(doc["spec"])})
+    return out
+
+
+def without_nulls(value):
+    """The defaulted spec holds None for optional fields left unset; the CRDs' schema (like the API server) has no
+    nullable fields, so they are left out."""
+    if isinstance(value, dict):
+        return dict((k, without_nulls(v)) for k, v in value.items() if v is not None)
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value if v is not None]
+    return copy.deepcopy(value)
+
+
+def live_secret_material(live):
+    """name -> {key: bytes} of the Secrets we own that exist: reused, so secrets are generated once."""
+    material = {}
+    for (kind, _namespace, name), obj in live.items():
+        if kind == "Secret":
+            material[name] = dict((k, base64.b64decode(v)) for k, v in (obj.get("data") or {}).items())
+    return material
+
+
+def _replicas(obj):
+    return int(((obj or {}).get("spec") or {}).get("replicas") or 0)
+
+
+def _component(obj):
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(c.LABEL_COMPONENT)
+
+
+def _node_set_of(obj):
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(c.LABEL_NODESET)
+
+
+# --- readiness and status ------------------------------------------------------------------------------------
+
+def workload_state(obj):
+    """(ready, text) of a StatefulSet or Job, from its status."""
+    status = obj.get("status") or {}
+    if obj["kind"] == "Job":
+        for cond in status.get("conditions") or []:
+            if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+                return cond["type"] == "Complete", cond["type"].lower() if cond["type"] == "Complete" else \
+                    "failed: %s" % (cond.get("message") or cond.get("reason") or "")
+        return False, "running (%s succeeded)" % status.get("succeeded", 0)
+    want = _replicas(obj)
+    ready = int(status.get("readyReplicas") or 0)
+    current = status.get("observedGeneration", 0) >= (obj.get("metadata") or {}).get("generation", 0)
+    return ready >= want and current, "%d/%d ready" % (ready, want)
+
+
+def job_failed(obj):
+    return any(cond.get("type") == "Failed" and cond.get("status") == "True"
+               for cond in (obj.get("status") or {}).get("conditions") or [])
+
+
+def _condition(ctype, ok, message, generation):
+    return {"type": ctype, "status": "True" if ok else "False", "reason": "Ready" if ok else "NotReady",
+            "message": message, "observedGeneration": generation}
+
+
+def cluster_status(model, workloads, generation, previous):
+    """The SlurmCluster .status from the live StatefulSets and Jobs (name -> object)."""
+    parts = [("ControllerReady", [names.controller_name(model)]),
+             ("LoginReady", [names.login_name(model)]),
+             ("WorkersReady", [ns.name for ns in model.node_sets])]
+    if model.accounting.enabled:
+        parts.append(("AccountingReady", [names.accounting_name(model)] + (
+            [names.accounting_db_name(model)] if model.accounting.in_cluster is not None else [])))
+    conditions = []
+    jail = workloads.get(("Job", names.populate_jail_name(model)))
+    jail_ok, jail_text = workload_state(jail) if jail else (False, "not created")
+    conditions.append(_condition("JailPopulated", jail_ok, "%s: %s" % (names.populate_jail_name(model), jail_text),
+                                 generation))
+    for ctype, members in parts:
+        texts, ok = [], True
+        for name in members:
+            obj = workloads.get(("StatefulSet", name))
+            ready, text = workload_state(obj) if obj else (False, "missing")
+            ok = ok and ready
+            texts.append("%s %s" % (name, text))
+        conditions.append(_condition(ctype, ok, ", ".join(texts) or "none", generation))
+    all_ok = all(cond["status"] == "True" for cond in conditions)
+    if jail is not None and job_failed(jail):
+        phase = "Failed"
+    elif all_ok:
+        phase = "Ready"
+    elif (previous or {}).get("phase") in ("Ready", "Degraded"):
+        phase = "Degraded"
+    else:
+        phase = "Provisioning"
+    conditions.insert(0, _condition("Ready", all_ok, "phase %s" % phase, generation))
+    return {"phase": phase, "observedGeneration": generation, "conditions": _keep_times(conditions, previous),
+            "controllerEndpoint": "%s:%d" % (model.dns_name(model.controller_host, names.controller_name(model)),
+                                             model.controller.port),
+            "loginEndpoint": "%s.%s.svc.%s:22" % (names.login_name(model), model.namespace, model.cluster_domain)}
+
+
+def node_set_status(model, node_set, sts, generation, previous):
+    ready, text = workload_state(sts) if sts else (False, "missing")
+    status = (sts or {}).get("status") or {}
+    selector = ",".join("%s=%s" % kv for kv in sorted(component_labels(model, WORKER, node_set.name).items())
+                        if kv[0] != c.LABEL_MANAGED_BY)
+    phase = "Ready" if ready else ("Scaling" if sts and int(status.get("replicas") or 0) != node_set.replicas
+                                   else "Provisioning")
+    return {"phase": phase, "observedGeneration": generation, "replicas": int(status.get("replicas") or 0),
+            "readyReplicas": int(status.get("readyReplicas") or 0), "selector": selector,
+            "conditions": _keep_times([_condition("Ready", ready, "StatefulSet %s: %s" % (node_set.name, text),
+                                                  generation)], previous)}
+
+
+def _keep_times(conditions, previous):
+    """lastTransitionTime moves only when a condition's status changes (so an unchanged status is not rewritten)."""
+    before = dict((cond.get("type"), cond) for cond in (previous or {}).get("conditions") or [])
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for cond in conditions:
+        old = before.get(cond["type"])
+        cond["lastTransitionTime"] = old["lastTransitionTime"] if old and old.get("status") == cond["status"] and \
+            old.get("lastTransitionTime") else now
+    return conditions
+
+
+# --- the run -------------------------------------------------------------------------------------------------
+
+class KubeCluster(object):
+    """One cluster on one API server. `runner_factory()` gives the SlurmRunner, made only when Slurm is needed."""
+
+    def __init__(self, client, model, runner_factory=None, check_mode=False, install_crds=True,
+                 create_namespace=True, purge_volumes=False, force_conflicts=True, wait=False, wait_timeout=600,
+                 drain_timeout=3600, force=False, reconfigure=True, sleep=time.sleep, clock=time.monotonic,
+                 poll=2.0):
+        self.client = client
+        self.model = model
+        self.runner_factory = runner_factory
+        self._runner = None
+        self.check_mode = check_mode
+        self.install_crds = install_crds
+        self.create_namespace = create_namespace
+        self.purge_volumes = purge_volumes
+        self.force_conflicts = force_conflicts
+        self.wait = wait
+        self.wait_timeout = wait_timeout
+        self.drain_timeout = drain_timeout
+        self.force = force
+        self.reconfigure = reconfigure
+        self.sleep = sleep
+        self.clock = clock
+        self.poll = poll
+        self.changes = []
+        self.actions = []      # what was done outside Kubernetes objects: Slurm commands
+        self.waited = []
+        self.namespace_missing = False
+        self.status = None
+        self.status_updated = False
+        self._last_workloads = None
+
+    @property
+    def runner(self):
+        if self._runner is None:
+            if self.runner_factory is None:
+                raise BackendError("this change needs Slurm access (draining or reconfiguring), and none was given")
+            self._runner = self.runner_factory()
+        return self._runner
+
+    @property
+    def prefix(self):
+        return self.model.remediation.drain_reason_prefix
+
+    # --- reading -------------------------------------------------------------------------------------------
+
+    def read_live(self, kinds=MANAGED_KINDS):
+        """key -> object for everything of this cluster we own: one request per kind."""
+        selector = ka.owner_selector(self.model.name)
+        live = {}
+        namespaced_prefix = "soperator-slurm-%s-%s-" % (self.model.namespace, self.model.name)
+        for kind in kinds:
+            namespaced = RESOURCES[kind][2]
+            for obj in self.client.list(kind, self.model.namespace if namespaced else None, selector):
+                # cluster-scoped objects carry the namespace in their name: another namespace's cluster of the
+                # same name is not ours
+                if not namespaced and not obj["metadata"]["name"].startswith(namespaced_prefix):
+                    continue
+                live[object_key(obj)] = obj
+        return live
+
+    def ensure_namespace(self):
+        ns = self.model.namespace
+        if self.client.get("Namespace", ns) is not None:
+            return None
+        if not self.create_namespace:
+            raise BackendError("namespace %s does not exist (create_namespace=false)" % ns)
+        change = ka.Change(ka.CREATE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        if self.check_mode:
+            self.namespace_missing = True
+        else:
+            change.after = self.client.create(change.desired)
+        return change
+
+    # --- applying ------------------------------------------------------------------------------------------
+
+    def _execute(self, changes):
+        """Apply `changes`; in check mode a dry run (skipped where the namespace or CRD does not exist yet)."""
+        if self.check_mode and self.namespace_missing:
+            return
+        try:
+            ka.execute(self.client, changes, dry_run=self.check_mode, force_conflicts=self.force_conflicts)
+        except ka.ApplyError as e:
+            if self.check_mode and isinstance(e.error, NotFound):
+                # dry run against a kind whose CRD is not installed yet: report the plan without the server's view
+                rest = changes[changes.index(e.change) + 1:]
+                self._execute([ch for ch in rest if ch.kind != e.change.kind])
+                return
+            raise BackendError("%s (objects before it were applied; a re-run continues)" % e)
+
+    def apply_crds(self):
+        if not self.install_crds:
+            return []
+        live = dict((object_key(o), o) for o in self.client.list("CustomResourceDefinition", None, CRD_SELECTOR))
+        changes = ka.plan(crds(), live)   # never pruned: deleting a CRD deletes every cluster's objects
+        self._execute(changes)
+        if not self.check_mode and any(ch.writes for ch in changes):
+            self._wait_for(lambda: self._crds_established(), "CustomResourceDefinitions established",
+                           self.wait_timeout)
+        return changes
+
+    def _crds_established(self):
+        missing = []
+        for crd in crds():
+            live = self.client.get("CustomResourceDefinition", crd["metadata"]["name"]) or {}
+            conds = (live.get("status") or {}).get("conditions") or []
+            if not any(cd.get("type") == "Established" and cd.get("status") == "True" for cd in conds):
+                missing.append(crd["metadata"]["name"])
+        return not missing, ", ".join(missing)
+
+    def _wait_for(self, probe, what, timeout):
+        started = self.clock()
+        while True:
+            done, text = probe()
+            if done:
+                self.waited.append({"for": what, "seconds": round(self.clock() - started, 1)})
+                return
+            if self.clock() - started >= timeout:
+                raise BackendError("timed out after %ds waiting for %s; not ready: %s" % (timeout, what, text))
+            self.sleep(self.poll)
+
+    # --- the Slurm side ------------------------------------------------------------------------------------
+
+    def scale_down(self, desired, live):
+        """Drain and remove the nodes that shrinking or deleted worker StatefulSets lose."""
+        wanted = dict((object_key(o), o) for o in desired if o["kind"] == "StatefulSet")
+        nodes = []
+        for key, obj in sorted(live.items()):
+            if key[0] != "StatefulSet" or _component(obj) != WORKER:
+                continue
+            target = _replicas(wanted[key]) if key in wanted else 0
+            nodes += kube_scale.removed_nodes(key[2], _replicas(obj), target)
+        if not nodes:
+            return
+        try:
+            self.actions += kube_scale.remove_nodes(
+                self.runner, nodes, self.prefix, self.drain_timeout, force=self.force, check_mode=self.check_mode,
+                sleep=self.sleep, clock=self.clock, poll=self.poll)
+        except kube_scale.ScaleDownError as e:
+            self.actions += e.actions
+            raise BackendError(str(e))
+        except SlurmError as e:
+            raise BackendError("scale-down of %s: %s" % (", ".join(nodes), e))
+
+    def reload_slurm(self, changes, live):
+        """`scontrol reconfigure` when slurm.conf changed on a running controller whose node definitions did not
+        (those roll the controller pod instead, and slurmctld reads the new file when it starts)."""
+        config = [ch for ch in changes if ch.kind == "ConfigMap" and ch.name == names.slurm_configs_name(self.model)]
+        if not self.reconfigure or not config or config[0].action != ka.UPDATE:
+            return
+        controller = [ch for ch in changes if ch.kind == "StatefulSet" and ch.name == names.controller_name(self.model)]
+        if not controller or controller[0].action != ka.UNCHANGED:
+            return
+        ready, _text = workload_state(controller[0].live)
+        if not ready:
+            return
+        argv = ["scontrol", "reconfigure"]
+        if self.check_mode:
+            self.actions.append("would run scontrol reconfigure (slurm.conf changed)")
+            return
+        try:
+            self.runner.run(argv)
+        except SlurmError as e:
+            raise BackendError("slurm.conf was updated but `scontrol reconfigure` failed (run it again, or restart "
+                               "slurmctld): %s" % e)
+        self.actions.append("ran scontrol reconfigure (slurm.conf changed)")
+
+    # --- entry points --------------------------------------------------------------------------------------
+
+    def present(self, desired_filter=None, prune_filter=None, extra_live=()):
+        """Bring the cluster to the model. desired_filter/prune_filter(obj) narrow what is applied/pruned (for one
+        NodeSet); extra_live are objects of ours that lack our labels. Returns the result dict."""
+        self.changes = []
+        ns_change = self.ensure_namespace()
+        crd_changes = self.apply_crds()
+        live = {} if self.namespace_missing else self.read_live()
+        for obj in extra_live:
+            live.setdefault(object_key(obj), obj)
+        rendered = render_cluster(self.model, live_secret_material(live))
+        desired = custom_resources(self.model) + rendered.manifests
+        if desired_filter is not None:
+            desired = [o for o in desired if desired_filter(o)]
+        desired_keys = set(object_key(o) for o in desired)
+        scoped_live = live if prune_filter is None else dict((k, o) for k, o in live.items()
+                                                            if prune_filter(o) or k in desired_keys)
+        changes = ka.plan(desired, scoped_live, purge_volumes=self.purge_volumes)
+        self.changes = ([ns_change] if ns_change else []) + crd_changes + changes
+        self.scale_down(desired, scoped_live)
+        # The populate Job before the workloads that mount the jail.
+        first = [ch for ch in changes if ch.action != ka.PRUNE and
+                 (ch.kind in ("SlurmCluster", "NodeSet") or KIND_ORDER.index(ch.kind) <= KIND_ORDER.index("Job"))]
+        rest = [ch for ch in changes if ch not in first]
+        self._execute(first)
+        job = [ch for ch in first if ch.kind == "Job" and ch.action == ka.CREATE]
+        if job and self.wait and not self.check_mode:
+            self._wait_for(lambda: self._workloads_ready([("Job", job[0].name)]), "the jail to be populated",
+                           self.wait_timeout)
+        self._execute(rest)
+        self.reload_slurm(changes, live)
+        return self._finish(desired)
+
+    def absent(self):
+        """Delete what we own of the cluster. Nothing is drained: slurmctld goes with the workers, and so do the jobs
+        (removing a NodeSet from a cluster that stays drains its nodes first). Volumes stay unless purge_volumes;
+        CRDs always stay."""
+        self.changes = []
+        if self.client.get("Namespace", self.model.namespace) is None:
+            return self._result()
+        live = self.read_live()
+        self.changes = ka.plan([], live, purge_volumes=self.purge_volumes)
+        self._execute(self.changes)
+        return self._result()
+
+    def _workloads_ready(self, keys):
+        objs = {}
+        for kind in set(k for k, _n in keys):
+            for obj in self.client.list(kind, self.model.namespace, ka.owner_selector(self.model.name)):
+                objs[(kind, obj["metadata"]["name"])] = obj
+        waiting = []
+        for key in keys:
+            obj = objs.get(key)
+            ready, text = workload_state(obj) if obj else (False, "missing")
+            if key[0] == "Job" and obj is not None and job_failed(obj):
+                log = self._job_log(key[1])
+                raise BackendError("Job %s/%s failed: %s%s" % (self.model.namespace, key[1], text, log))
+            if not ready:
+                waiting.append("%s %s (%s)" % (key[0], key[1], text))
+        self._last_workloads = objs
+        return not waiting, "; ".join(waiting)
+
+    def _ready_as_read(self, keys):
+        objs = dict(((ch.kind, ch.name), ch.live) for ch in self.changes if ch.live is not None)
+        if not all(key in objs and workload_state(objs[key])[0] for key in keys):
+            return False
+        self._last_workloads = objs
+        return True
+
+    def _job_log(self, job):
+        pods = self.client.list("Pod", self.model.namespace, "job-name=%s" % job)
+        if not pods:
+            return ""
+        return "\nlast lines of pod %s:\n%s" % (pods[-1]["metadata"]["name"], self.client.pod_log(
+            self.model.namespace, pods[-1]["metadata"]["name"]))
+
+    def _finish(self, desired):
+        workload_keys = [(o["kind"], o["metadata"]["name"]) for o in desired if o["kind"] in ("StatefulSet", "Job")]
+        self._last_workloads = None
+        if self.wait and not self.check_mode:
+            if not any(ch.writes for ch in self.changes) and self._ready_as_read(workload_keys):
+                # nothing was written: what the run read at its start is current, and shows the cluster ready
+                self.waited.append({"for": "the cluster to be ready", "seconds": 0.0})
+            else:
+                self._wait_for(lambda: self._workloads_ready(workload_keys), "the cluster to be ready",
+                               self.wait_timeout)
+        if not self.check_mode:
+            self.write_status(desired)
+        return self._result()
+
+    def _current_workloads(self):
+        """StatefulSets and Jobs as they are now: the last wait's read, else the apply answers and the first read."""
+        if self._last_workloads is not None:
+            return self._last_workloads
+        objs = {}
+        for ch in self.changes:
+            if ch.kind in ("StatefulSet", "Job") and ch.action != ka.PRUNE:
+                obj = ch.after if ch.after is not None else ch.live
+                if obj is not None:
+                    objs[(ch.kind, ch.name)] = obj
+        return objs
+
+    def write_status(self, desired):
+        """Apply .status of the SlurmCluster and its NodeSets, only where it changed."""
+        workloads = self._current_workloads()
+        for ch in self.changes:
+            if ch.kind not in ("SlurmCluster", "NodeSet") or ch.action == ka.PRUNE:
+                continue
+            obj = ch.after if ch.after is not None else ch.live
+            previous = (ch.live or {}).get("status") or {}
+            generation = (obj.get("metadata") or {}).get("generation", 0)
+            if ch.kind == "SlurmCluster":
+                status = cluster_status(self.model, workloads, generation, previous)
+                self.status = status
+            else:
+                node_set = self.model.node_set(ch.name)
+                status = node_set_status(self.model, node_set, workloads.get(("StatefulSet", ch.name)),
+                                         generation, previous)
+            if ka.contained(status, previous) and ka.contained(previous, status):
+                continue
+            body = {"apiVersion": CR_API_VERSION, "kind": ch.kind,
+                    "metadata": {"name": ch.name, "namespace": self.model.namespace}, "status": status}
+            try:
+                self.client.apply(body, subresource="status", force=True)
+            except KubeError as e:
+                raise BackendError("the cluster was applied, but writing its status failed: %s" % e)
+            self.status_updated = True
+
+    def _result(self):
+        changed = any(ch.writes for ch in self.changes) or any(
+            not a.startswith("kept ") for a in self.actions)
+        return {
+            "changed": changed,
+            "objects": [ch.result() for ch in self.changes],
+            "actions": list(self.actions),
+            "waited": list(self.waited),
+            "status": self.status,
+            "status_updated": self.status_updated,
+            "requests": dict(self.client.calls),
+        }
+
+    def diff(self):
+        return [ch.diff() for ch in self.changes if ch.action != ka.UNCHANGED and ch.action != ka.KEEP]
+

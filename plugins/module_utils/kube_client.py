@@ -1,0 +1,285 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A small REST client for the Kubernetes API: the calls the kube backend makes, each retried a bounded number of
+times, each failure naming the object and the reason.
+
+Why not the dynamic client: it discovers every API group before the first call, which costs a dozen reads per run;
+we know the path of every kind we manage, so a run costs one list per kind and nothing else. Authentication is
+kubernetes.core's (kubeconfig, context, in-cluster, token, client certificates, impersonation), so the modules take
+the same options and environment variables as kubernetes.core.k8s.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import time
+
+try:
+    import kubernetes
+    from kubernetes.client.exceptions import ApiException
+    import urllib3
+    HAS_KUBERNETES = True
+    KUBERNETES_IMPORT_ERROR = None
+except ImportError as e:  # the modules report it with missing_required_lib
+    HAS_KUBERNETES = False
+    KUBERNETES_IMPORT_ERROR = e
+    ApiException = Exception
+
+from ansible_collections.soperator.slurm.plugins.module_utils.model import API_GROUP
+
+CR_VERSION = "v1alpha1"
+CR_API_VERSION = "%s/%s" % (API_GROUP, CR_VERSION)
+
+# kind -> (apiVersion, plural, namespaced) for every kind the backend reads or writes.
+RESOURCES = {
+    "Namespace": ("v1", "namespaces", False),
+    "ServiceAccount": ("v1", "serviceaccounts", True),
+    "Secret": ("v1", "secrets", True),
+    "ConfigMap": ("v1", "configmaps", True),
+    "PersistentVolumeClaim": ("v1", "persistentvolumeclaims", True),
+    "Service": ("v1", "services", True),
+    "Pod": ("v1", "pods", True),
+    "Event": ("v1", "events", True),
+    "Role": ("rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "ClusterRole": ("rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "Job": ("batch/v1", "jobs", True),
+    "CronJob": ("batch/v1", "cronjobs", True),
+    "StatefulSet": ("apps/v1", "statefulsets", True),
+    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets", True),
+    "CustomResourceDefinition": ("apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+    "SlurmCluster": (CR_API_VERSION, "slurmclusters", True),
+    "NodeSet": (CR_API_VERSION, "nodesets", True),
+}
+
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
+# Worth another try: the server or something in front of it is overloaded or restarting, or a write raced another.
+RETRY_STATUSES = frozenset([429, 500, 502, 503, 504])
+
+
+class KubeError(Exception):
+    """A failed API call. `status` is the HTTP status (None for a connection error or timeout)."""
+
+    def __init__(self, msg, status=None, reason=None, attempts=1):
+        super(KubeError, self).__init__(msg)
+        self.status = status
+        self.reason = reason
+        self.attempts = attempts
+
+
+class NotFound(KubeError):
+    pass
+
+
+def describe(kind, name, namespace=None):
+    return "%s %s/%s" % (kind, namespace, name) if namespace else "%s %s" % (kind, name)
+
+
+def object_key(obj):
+    meta = obj.get("metadata") or {}
+    return (obj.get("kind"), meta.get("namespace"), meta.get("name"))
+
+
+def resource_path(kind, namespace=None, name=None, subresource=None):
+    try:
+        api_version, plural, namespaced = RESOURCES[kind]
+    except KeyError:
+        raise KubeError("kind %s is not one the backend manages" % kind)
+    path = "/api/%s" % api_version if "/" not in api_version else "/apis/%s" % api_version
+    if namespaced and namespace:
+        path += "/namespaces/%s" % namespace
+    path += "/" + plural
+    if name:
+        path += "/" + name
+    if subresource:
+        path += "/" + subresource
+    return path
+
+
+def _status_message(e):
+    """The server's own message from a Status body, else the HTTP reason."""
+    try:
+        body = json.loads(e.body)
+        if isinstance(body, dict) and body.get("message"):
+            return body["message"], body.get("reason")
+    except (TypeError, ValueError):
+        pass
+    return (e.reason or "HTTP %s" % e.status), None
+
+
+def api_client_from_params(params):
+    """A kubernetes ApiClient from kubernetes.core's auth options (module params or K8S_AUTH_* environment)."""
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s import client as core_client
+    auth = core_client._create_auth_spec(None, **dict((k, v) for k, v in params.items() if v is not None))
+    try:
+        configuration = core_client._create_configuration(auth)
+    except kubernetes.config.ConfigException as e:
+        raise KubeError("cannot configure the Kubernetes client: %s" % e)
+    api = kubernetes.client.ApiClient(configuration)
+    for header, value in core_client._create_headers(None, **params).items():
+        for one in (value if isinstance(value, list) else [value]):
+            api.set_default_header(header, one)
+    return api
+
+
+class KubeClient(object):
+    """Every call the backend makes. Writes take dry_run (the server's dryRun=All). `calls` counts reads/writes."""
+
+    def __init__(self, api_client, field_manager, retries=3, retry_delay=1.0, timeout=30, sleep=time.sleep):
+        self.api = api_client
+        self.field_manager = field_manager
+        self.retries = retries
+        self.retry_delay = retry_delay
+        self.timeout = timeout
+        self.sleep = sleep
+        self.calls = {"reads": 0, "writes": 0, "dry_run_writes": 0}
+
+    # --- transport -------------------------------------------------------------------------------------------
+
+    def _call(self, method, path, what, query=None, body=None, content_type=None, retry_conflict=False):
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        query = list((query or {}).items())
+        dry = ("dryRun", "All") in query
+        attempt = 0
+        while True:
+            attempt += 1
+            self.calls["reads" if method == "GET" else "dry_run_writes" if dry else "writes"] += 1
+            try:
+                return self._send(method, path, query, headers, body)
+            except ApiException as e:
+                message, reason = _status_message(e)
+                retriable = e.status in RETRY_STATUSES or (retry_conflict and e.status == 409)
+                error = KubeError("%s: %s %s: %s" % (what, e.status, reason or e.reason, message), status=e.status,
+                                  reason=reason, attempts=attempt)
+                if e.status == 404:
+                    raise NotFound(str(error), status=404, reason=reason, attempts=attempt)
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                # connection refused/reset, read timeout: the request may not have reached the server
+                retriable = True
+                error = KubeError("%s: %s" % (what, _connection_message(e)), attempts=attempt)
+            if not retriable or attempt > self.retries:
+                if attempt > 1:
+                    error.args = ("%s (gave up after %d attempts)" % (error.args[0], attempt),)
+                raise error
+            self.sleep(self.retry_delay * attempt)
+
+    def _send(self, method, path, query, headers, body):
+        """One request -> (decoded JSON body, HTTP status). Raises ApiException for a non-2xx answer."""
+        if hasattr(self.api, "param_serialize"):
+            # kubernetes >= 35: the generated client serializes and sends in two steps
+            request = self.api.param_serialize(method, path, query_params=query, header_params=headers, body=body,
+                                               auth_settings=["BearerToken"])
+            response = self.api.call_api(*request, _request_timeout=self.timeout)
+            response.read()
+            if not 200 <= response.status <= 299:
+                self.api.response_deserialize(response, {})   # raises ApiException with the Status body
+            text = response.data
+            status = response.status
+        else:
+            response = self.api.call_api(
+                path, method, query_params=query, header_params=headers, body=body, auth_settings=["BearerToken"],
+                _return_http_data_only=True, _preload_content=False, _request_timeout=self.timeout)
+            text, status = response.data, response.status
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return (json.loads(text) if text else {}), status
+
+    # --- reads -----------------------------------------------------------------------------------------------
+
+    def get(self, kind, name, namespace=None, subresource=None):
+        """The object, or None when it does not exist."""
+        try:
+            data, _status = self._call("GET", resource_path(kind, namespace, name, subresource),
+                                       "read %s" % describe(kind, name, namespace))
+            return data
+        except NotFound:
+            return None
+
+    def list(self, kind, namespace=None, label_selector=None):
+        """Every object of a kind (in `namespace`, or cluster-wide) matching the selector; one request."""
+        query = {"labelSelector": label_selector} if label_selector else {}
+        what = "list %s%s" % (RESOURCES.get(kind, (None, kind))[1], " in %s" % namespace if namespace else "")
+        try:
+            data, _status = self._call("GET", resource_path(kind, namespace), what, query=query)
+        except NotFound:
+            # a CRD not installed yet: nothing of that kind exists
+            return []
+        api_version = RESOURCES[kind][0]
+        items = data.get("items") or []
+        for item in items:
+            item.setdefault("kind", kind)
+            item.setdefault("apiVersion", api_version)
+        return items
+
+    def pod_log(self, namespace, name, tail_lines=50):
+        """The last lines of a pod's log, or why it could not be read (it only adds detail to an error)."""
+        path = resource_path("Pod", namespace, name, "log")
+        try:
+            self.calls["reads"] += 1
+            if hasattr(self.api, "param_serialize"):
+                request = self.api.param_serialize("GET", path, query_params=[("tailLines", tail_lines)],
+                                                   header_params={"Accept": "text/plain"},
+                                                   auth_settings=["BearerToken"])
+                response = self.api.call_api(*request, _request_timeout=self.timeout)
+                response.read()
+            else:
+                response = self.api.call_api(path, "GET", query_params=[("tailLines", tail_lines)],
+                                             header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"],
+                                             _return_http_data_only=True, _preload_content=False,
+                                             _request_timeout=self.timeout)
+            text = response.data.decode("utf-8", "replace") if isinstance(response.data, bytes) else response.data
+            if not 200 <= response.status <= 299:
+                return "(log unavailable: HTTP %s)" % response.status
+            return text
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            return "(log unavailable: %s)" % e
+
+    # --- writes ----------------------------------------------------------------------------------------------
+
+    def apply(self, obj, dry_run=False, force=True, subresource=None):
+        """Server-side apply under our field manager. Returns (object, created)."""
+        kind, namespace, name = object_key(obj)
+        query = {"fieldManager": self.field_manager}
+        if force:
+            query["force"] = "true"
+        if dry_run:
+            query["dryRun"] = "All"
+        what = "%s %s" % ("apply status of" if subresource else "apply", describe(kind, name, namespace))
+        data, status = self._call("PATCH", resource_path(kind, namespace, name, subresource), what, query=query,
+                                  body=json.dumps(obj), content_type=APPLY_CONTENT_TYPE, retry_conflict=True)
+        return data, status == 201
+
+    def create(self, obj, dry_run=False):
+        kind, namespace, name = object_key(obj)
+        query = {"fieldManager": self.field_manager}
+        if dry_run:
+            query["dryRun"] = "All"
+        data, _status = self._call("POST", resource_path(kind, namespace), "create %s" % describe(kind, name, namespace),
+                                   query=query, body=obj)
+        return data
+
+    def delete(self, kind, name, namespace=None, dry_run=False, propagation="Background"):
+        """Delete one object; False when it was already gone."""
+        query = {"propagationPolicy": propagation}
+        if dry_run:
+            query["dryRun"] = "All"
+        try:
+            self._call("DELETE", resource_path(kind, namespace, name), "delete %s" % describe(kind, name, namespace),
+                       query=query)
+            return True
+        except NotFound:
+            return False
+
+
+def _connection_message(e):
+    text = str(e)
+    if "timed out" in text.lower() or "timeout" in type(e).__name__.lower():
+        return "no answer from the API server (timeout): %s" % text
+    return "cannot reach the API server: %s" % text
