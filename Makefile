@@ -64,6 +64,7 @@ render:
 bench:
 	$(PYTHON) bench/bench_render.py
 	$(PYTHON) bench/bench_drain.py
+	$(PYTHON) bench/bench_kube_apply.py
 
 crds:
 	$(PYTHON) tools/generate_crds.py

@@ -83,13 +83,6 @@ def site(state, spec, *args, **kw):
                     *args, **kw)
 
 
-def test_kubernetes_target_fails_at_once_saying_it_is_not_implemented():
-    tasks, stats = playbook("site.yml", "-e", "spec_file=%s" % SMALL, expect_rc=2)
-    refused = tasks["soperator.slurm.cluster : Refuse the Kubernetes target until its backend exists"]
-    assert refused["failed"] and "not implemented" in refused["msg"] and "slurm_target=local" in refused["msg"]
-    assert CONVERGE not in tasks and stats["failures"] == 1
-
-
 def test_site_local_up_idempotent_check_mode_scale_and_teardown(state_dir, tmp_path):
     state = state_dir
     # 1. up: every node idle, the export line printed

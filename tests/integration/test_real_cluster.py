@@ -1,0 +1,56 @@
+"""The emulator scenario of tests/kube, unchanged, against a real Kubernetes cluster (KUBECONFIG).
+
+Runs in a fresh namespace that it deletes at the end (volumes included). It needs the right to manage CRDs. Pods
+need the images, which the suite does not build, so it does not wait for readiness; the safe scale-down needs
+Slurm in the pods and stays in tests/kube (emulator + real local Slurm).
+"""
+import os
+import sys
+import uuid
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kube"))
+from test_slurm_cluster_kube import SMALL, module, spec_docs  # noqa: E402
+
+
+@pytest.fixture
+def docs():
+    namespace = "soperator-it-%s" % uuid.uuid4().hex[:8]
+    documents = spec_docs(SMALL)
+    for d in documents:
+        d["metadata"]["namespace"] = namespace
+    yield documents
+    module("slurm_cluster", state="absent", target="kubernetes", definition=documents,
+           kubeconfig=os.environ["KUBECONFIG"], purge_volumes=True)
+    from kubernetes import client, config
+    config.load_kube_config()
+    client.CoreV1Api().delete_namespace(namespace)
+
+
+def run(documents, **kw):
+    args = dict(state="present", target="kubernetes", definition=documents, kubeconfig=os.environ["KUBECONFIG"])
+    args.update(kw)
+    return module("slurm_cluster", **args)
+
+
+def changed(result):
+    return sorted((o["kind"], o["name"], o["action"]) for o in result["objects"] if o["action"] != "unchanged")
+
+
+def test_apply_rerun_plan_and_change(docs):
+    planned = module(
+        "slurm_cluster", check=True, state="present", target="kubernetes", definition=docs,
+        kubeconfig=os.environ["KUBECONFIG"])
+    assert planned["changed"] and planned["requests"]["writes"] == 0
+    first = run(docs)
+    assert [(o["kind"], o["name"]) for o in first["objects"]] == [(o["kind"], o["name"]) for o in planned["objects"]]
+    assert set(o["action"] for o in first["objects"]) <= {"created", "updated"}
+    second = run(docs)
+    assert not second["changed"] and second["requests"]["writes"] == 0, changed(second)
+    docs[0]["spec"]["login"]["replicas"] = 2
+    plan = module("slurm_cluster", check=True, state="present", target="kubernetes", definition=docs,
+                  kubeconfig=os.environ["KUBECONFIG"])
+    done = run(docs)
+    assert changed(plan) == changed(done) == [("SlurmCluster", "small", "updated"),
+                                              ("StatefulSet", "small-login", "updated")]
