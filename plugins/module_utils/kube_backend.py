@@ -371,8 +371,9 @@ class KubeCluster(object):
         if desired_filter is not None:
             desired = [o for o in desired if desired_filter(o)]
         desired_keys = set(object_key(o) for o in desired)
-        scoped_live = live if prune_filter is None else dict((k, o) for k, o in live.items()
-                                                            if prune_filter(o) or k in desired_keys)
+        scoped_live = live
+        if prune_filter is not None:
+            scoped_live = dict((k, o) for k, o in live.items() if prune_filter(o) or k in desired_keys)
         changes = ka.plan(desired, scoped_live, purge_volumes=self.purge_volumes)
         self.changes = ([ns_change] if ns_change else []) + crd_changes + changes
         self.scale_down(desired, scoped_live)
@@ -499,4 +500,3 @@ class KubeCluster(object):
 
     def diff(self):
         return [ch.diff() for ch in self.changes if ch.action != ka.UNCHANGED and ch.action != ka.KEEP]
-

@@ -261,8 +261,8 @@ class KubeClient(object):
         query = {"fieldManager": self.field_manager}
         if dry_run:
             query["dryRun"] = "All"
-        data, _status = self._call("POST", resource_path(kind, namespace), "create %s" % describe(kind, name, namespace),
-                                   query=query, body=obj)
+        what = "create %s" % describe(kind, name, namespace)
+        data, _status = self._call("POST", resource_path(kind, namespace), what, query=query, body=obj)
         return data
 
     def delete(self, kind, name, namespace=None, dry_run=False, propagation="Background"):

@@ -54,7 +54,7 @@ def test_scale_down_drains_waits_for_the_busy_node_then_shrinks(emulator, kubeco
     module("slurm_cluster", state="present", target="kubernetes", definition=docs, wait=True, wait_timeout=30,
            **slurm)
     assert _replicas(emulator) == 3
-    job = cluster.run(["sbatch", "--parsable", "-w", "cpu-2", "--wrap", "sleep 600"]).stdout.strip()
+    job = cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "-w", "cpu-2", "--wrap", "sleep 600"]).stdout.strip()
     _until("the job to run", lambda: cluster.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() == "RUNNING")
     nodeset = dict(name="cpu", namespace="slurm", cluster_name="small", replicas=1, **slurm)
 
