@@ -27,7 +27,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_
 def run_once(kubeconfig, model):
     client = KubeClient(api_client_from_params({"kubeconfig": kubeconfig}), c.FIELD_MANAGER)
     started = time.perf_counter()
-    result = KubeCluster(client, model, wait=False).present()
+    # wait=True, as site.yml runs it: the status written at the end is the ready one, so a re-run has none to write
+    result = KubeCluster(client, model, wait=True, wait_timeout=60, poll=0.2).present()
     return time.perf_counter() - started, result
 
 

@@ -105,3 +105,14 @@ def test_diff_hides_secret_values_and_server_bookkeeping():
     assert "c2VjcmV0" not in diff["before"] + diff["after"]
     assert "<hidden>" in diff["after"]
     assert ka.APPLIED_ANNOTATION not in diff["before"] and "status" not in diff["before"]
+
+
+def test_zero_values_the_server_drops_count_as_unchanged():
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "n"},
+           "spec": {"publishNotReadyAddresses": False, "ports": [{"port": 1}], "selector": {}, "x": 0}}
+    live = ka.with_digest(svc)
+    for key in ("publishNotReadyAddresses", "selector", "x"):
+        del live["spec"][key]
+    assert ka.unchanged(svc, live)
+    live["spec"]["publishNotReadyAddresses"] = True
+    assert not ka.unchanged(svc, live)
