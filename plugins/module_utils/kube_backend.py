@@ -382,7 +382,8 @@ class KubeCluster(object):
                  (ch.kind in ("SlurmCluster", "NodeSet") or KIND_ORDER.index(ch.kind) <= KIND_ORDER.index("Job"))]
         rest = [ch for ch in changes if ch not in first]
         self._execute(first)
-        job = [ch for ch in first if ch.kind == "Job" and ch.action == ka.CREATE]
+        # created now, or created by an earlier run that did not see it complete
+        job = [ch for ch in first if ch.kind == "Job" and (ch.live is None or not workload_state(ch.live)[0])]
         if job and self.wait and not self.check_mode:
             self._wait_for(lambda: self._workloads_ready([("Job", job[0].name)]), "the jail to be populated",
                            self.wait_timeout)
