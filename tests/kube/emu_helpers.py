@@ -19,7 +19,10 @@ def cm(name, data=None, labels=None, namespace=None):
         meta["labels"] = labels
     if namespace is not None:
         meta["namespace"] = namespace
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data or {}}
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+    if data is not None:
+        obj["data"] = data
+    return obj
 
 
 def cm_path(ns="t", name=None):

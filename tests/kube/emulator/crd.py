@@ -249,6 +249,26 @@ def prune_unknown(value, node, path, unknown):
             prune_unknown(item, elem, "%s[%d]" % (path, i), unknown)
 
 
+def drop_nulls(value, schema):
+    """Nulls of fields that are not nullable are pruned before defaulting, as the real server does."""
+    if not isinstance(schema, dict):
+        return
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties") if isinstance(schema.get("additionalProperties"), dict) else None
+        for k in list(value):
+            s = props.get(k, extra)
+            if s is None:
+                continue
+            if value[k] is None and not s.get("nullable"):
+                del value[k]
+            else:
+                drop_nulls(value[k], s)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            drop_nulls(item, schema["items"])
+
+
 def apply_defaults(value, schema):
     """Schema defaults, top-down: a defaulted object gets its own properties' defaults too."""
     if not isinstance(schema, dict):

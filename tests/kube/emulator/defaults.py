@@ -31,6 +31,106 @@ def canonicalize_quantities(value, node):
     return value
 
 
+# -- what a Go round trip does to JSON ---------------------------------------------------------------------------
+# Non-pointer fields tagged `omitempty` in the Kubernetes Go types: their zero value (false, 0, "") is not stored,
+# so `publishNotReadyAddresses: false` sent by a client is absent when read back. The JSON schemas do not say which
+# fields these are; this table lists them for the types the emulator serves (Kubernetes 1.32 types.go).
+ZERO_OMITTED = {
+    "ObjectMeta": {"name", "generateName", "namespace", "uid", "resourceVersion", "selfLink", "generation"},
+    "PodSpec": {"restartPolicy", "dnsPolicy", "serviceAccountName", "serviceAccount", "nodeName", "hostNetwork",
+                "hostPID", "hostIPC", "hostname", "subdomain", "schedulerName", "priorityClassName"},
+    "Container": {"image", "workingDir", "terminationMessagePath", "terminationMessagePolicy", "imagePullPolicy",
+                  "stdin", "stdinOnce", "tty"},
+    "EphemeralContainer": {"image", "workingDir", "terminationMessagePath", "terminationMessagePolicy",
+                           "imagePullPolicy", "stdin", "stdinOnce", "tty", "targetContainerName"},
+    "ContainerPort": {"name", "hostPort", "protocol", "hostIP"},
+    "VolumeMount": {"readOnly", "subPath", "subPathExpr"},
+    "EnvVar": {"value"},
+    "EnvFromSource": {"prefix"},
+    "SecretVolumeSource": {"secretName"},
+    "ConfigMapVolumeSource": {"name"},
+    "ConfigMapKeySelector": {"name"},
+    "SecretKeySelector": {"name"},
+    "ConfigMapEnvSource": {"name"},
+    "SecretEnvSource": {"name"},
+    "ConfigMapProjection": {"name"},
+    "SecretProjection": {"name"},
+    "LocalObjectReference": {"name"},
+    "EmptyDirVolumeSource": {"medium"},
+    "PersistentVolumeClaimVolumeSource": {"readOnly"},
+    "HTTPGetAction": {"path", "host", "scheme"},
+    "TCPSocketAction": {"host"},
+    "Probe": {"initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold"},
+    "Toleration": {"key", "operator", "value", "effect"},
+    "ServiceSpec": {"clusterIP", "type", "sessionAffinity", "loadBalancerIP", "externalName", "externalTrafficPolicy",
+                    "healthCheckNodePort", "publishNotReadyAddresses"},
+    "ServicePort": {"name", "protocol", "nodePort"},
+    "StatefulSetSpec": {"podManagementPolicy", "minReadySeconds"},
+    "StatefulSetUpdateStrategy": {"type"},
+    "StatefulSetStatus": {"observedGeneration", "readyReplicas", "currentReplicas", "updatedReplicas",
+                          "currentRevision", "updateRevision"},
+    "JobStatus": {"active", "succeeded", "failed", "completedIndexes", "failedIndexes"},
+    "CronJobSpec": {"concurrencyPolicy"},
+    "PersistentVolumeClaimSpec": {"volumeName"},
+    "PersistentVolumeClaimStatus": {"phase"},
+    "NamespaceStatus": {"phase"},
+    "PodStatus": {"phase", "message", "reason", "hostIP", "podIP", "nominatedNodeName", "qosClass"},
+    "PodCondition": {"reason", "message"},
+    "JobCondition": {"reason", "message"},
+    "StatefulSetCondition": {"reason", "message"},
+    "PodDisruptionBudgetStatus": {"observedGeneration"},
+    "Condition": {"observedGeneration"},
+    "Subject": {"apiGroup", "namespace"},
+    "Secret": {"type"},
+    "ObjectFieldSelector": {"apiVersion"},
+    "ResourceFieldSelector": {"containerName"},
+    "CustomResourceDefinitionSpec": {"preserveUnknownFields"},
+    "CustomResourceDefinitionVersion": {"deprecated"},
+    "CustomResourceDefinitionNames": {"singular", "listKind"},
+    "CustomResourceColumnDefinition": {"priority", "format", "description"},
+    "JSONSchemaProps": {"id", "$schema", "$ref", "description", "type", "format", "title", "exclusiveMaximum",
+                        "exclusiveMinimum", "pattern", "uniqueItems", "nullable", "x-kubernetes-embedded-resource",
+                        "x-kubernetes-int-or-string"},
+}
+# Lists without omitempty: an empty one is kept.
+EMPTY_KEPT = {("PodSpec", "containers"), ("Role", "rules"), ("ClusterRole", "rules"), ("PolicyRule", "verbs"),
+              ("CustomResourceDefinitionStatus", "storedVersions")}
+TIME_DEF = "io.k8s.apimachinery.pkg.apis.meta.v1.Time"
+
+
+def _zero(v):
+    return v is False or v == "" or (type(v) is int and v == 0)
+
+
+def go_roundtrip(value, node):
+    """Drop what the real server would not store for a built-in object: nulls (but zero Times), empty maps and
+    lists, and zero values of non-pointer omitempty fields."""
+    if node is None:
+        return value
+    if isinstance(value, dict) and node.kind in (STRUCT, MAP):
+        struct = node.def_name.rsplit(".", 1)[-1] if node.kind == STRUCT and node.def_name else ""
+        omitted = ZERO_OMITTED.get(struct, ())
+        for k in list(value):
+            v = value[k]
+            child = node.field(k)
+            if child is None:
+                continue
+            if v is None:
+                if child.def_name != TIME_DEF:
+                    del value[k]
+                continue
+            go_roundtrip(v, child)
+            if (isinstance(v, dict) and not v and child.kind == MAP) or \
+                    (isinstance(v, list) and not v and (struct, k) not in EMPTY_KEPT) or \
+                    (k in omitted and _zero(v)):
+                del value[k]
+    elif isinstance(value, list) and node.kind == LIST:
+        elem = node.elem()
+        for item in value:
+            go_roundtrip(item, elem)
+    return value
+
+
 # -- pods ---------------------------------------------------------------------------------------------------------
 def image_pull_policy(image):
     """Always for :latest or an untagged image, else IfNotPresent (digests count as tagged)."""

@@ -192,6 +192,8 @@ def prune(obj, node, last_set, managers):
         if path in owned_prefixes:
             # Someone owns something inside (e.g. another manager's field of this list item): keep the node.
             continue
+        if len(path) >= 2 and path[-2][0] == "k" and path[-1][0] == "f" and path[-1][1] in dict(path[-2][1]):
+            continue  # a key field goes with its item, never alone
         if fp.remove(obj, path, node):
             _drop_empty_parents(obj, path, node, owned, owned_prefixes)
 

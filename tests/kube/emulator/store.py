@@ -247,8 +247,11 @@ class Store(object):
         """Decode-time defaulting (SetDefaults_*, CRD schema defaults, canonical quantities). The fields it sets are
         owned by the writer of an update, and by nobody after an apply, as on the real server."""
         if rt.custom:
-            crdmod.apply_defaults(obj, self.custom[rt.crd].versions[rt.version].raw)
+            raw = self.custom[rt.crd].versions[rt.version].raw
+            crdmod.drop_nulls(obj, raw)
+            crdmod.apply_defaults(obj, raw)
             return
+        defaults.go_roundtrip(obj, self.node(rt))
         defaults.apply_defaults(obj)
         if rt.kind == "Secret":
             string_data = obj.pop("stringData", None)
@@ -702,7 +705,8 @@ class Store(object):
                                      rt.api_version, rt.custom, now())
         if old is None:
             merged.setdefault("metadata", {})["name"] = name
-            managers[apply_key]["time"] = now()
+            if apply_key in managers:  # an apply that sets no field leaves no entry
+                managers[apply_key]["time"] = now()
             return self._create(rt, ns, merged, opts, None, managers=managers)
         return self._update(rt, key, old, merged, opts, None, subresource, managers=managers, apply_key=apply_key)
 

@@ -305,8 +305,8 @@ def validate_container(c, field, volumes, errs, names, pod):
         if name in names:
             errs.append(FieldDuplicate(field + ".name", name))
         names.add(name)
-    if pod and not c.get("image"):
-        errs.append(E.required(field + ".image"))
+    if not c.get("image"):
+        errs.append(E.required(field + ".image"))  # templates too (validateContainerCommon)
     policy = c.get("imagePullPolicy")
     if policy is not None and policy not in ("Always", "IfNotPresent", "Never"):
         errs.append(E.not_supported(field + ".imagePullPolicy", policy, ["Always", "IfNotPresent", "Never"]))
