@@ -68,14 +68,13 @@ def test_first_run_creates_everything_second_run_writes_nothing(emulator, apply)
     assert {"CustomResourceDefinition", "SlurmCluster", "NodeSet", "Secret", "ConfigMap", "StatefulSet",
             "Service", "Job", "CronJob"} <= kinds
     assert set(o["action"] for o in first["objects"]) == {"created"}
-    sts = emulator.get("apps/v1", "StatefulSet", "gpu", "hpc") or emulator.get("apps/v1", "StatefulSet", "gpu",
-                                                                                 "slurm")
-    assert sts is not None and sts["spec"]["replicas"] >= 1
     namespace = spec_docs(GPU)[0]["metadata"]["namespace"]
+    sts = emulator.get("apps/v1", "StatefulSet", "gpu", namespace)
+    assert sts is not None and sts["spec"]["replicas"] >= 1
     cluster = emulator.get(CR, "SlurmCluster", spec_docs(GPU)[0]["metadata"]["name"], namespace)
     assert cluster["status"]["phase"] == "Ready", cluster["status"]
-    assert {c["type"] for c in cluster["status"]["conditions"]} >= {"ControllerReady", "LoginReady",
-                                                                     "WorkersReady", "JailPopulated"}
+    conditions = {c["type"] for c in cluster["status"]["conditions"]}
+    assert conditions >= {"ControllerReady", "LoginReady", "WorkersReady", "JailPopulated"}
     assert first["waited"] and first["status"]["phase"] == "Ready"
 
     emulator.reset_counts()
@@ -109,9 +108,8 @@ def test_a_spec_change_touches_only_its_objects_and_check_mode_predicts_it(emula
     assert "SlurmdTimeout=120" in slurm_conf_diff[0]["before"] and "SlurmdTimeout=300" in slurm_conf_diff[0]["after"]
     done = apply(definition=edited, reconfigure=False)
     assert changed_objects(done) == expected
-    after = dict(((o["kind"], o["metadata"]["name"]), o["metadata"]["resourceVersion"])
-                 for o in emulator.list("apps/v1", "StatefulSet", "slurm") + emulator.list("v1", "ConfigMap",
-                                                                                             "slurm"))
+    objects = emulator.list("apps/v1", "StatefulSet", "slurm") + emulator.list("v1", "ConfigMap", "slurm")
+    after = dict(((o["kind"], o["metadata"]["name"]), o["metadata"]["resourceVersion"]) for o in objects)
     moved = sorted(k for k in after if after[k] != before.get(k))
     # the login StatefulSet's status moves too (the emulator's controller); the workers and controller do not
     assert ("StatefulSet", "cpu") not in moved and ("StatefulSet", "small-controller") not in moved
