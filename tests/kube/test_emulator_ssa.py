@@ -38,8 +38,8 @@ def test_reapply_is_a_no_op(emulator, kube):
     assert entry(again, "test")["time"] == entry(first, "test")["time"]
     assert emulator.resource_version == rv
     # Non-canonical quantities in the applied config are not a change either.
-    assert again["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1",
-                                                                                          "memory": "1Gi"}
+    requests = again["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    assert requests == {"cpu": "1", "memory": "1Gi"}
 
 
 def test_fields_a_manager_stops_applying_are_removed(emulator, kube):
@@ -149,8 +149,8 @@ def test_list_item_kept_for_the_fields_another_manager_owns(emulator, kube):
         content_type="application/strategic-merge-patch+json")
     obj = kube.apply(sts_path(name="web"), env({"name": "Y", "value": "1"}), manager="one")
     # X stays for the value the editor owns, with its key; Y is still one's.
-    assert obj["spec"]["template"]["spec"]["containers"][0]["env"] == [{"name": "X", "value": "2"},
-                                                                        {"name": "Y", "value": "1"}]
+    env_vars = obj["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env_vars == [{"name": "X", "value": "2"}, {"name": "Y", "value": "1"}]
 
 
 def test_sets_merge_by_value_and_atomic_lists_replace(emulator, kube):
