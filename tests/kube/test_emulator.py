@@ -490,7 +490,7 @@ def test_kind_validation(kube):
     assert "rules[0].verbs: Required value" in body["message"]
 
 
-def test_wrong_types_and_unknown_fields(kube):
+def test_wrong_types_and_unknown_fields(emulator, kube):
     make_ns(kube)
     bad = sts()
     bad["spec"]["replicas"] = "three"
@@ -503,10 +503,15 @@ def test_wrong_types_and_unknown_fields(kube):
     assert e.status == 400
     assert 'strict decoding error: unknown field "spec.template.spec.containers[0].imagePullPolicyy"' \
         in body["message"]
-    # Default fieldValidation (Warn): the field is dropped and a Warning header says so.
-    response = kube.request("POST", sts_path(), extra)
-    assert "imagePullPolicyy" not in json.dumps(response.data)
-    assert 'unknown field \\"spec.template.spec.containers[0].imagePullPolicyy\\"' in response.headers["Warning"]
+    # Default fieldValidation (Warn): the fields are dropped and a Warning header says so for each.
+    extra["spec"]["colour"] = "blue"
+    raw = urllib3.PoolManager().request("POST", kube.configuration.host + sts_path(), body=json.dumps(extra),
+                                        headers={"Content-Type": "application/json",
+                                                 "Authorization": "Bearer " + emulator.token})
+    assert raw.status == 201 and "imagePullPolicyy" not in raw.data.decode() and "colour" not in raw.data.decode()
+    assert raw.headers.getlist("Warning") == [
+        '299 - "unknown field \\"spec.template.spec.containers[0].imagePullPolicyy\\""',
+        '299 - "unknown field \\"spec.colour\\""']
 
 
 def test_immutable_fields(emulator, kube):

@@ -121,7 +121,7 @@ def go_roundtrip(value, node):
                 continue
             go_roundtrip(v, child)
             if (isinstance(v, dict) and not v and child.kind == MAP) or \
-                    (isinstance(v, list) and not v and (struct, k) not in EMPTY_KEPT) or \
+                    (isinstance(v, list) and not v and child.kind == LIST and (struct, k) not in EMPTY_KEPT) or \
                     (k in omitted and _zero(v)):
                 del value[k]
     elif isinstance(value, list) and node.kind == LIST:

@@ -29,8 +29,14 @@ class ApiError(Exception):
         return body
 
 
+class Raw(str):
+    """A value printed as is in a field error (e.g. the real server's `0x0` for an unset resourceVersion)."""
+
+
 def go_repr(value):
     """%v / %#v-ish rendering used in field error messages: strings quoted, numbers bare."""
+    if isinstance(value, Raw):
+        return str(value)
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, bool):

@@ -595,7 +595,7 @@ class Store(object):
             raise E.stale(rt.plural, rt.group, name)
         if require_rv and not rv and (rt.custom or rt.kind == "CustomResourceDefinition"):
             raise E.invalid_error(rt.kind, rt.group, name, [E.FieldError(
-                "Invalid", "metadata.resourceVersion", None, "must be specified for an update")])
+                "Invalid", "metadata.resourceVersion", E.Raw("0x0"), "must be specified for an update")])
         uid = meta.get("uid")
         if uid and uid != old["metadata"].get("uid"):
             raise E.conflict(rt.plural, rt.group, name, "Precondition failed: UID in precondition: %s, UID in "
