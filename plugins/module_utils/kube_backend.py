@@ -285,7 +285,7 @@ class KubeCluster(object):
         changes = ka.plan(crds(), live)   # never pruned: deleting a CRD deletes every cluster's objects
         self._execute(changes)
         if not self.check_mode and any(ch.writes for ch in changes):
-            self._wait_for(lambda: self._crds_established(), "CustomResourceDefinitions established",
+            self._wait_for(self._crds_established, "CustomResourceDefinitions established",
                            self.wait_timeout)
         return changes
 

@@ -26,7 +26,9 @@ try:
 except ImportError as e:  # the modules report it with missing_required_lib
     HAS_KUBERNETES = False
     KUBERNETES_IMPORT_ERROR = e
-    ApiException = Exception
+
+    class ApiException(Exception):
+        """Stands in for kubernetes' ApiException, which nothing raises without the client."""
 
 from ansible_collections.soperator.slurm.plugins.module_utils.model import API_GROUP
 
