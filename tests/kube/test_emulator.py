@@ -496,7 +496,8 @@ def test_wrong_types_and_unknown_fields(emulator, kube):
     bad["spec"]["replicas"] = "three"
     e, body = failure(kube.call, "POST", sts_path(), bad)
     assert (e.status, body["reason"]) == (400, "BadRequest")
-    assert body["message"].startswith('StatefulSet in version "v1" cannot be handled as a StatefulSet')
+    assert body["message"] == ('StatefulSet in version "v1" cannot be handled as a StatefulSet: json: cannot '
+                               'unmarshal string into Go struct field StatefulSetSpec.spec.replicas of type int32')
     extra = sts()
     extra["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
     e, body = failure(kube.call, "POST", sts_path(), extra, query={"fieldValidation": "Strict"})

@@ -231,3 +231,24 @@ def test_crd_rules_and_unregistration(emulator, crds):
     # Recreated, the old objects are gone.
     crds.apply(CRD_PATH + "/nodesets.slurm.soperator.dev", CRDS["nodesets"], manager="installer")
     assert crds.call("GET", NODESETS)["items"] == []
+
+
+def test_versions_share_storage(emulator, kube):
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "widgets.example.com"},
+           "spec": {"group": "example.com", "scope": "Namespaced",
+                    "names": {"kind": "Widget", "plural": "widgets"},
+                    "versions": [{"name": v, "served": True, "storage": v == "v1", "schema": {"openAPIV3Schema": {
+                        "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                            "size": {"type": "integer", "default": 1}}}}}}} for v in ("v1beta1", "v1")]}}
+    created = kube.call("POST", CRD_PATH, crd)
+    assert created["spec"]["names"]["singular"] == "widget" and created["spec"]["names"]["listKind"] == "WidgetList"
+    make_ns(kube)
+    kube.apply("/apis/example.com/v1beta1/namespaces/t/widgets/w", {
+        "apiVersion": "example.com/v1beta1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}})
+    got = kube.call("GET", "/apis/example.com/v1/namespaces/t/widgets/w")
+    assert got["apiVersion"] == "example.com/v1" and got["spec"] == {"size": 1}
+    group = kube.call("GET", "/apis/example.com")
+    assert group["preferredVersion"]["version"] == "v1"
+    assert [v["version"] for v in group["versions"]] == ["v1", "v1beta1"]
+    assert "example.com" in [g["name"] for g in kube.call("GET", "/apis")["groups"]]

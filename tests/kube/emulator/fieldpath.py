@@ -171,6 +171,72 @@ def check_type(value, node, path=(), errors=None, allow_unknown=False, check_key
     return errors
 
 
+def go_decode_error(value, node, struct="", names=()):
+    """The first mismatch a Go JSON decode of a built-in object would report, in its words:
+    `cannot unmarshal string into Go struct field StatefulSetSpec.spec.replicas of type int32` (None if none)."""
+    if value is None or node is None:
+        return None
+    k = node.kind
+    if k == SCALAR:
+        if _scalar_ok(value, node.scalar_types) and not (isinstance(value, float) and node.scalar_types == ("integer",)
+                                                          and not value.is_integer()):
+            return None
+        return _go_error(value, node, struct, names)
+    if k in (STRUCT, MAP):
+        if not isinstance(value, dict):
+            return _go_error(value, node, struct, names)
+        inner = node.def_name.rsplit(".", 1)[-1] if k == STRUCT and node.def_name else struct
+        for name, v in value.items():
+            child = node.field(name)
+            err = go_decode_error(v, child, inner, names + (name,)) if child is not None else None
+            if err:
+                return err
+    elif k == LIST:
+        if not isinstance(value, list):
+            return _go_error(value, node, struct, names)
+        elem = node.elem()
+        for item in value:
+            err = go_decode_error(item, elem, struct, names)
+            if err:
+                return err
+    return None
+
+
+def _go_type(node):
+    raw = node.raw
+    if node.kind == SCALAR:
+        if node.quantity:
+            return "resource.Quantity"
+        if node.scalar_types == ("string", "integer"):
+            return "intstr.IntOrString"
+        t = node.scalar_types[0]
+        if t == "integer":
+            return raw.get("format") or "int64"
+        return {"string": "string", "boolean": "bool", "number": "float64"}[t]
+    if node.kind == STRUCT:
+        return "v1." + (node.def_name or "").rsplit(".", 1)[-1]
+    if node.kind == MAP:
+        return "map[string]" + (_go_type(node.field("")) if node.field("") is not None else "interface {}")
+    if node.kind == LIST:
+        return "[]" + _go_type(node.elem())
+    return "interface {}"
+
+
+def _go_error(value, node, struct, names):
+    if isinstance(value, bool):
+        got = "bool"
+    elif isinstance(value, (int, float)):
+        got = "number" if not isinstance(value, float) or value.is_integer() else "number %s" % value
+    elif isinstance(value, str):
+        got = "string"
+    elif isinstance(value, list):
+        got = "array"
+    else:
+        got = "object"
+    return "cannot unmarshal %s into Go struct field %s.%s of type %s" % (got, struct, ".".join(names),
+                                                                         _go_type(node))
+
+
 def _scalar_ok(value, types):
     if isinstance(value, bool):
         return "boolean" in types

@@ -93,7 +93,7 @@ class KubeEmulator(object):
         self.store = Store(simulate_controllers=simulate_controllers, simulate_pods=simulate_pods)
         self.token = token or secrets.token_hex(16)
         self.requests = []
-        self.internal_errors = []
+        self._internal_errors = []
         self._rules = []
         self._delays = []
         self._rules_lock = threading.Lock()
@@ -251,6 +251,11 @@ class KubeEmulator(object):
     def resource_version(self):
         return self.store.rv
 
+    @property
+    def internal_errors(self):
+        """Emulator bugs met while serving (answered as 500s) and objects a simulated controller could not create."""
+        return list(self._internal_errors) + list(self.store.controller_errors)
+
     # -- HTTP -----------------------------------------------------------------------------------------------------
     async def _handle(self, request):
         path = request.path
@@ -280,12 +285,13 @@ class KubeEmulator(object):
                         errs = [E.not_supported("dryRun", v, ["All"])]
                         raise E.options_invalid(OPTIONS_KIND[request.method], errs)
             response = await self._dispatch(request, route, query, bool(dry_values))
+            record.dry_run = record.dry_run or request.get("emulator.dry_run", False)
             if delay is not None and delay.after:
                 await asyncio.sleep(delay.seconds)
         except E.ApiError as e:
             response = self._error(e)
         except Exception as e:  # an emulator bug: report it as the real server would a panic, and remember it
-            self.internal_errors.append("%s %s: %s\n%s" % (request.method, path, e, traceback.format_exc()))
+            self._internal_errors.append("%s %s: %s\n%s" % (request.method, path, e, traceback.format_exc()))
             response = self._error(E.internal("emulator error: %s" % e))
         record.status = response.status
         return response
@@ -464,7 +470,10 @@ class KubeEmulator(object):
         if method == "DELETE" and not sub:
             _, body, _ = await self._body(request)
             if isinstance(body, dict) and body.get("dryRun"):
-                opts.dry_run = opts.dry_run or body["dryRun"] == ["All"]
+                if body["dryRun"] != ["All"]:
+                    raise E.options_invalid("DeleteOptions", [E.not_supported("dryRun", body["dryRun"], ["All"])])
+                opts.dry_run = True
+                request["emulator.dry_run"] = True
             if name is None:
                 return web.json_response(store.delete_collection(rt, ns, opts, query.get("labelSelector"),
                                                                  query.get("fieldSelector")))
@@ -506,8 +515,12 @@ class KubeEmulator(object):
                 initial = [(store.rv, "ADDED", k, o) for k, o in sorted(store.objects.items())]
                 since = store.rv
             else:
-                since = int(rv)
-                if store.events and store.events[0][0] > since + 1 and since < store.events[0][0] - 1:
+                try:
+                    since = int(rv)
+                except ValueError:
+                    raise E.bad_request("invalid resource version: %s" % rv)
+                if store.events and since < store.events[0][0] - 1:
+                    # Older than the retained history: the client must list again, as with a compacted etcd.
                     raise E.ApiError(410, "Expired", "too old resource version: %s (%s)" % (since, store.events[0][0]))
                 initial = []
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})

@@ -134,6 +134,7 @@ class Store(object):
         self.rv = 0
         self.pod_logs = {}
         self.job_outcomes = {}
+        self.controller_errors = []  # objects a simulated controller failed to create (the server refused them)
         self.events = []  # (rv, type, (group, plural, ns, name), object) for watches
         self.watch_cond = threading.Condition(self.lock)
         self._ips = set()
@@ -220,10 +221,10 @@ class Store(object):
         """Non-apply bodies: wrong types fail decoding (built-ins, 400); unknown fields per fieldValidation."""
         node = self.node(rt)
         if not rt.custom:
-            errs = fp.check_type(body, node, allow_unknown=True, check_keys=False)
-            if errs:
-                raise E.bad_request("%s in version \"%s\" cannot be handled as a %s: json: cannot unmarshal %s"
-                                    % (rt.kind, rt.version, rt.kind, errs[0]))
+            err = fp.go_decode_error(body, node)
+            if err:
+                raise E.bad_request("%s in version \"%s\" cannot be handled as a %s: json: %s"
+                                    % (rt.kind, rt.version, rt.kind, err))
         unknown = []
         crdmod.prune_unknown(body, node, "", unknown)
         if unknown:
@@ -870,8 +871,9 @@ class Store(object):
         if kind is None:
             return
         for key in [k for k in self.objects if k[0] == kind.group and k[1] == kind.plural]:
-            self.objects.pop(key)
+            gone = self.objects.pop(key)
             self.rv += 1
+            self._record("DELETED", key, gone)
         self.registry.remove_crd(name)
 
     # -- direct access (tests) -----------------------------------------------------------------------------------
@@ -927,7 +929,8 @@ class Store(object):
             return None
         try:
             return self._create(rt, ns, copy.deepcopy(obj), Options(), (manager, "Update", "")).body
-        except E.ApiError:
+        except E.ApiError as e:
+            self.controller_errors.append("%s %s/%s: %s" % (obj["kind"], ns, obj["metadata"]["name"], e.message))
             return None
 
     def remove_internal(self, rt, key):
