@@ -178,8 +178,8 @@ def go_decode_error(value, node, struct="", names=()):
         return None
     k = node.kind
     if k == SCALAR:
-        if _scalar_ok(value, node.scalar_types) and not (isinstance(value, float) and node.scalar_types == ("integer",)
-                                                          and not value.is_integer()):
+        fraction = isinstance(value, float) and not value.is_integer() and node.scalar_types == ("integer",)
+        if _scalar_ok(value, node.scalar_types) and not fraction:
             return None
         return _go_error(value, node, struct, names)
     if k in (STRUCT, MAP):
@@ -233,8 +233,8 @@ def _go_error(value, node, struct, names):
         got = "array"
     else:
         got = "object"
-    return "cannot unmarshal %s into Go struct field %s.%s of type %s" % (got, struct, ".".join(names),
-                                                                         _go_type(node))
+    where = "%s.%s" % (struct, ".".join(names))
+    return "cannot unmarshal %s into Go struct field %s of type %s" % (got, where, _go_type(node))
 
 
 def _scalar_ok(value, types):
