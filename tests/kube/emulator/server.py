@@ -320,8 +320,10 @@ class KubeEmulator(object):
         return resp
 
     def _verb(self, request, route):
-        if route.document is not None or route.text is not None:
-            return "discovery" if route.document is not None and route.rt is None else "get"
+        if route.text is not None:
+            return "health"  # /healthz, /livez, /readyz: neither a read nor discovery
+        if route.document is not None:
+            return "discovery"
         m = request.method
         if m == "GET":
             if route.name is None:

@@ -680,8 +680,8 @@ class Store(object):
             if rv:
                 raise E.conflict(rt.plural, rt.group, name, "the object has been modified; please apply your "
                                                             "changes to the latest version and try again")
-        elif rv and rv != old["metadata"].get("resourceVersion"):
-            raise E.stale(rt.plural, rt.group, name)
+        else:
+            self._preconditions(rt, old, config)
         config = copy.deepcopy(config)
         config["apiVersion"] = rt.api_version
         if subresource == "status":
@@ -896,6 +896,7 @@ class Store(object):
             opts = Options(field_validation="Strict")
             mkey = (manager, "Update", "") if manager else None
             status = obj.get("status")
+            self._decode(rt, obj, opts, [])
             if key in self.objects:
                 result = self._update(rt, key, self.objects[key], obj, opts, mkey)
             else:
