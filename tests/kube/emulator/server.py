@@ -120,7 +120,8 @@ class KubeEmulator(object):
             try:
                 app = web.Application(client_max_size=64 * 1024 * 1024)
                 app.router.add_route("*", "/{tail:.*}", self._handle)
-                self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+                # In-flight requests (open watches, held requests) get a moment at stop(), not aiohttp's 60 s.
+                self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
                 loop.run_until_complete(self._runner.setup())
                 site = web.TCPSite(self._runner, "127.0.0.1", 0)
                 loop.run_until_complete(site.start())
