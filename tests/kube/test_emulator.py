@@ -22,7 +22,7 @@ def test_version_and_bearer_token(emulator, kube, tmp_path):
     bad = KubeEmulator.__new__(KubeEmulator)
     bad.port, bad.token = emulator.port, "wrong"
     path = KubeEmulator.write_kubeconfig(bad, str(tmp_path / "bad"))
-    from conftest import KubeClient
+    from emu_helpers import KubeClient
     client = KubeClient(path)
     try:
         e, body = failure(client.call, "GET", "/api/v1/namespaces")
@@ -47,7 +47,7 @@ def test_discovery_for_dynamic_client(kube):
     assert {"apps", "batch", "policy", "rbac.authorization.k8s.io", "apiextensions.k8s.io"} <= set(names)
     scale = [r for r in kube.call("GET", "/apis/apps/v1")["resources"] if r["name"] == "statefulsets/scale"][0]
     assert (scale["group"], scale["version"], scale["kind"]) == ("autoscaling", "v1", "Scale")
-    e, _ = failure(kube.call, "GET", "/openapi/v2")
+    e, unused = failure(kube.call, "GET", "/openapi/v2")
     assert e.status == 404
 
 
@@ -101,7 +101,7 @@ def test_create_get_replace_delete_and_error_shapes(emulator, kube):
     e, body = failure(kube.call, "GET", cm_path(name="c"))
     assert (e.status, body["reason"], body["message"]) == (404, "NotFound", 'configmaps "c" not found')
     assert body["kind"] == "Status" and body["status"] == "Failure" and body["code"] == 404
-    e, _ = failure(kube.call, "DELETE", cm_path(name="c"))
+    e, unused = failure(kube.call, "DELETE", cm_path(name="c"))
     assert e.status == 404
 
 
@@ -249,7 +249,7 @@ def test_dry_run_stores_nothing(emulator, kube):
     e, body = failure(kube.call, "DELETE", sts_path(name="web"), query={"dryRun": "Server"})
     assert e.status == 422 and 'dryRun: Unsupported value: "Server"' in body["message"]
     # A dry run still validates everything.
-    e, _ = failure(kube.call, "PATCH", sts_path(name="web"), {"spec": {"replicas": -1}}, query={"dryRun": "All"},
+    e, unused = failure(kube.call, "PATCH", sts_path(name="web"), {"spec": {"replicas": -1}}, query={"dryRun": "All"},
                    content_type="application/merge-patch+json")
     assert e.status == 422
     assert emulator.counts()["dry_run_writes"] == 7  # rejected requests count too
@@ -308,7 +308,7 @@ def test_delete_options_and_namespace_cascade(emulator, kube):
     gone = kube.call("DELETE", cm_path(name="c"), {"kind": "DeleteOptions", "apiVersion": "v1",
                                                    "propagationPolicy": "Foreground"})
     assert gone["status"] == "Success"
-    e, _ = failure(kube.call, "DELETE", sts_path(name="web"), query={"propagationPolicy": "Sometimes"})
+    e, unused = failure(kube.call, "DELETE", sts_path(name="web"), query={"propagationPolicy": "Sometimes"})
     assert e.status == 422
     e, body = failure(kube.call, "DELETE", sts_path(name="web"), {"preconditions": {"uid": "other"}})
     assert e.status == 409 and "Precondition failed" in body["message"]
@@ -600,7 +600,7 @@ def test_controllers_fill_status(emulator, kube):
 
 
 def test_set_status_drives_readiness_without_controllers(tmp_path):
-    from conftest import KubeClient
+    from emu_helpers import KubeClient
     with KubeEmulator(simulate_controllers=False) as emu:
         kube = KubeClient(emu.write_kubeconfig(str(tmp_path / "k")))
         try:
@@ -619,7 +619,7 @@ def test_set_status_drives_readiness_without_controllers(tmp_path):
 
 
 def test_simulated_pods_and_logs(tmp_path):
-    from conftest import KubeClient
+    from emu_helpers import KubeClient
     with KubeEmulator(simulate_pods=True) as emu:
         kube = KubeClient(emu.write_kubeconfig(str(tmp_path / "k")))
         try:
@@ -654,7 +654,7 @@ def test_fail_next(emulator, kube):
     assert emulator.get("v1", "ConfigMap", "c", "t") is None
     kube.call("POST", cm_path(), cm("c"))  # count=1: the next one goes through
     emulator.fail_next(409, path_contains="/configmaps/c", count=2, message="try again")
-    for _ in range(2):
+    for unused in range(2):
         e, body = failure(kube.call, "GET", cm_path(name="c"))
         assert (e.status, body["reason"], body["message"]) == (409, "Conflict", "try again")
     kube.call("GET", cm_path(name="c"))

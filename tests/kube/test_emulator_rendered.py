@@ -55,7 +55,7 @@ def test_rendered_objects_are_accepted_and_reapply_is_a_no_op(emulator, kube, ex
 
     # The example's own custom objects, once the CRDs are installed.
     for crd_file in CRD_FILES:
-        _, (crd,) = _documents(crd_file)
+        unused, (crd,) = _documents(crd_file)
         kube.apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + crd["metadata"]["name"], crd,
                    manager="soperator")
     for doc in documents:

@@ -245,7 +245,7 @@ def _bool(v):
 
 
 def _call(ast, self_value, env):
-    _, name, target, args = ast
+    unused, name, target, args = ast
     if name == "has":
         arg = args[0]
         if arg[0] != "sel":

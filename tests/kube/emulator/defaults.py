@@ -99,7 +99,7 @@ TIME_DEF = "io.k8s.apimachinery.pkg.apis.meta.v1.Time"
 
 
 def _zero(v):
-    return v is False or v == "" or (type(v) is int and v == 0)
+    return v is False or v == "" or (isinstance(v, int) and not isinstance(v, bool) and v == 0)
 
 
 def go_roundtrip(value, node):

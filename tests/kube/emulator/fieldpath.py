@@ -27,7 +27,7 @@ def pe_str(pe):
 
 
 def parse_pe(text):
-    t, _, rest = text.partition(":")
+    t, unused, rest = text.partition(":")
     if t == "f":
         return ("f", rest)
     if t == "k":
@@ -423,6 +423,6 @@ def remove(obj, path, node):
     hit = locate(obj, path, node)
     if hit is None or hit[0] is None:
         return False
-    container, key, _ = hit
+    container, key, unused = hit
     del container[key]
     return True

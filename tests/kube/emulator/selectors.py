@@ -85,7 +85,7 @@ def label_match(reqs, labels):
                 n = int(v)
             except (TypeError, ValueError):
                 return False
-            if (op == "gt" and not n > int(values[0])) or (op == "lt" and not n < int(values[0])):
+            if (op == "gt" and n <= int(values[0])) or (op == "lt" and n >= int(values[0])):
                 return False
     return True
 

@@ -454,12 +454,12 @@ class KubeEmulator(object):
             if rt.namespaced and ns is None:
                 raise E.ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
                                                           "resource")
-            _, body, dups = await self._body(request)
+            unused, body, dups = await self._body(request)
             warnings = self._duplicates(dups, opts)
             result = store.create(rt, ns, body, opts, ua)
             return self._result(result, warnings)
         if method == "PUT" and name is not None and sub != "log":
-            _, body, dups = await self._body(request)
+            unused, body, dups = await self._body(request)
             warnings = self._duplicates(dups, opts)
             result = store.update(rt, ns, name, body, opts, ua, sub)
             return self._result(result, warnings)
@@ -471,7 +471,7 @@ class KubeEmulator(object):
             result = store.patch(rt, ns, name, ctype, body, opts, ua, sub)
             return self._result(result, warnings)
         if method == "DELETE" and not sub:
-            _, body, _ = await self._body(request)
+            unused, body, unused = await self._body(request)
             if isinstance(body, dict) and body.get("dryRun"):
                 if body["dryRun"] != ["All"]:
                     raise E.options_invalid("DeleteOptions", [E.not_supported("dryRun", body["dryRun"], ["All"])])
@@ -540,7 +540,7 @@ class KubeEmulator(object):
             await resp.write(line.encode())
 
         try:
-            for _, type_, key, obj in initial:
+            for unused, type_, key, obj in initial:
                 if wanted(key, obj):
                     await send(type_, obj)
             deadline = time.monotonic() + timeout

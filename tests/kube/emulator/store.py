@@ -408,7 +408,7 @@ class Store(object):
         else:
             meta.pop("namespace", None)
         if not meta.get("name") and meta.get("generateName"):
-            suffix = "".join(random.choice(_GENERATE_ALPHABET) for _ in range(5))
+            suffix = "".join(random.choice(_GENERATE_ALPHABET) for unused in range(5))
             meta["name"] = meta["generateName"] + suffix
         for k in ("uid", "creationTimestamp", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
                   "selfLink", "generation"):
@@ -541,7 +541,7 @@ class Store(object):
             freqs = selectors.parse_field_selector(field_selector, rt.kind)
             items = []
             for key in sorted(self.objects):
-                g, plural, ons, _ = key
+                g, plural, ons, unused = key
                 if g != rt.group or plural != rt.plural or (ns and ons != ns):
                     continue
                 obj = self.objects[key]
@@ -554,7 +554,7 @@ class Store(object):
             if continue_token:
                 try:
                     token = json.loads(base64.urlsafe_b64decode(continue_token.encode()).decode())
-                    start = next((i for i, (k, _) in enumerate(items) if list(k) > token["after"]), len(items))
+                    start = next((i for i, (k, unused) in enumerate(items) if list(k) > token["after"]), len(items))
                 except (ValueError, KeyError, TypeError):
                     raise E.bad_request("continue key is not valid: illegal base64 data at input byte 0")
             page = items[start:]
@@ -565,7 +565,7 @@ class Store(object):
                 meta["continue"] = base64.urlsafe_b64encode(json.dumps(token).encode()).decode()
                 meta["remainingItemCount"] = len(items) - start - len(page)
             return {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
-                    "items": [self.out(rt, o, with_type=rt.custom) for _, o in page]}
+                    "items": [self.out(rt, o, with_type=rt.custom) for unused, o in page]}
 
     def create(self, rt, ns, body, opts, user_agent=None):
         with self.lock:
@@ -732,7 +732,7 @@ class Store(object):
 
     def get_scale(self, rt, ns, name):
         with self.lock:
-            _, obj = self._existing(rt, ns, name)
+            unused, obj = self._existing(rt, ns, name)
             return self._scale_of(rt, obj)
 
     def _scale_write(self, rt, ns, name, opts, user_agent, body=None, patch=None, apply=None):
