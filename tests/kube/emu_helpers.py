@@ -83,7 +83,7 @@ class KubeClient(object):
             headers["Content-Type"] = "application/json"
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         m, url, h, b, unused = self.api.param_serialize(method, path, query_params=params, header_params=headers,
-                                                   body=body, auth_settings=["BearerToken"])
+                                                        body=body, auth_settings=["BearerToken"])
         resp = self.api.call_api(m, url, h, b, _request_timeout=timeout)
         resp.read()
         return self.api.response_deserialize(resp, {"2XX": "object"})

@@ -249,8 +249,8 @@ def test_dry_run_stores_nothing(emulator, kube):
     e, body = failure(kube.call, "DELETE", sts_path(name="web"), query={"dryRun": "Server"})
     assert e.status == 422 and 'dryRun: Unsupported value: "Server"' in body["message"]
     # A dry run still validates everything.
-    e, unused = failure(kube.call, "PATCH", sts_path(name="web"), {"spec": {"replicas": -1}}, query={"dryRun": "All"},
-                   content_type="application/merge-patch+json")
+    e, unused = failure(kube.call, "PATCH", sts_path(name="web"), {"spec": {"replicas": -1}},
+                        query={"dryRun": "All"}, content_type="application/merge-patch+json")
     assert e.status == 422
     assert emulator.counts()["dry_run_writes"] == 7  # rejected requests count too
 

@@ -471,7 +471,7 @@ class KubeEmulator(object):
             result = store.patch(rt, ns, name, ctype, body, opts, ua, sub)
             return self._result(result, warnings)
         if method == "DELETE" and not sub:
-            unused, body, unused = await self._body(request)
+            body = (await self._body(request))[1]
             if isinstance(body, dict) and body.get("dryRun"):
                 if body["dryRun"] != ["All"]:
                     raise E.options_invalid("DeleteOptions", [E.not_supported("dryRun", body["dryRun"], ["All"])])
