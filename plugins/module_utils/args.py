@@ -46,6 +46,11 @@ def slurm_connection_argument_spec():
     return spec
 
 
+def auth_params(params):
+    """The kubernetes.core auth options that are set in `params`."""
+    return dict((k, params.get(k)) for k in AUTH_ARG_SPEC if params.get(k) is not None)
+
+
 def controller_pod(cluster_name):
     """The controller StatefulSet is ``<cluster>-controller``; slurmctld runs in its only pod."""
     return "%s-controller-0" % cluster_name
@@ -61,7 +66,7 @@ def _core_v1_factory(params):
         except ImportError as e:
             raise SlurmCommandError("transport=kubernetes needs the kubernetes python client and the kubernetes.core "
                                     "collection: %s" % e)
-        auth = dict((k, params.get(k)) for k in AUTH_ARG_SPEC if params.get(k) is not None)
+        auth = auth_params(params)
         try:
             client = get_api_client(**auth)
         except CoreException as e:

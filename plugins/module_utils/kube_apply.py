@@ -95,10 +95,11 @@ def contained(want, have, key=None):
         named = want and all(isinstance(w, dict) and "name" in w for w in want)
         if named and all(isinstance(h, dict) for h in have):
             # Lists keyed by name (containers, env, volumes, ports) may gain entries from others: match by name.
+            wanted = [w["name"] for w in want]
+            wanted_names = set(wanted)
             by_name = dict((h.get("name"), h) for h in have)
-            return [w["name"] for w in want] == [h.get("name") for h in have if h.get("name") in
-                                                 set(w["name"] for w in want)] and \
-                all(contained(w, by_name.get(w["name"])) for w in want)
+            in_live_order = [h.get("name") for h in have if h.get("name") in wanted_names]
+            return wanted == in_live_order and all(contained(w, by_name.get(w["name"])) for w in want)
         return len(want) == len(have) and all(contained(w, h, key) for w, h in zip(want, have))
     return _same_scalar(want, have, key)
 

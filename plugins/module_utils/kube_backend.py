@@ -20,7 +20,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import base64
 import copy
 import time
 
@@ -31,7 +30,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import names
 from ansible_collections.soperator.slurm.plugins.module_utils.crds import crds
 from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import (
     CR_API_VERSION, KubeError, NotFound, RESOURCES, object_key)
-from ansible_collections.soperator.slurm.plugins.module_utils.render import render_cluster
+from ansible_collections.soperator.slurm.plugins.module_utils.render import render_cluster, secret_material
 from ansible_collections.soperator.slurm.plugins.module_utils.render_kube import (
     KIND_ORDER, WORKER, labels as component_labels)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import SlurmError
@@ -39,13 +38,10 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner impor
 # Everything we may own, in apply order; the CRs go first so the cluster's own record exists before its parts.
 MANAGED_KINDS = ("SlurmCluster", "NodeSet") + KIND_ORDER
 CRD_SELECTOR = "%s=%s" % (c.LABEL_MANAGED_BY, c.FIELD_MANAGER)
-SLURM_CONFIGS = "slurm.conf"
 
 
 class BackendError(Exception):
-    def __init__(self, msg, result=None):
-        super(BackendError, self).__init__(msg)
-        self.result = result or {}
+    pass
 
 
 # --- desired state -------------------------------------------------------------------------------------------
@@ -82,7 +78,7 @@ def live_secret_material(live):
     material = {}
     for (kind, _namespace, name), obj in live.items():
         if kind == "Secret":
-            material[name] = dict((k, base64.b64decode(v)) for k, v in (obj.get("data") or {}).items())
+            material[name] = secret_material(obj)
     return material
 
 
@@ -94,20 +90,17 @@ def _component(obj):
     return ((obj.get("metadata") or {}).get("labels") or {}).get(c.LABEL_COMPONENT)
 
 
-def _node_set_of(obj):
-    return ((obj.get("metadata") or {}).get("labels") or {}).get(c.LABEL_NODESET)
-
-
 # --- readiness and status ------------------------------------------------------------------------------------
 
 def workload_state(obj):
     """(ready, text) of a StatefulSet or Job, from its status."""
     status = obj.get("status") or {}
     if obj["kind"] == "Job":
-        for cond in status.get("conditions") or []:
-            if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
-                return cond["type"] == "Complete", cond["type"].lower() if cond["type"] == "Complete" else \
-                    "failed: %s" % (cond.get("message") or cond.get("reason") or "")
+        failed = _job_condition(obj, "Failed")
+        if failed is not None:
+            return False, "failed: %s" % (failed.get("message") or failed.get("reason") or "")
+        if _job_condition(obj, "Complete") is not None:
+            return True, "complete"
         return False, "running (%s succeeded)" % status.get("succeeded", 0)
     want = _replicas(obj)
     ready = int(status.get("readyReplicas") or 0)
@@ -115,9 +108,16 @@ def workload_state(obj):
     return ready >= want and current, "%d/%d ready" % (ready, want)
 
 
+def _job_condition(obj, ctype):
+    """The Job's condition of this type when it is True, else None."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype and cond.get("status") == "True":
+            return cond
+    return None
+
+
 def job_failed(obj):
-    return any(cond.get("type") == "Failed" and cond.get("status") == "True"
-               for cond in (obj.get("status") or {}).get("conditions") or [])
+    return _job_condition(obj, "Failed") is not None
 
 
 def _condition(ctype, ok, message, generation):
@@ -234,12 +234,12 @@ class KubeCluster(object):
 
     # --- reading -------------------------------------------------------------------------------------------
 
-    def read_live(self, kinds=MANAGED_KINDS):
+    def read_live(self):
         """key -> object for everything of this cluster we own: one request per kind."""
         selector = ka.owner_selector(self.model.name)
         live = {}
         namespaced_prefix = "soperator-slurm-%s-%s-" % (self.model.namespace, self.model.name)
-        for kind in kinds:
+        for kind in MANAGED_KINDS:
             namespaced = RESOURCES[kind][2]
             for obj in self.client.list(kind, self.model.namespace if namespaced else None, selector):
                 # cluster-scoped objects carry the namespace in their name: another namespace's cluster of the
@@ -281,21 +281,23 @@ class KubeCluster(object):
     def apply_crds(self):
         if not self.install_crds:
             return []
-        live = dict((object_key(o), o) for o in self.client.list("CustomResourceDefinition", None, CRD_SELECTOR))
-        changes = ka.plan(crds(), live)   # never pruned: deleting a CRD deletes every cluster's objects
+        live = ka.index(self.client.list("CustomResourceDefinition", None, CRD_SELECTOR))
+        wanted = crds()
+        changes = ka.plan(wanted, live)   # never pruned: deleting a CRD deletes every cluster's objects
         self._execute(changes)
         if not self.check_mode and any(ch.writes for ch in changes):
-            self._wait_for(self._crds_established, "CustomResourceDefinitions established",
+            crd_names = [crd["metadata"]["name"] for crd in wanted]
+            self._wait_for(lambda: self._crds_established(crd_names), "CustomResourceDefinitions established",
                            self.wait_timeout)
         return changes
 
-    def _crds_established(self):
+    def _crds_established(self, crd_names):
         missing = []
-        for crd in crds():
-            live = self.client.get("CustomResourceDefinition", crd["metadata"]["name"]) or {}
+        for name in crd_names:
+            live = self.client.get("CustomResourceDefinition", name) or {}
             conds = (live.get("status") or {}).get("conditions") or []
             if not any(cd.get("type") == "Established" and cd.get("status") == "True" for cd in conds):
-                missing.append(crd["metadata"]["name"])
+                missing.append(name)
         return not missing, ", ".join(missing)
 
     def _wait_for(self, probe, what, timeout):
@@ -332,7 +334,7 @@ class KubeCluster(object):
         except SlurmError as e:
             raise BackendError("scale-down of %s: %s" % (", ".join(nodes), e))
 
-    def reload_slurm(self, changes, live):
+    def reload_slurm(self, changes):
         """`scontrol reconfigure` when slurm.conf changed on a running controller whose node definitions did not
         (those roll the controller pod instead, and slurmctld reads the new file when it starts)."""
         config = [ch for ch in changes if ch.kind == "ConfigMap" and ch.name == names.slurm_configs_name(self.model)]
@@ -388,7 +390,7 @@ class KubeCluster(object):
             self._wait_for(lambda: self._workloads_ready([("Job", job[0].name)]), "the jail to be populated",
                            self.wait_timeout)
         self._execute(rest)
-        self.reload_slurm(changes, live)
+        self.reload_slurm(changes)
         return self._finish(desired)
 
     def absent(self):
@@ -397,11 +399,11 @@ class KubeCluster(object):
         CRDs always stay."""
         self.changes = []
         if self.client.get("Namespace", self.model.namespace) is None:
-            return self._result()
+            return self.result()
         live = self.read_live()
         self.changes = ka.plan([], live, purge_volumes=self.purge_volumes)
         self._execute(self.changes)
-        return self._result()
+        return self.result()
 
     def _workloads_ready(self, keys):
         objs = {}
@@ -445,8 +447,8 @@ class KubeCluster(object):
                 self._wait_for(lambda: self._workloads_ready(workload_keys), "the cluster to be ready",
                                self.wait_timeout)
         if not self.check_mode:
-            self.write_status(desired)
-        return self._result()
+            self.write_status()
+        return self.result()
 
     def _current_workloads(self):
         """StatefulSets and Jobs as they are now: the last wait's read, else the apply answers and the first read."""
@@ -460,7 +462,7 @@ class KubeCluster(object):
                     objs[(ch.kind, ch.name)] = obj
         return objs
 
-    def write_status(self, desired):
+    def write_status(self):
         """Apply .status of the SlurmCluster and its NodeSets, only where it changed."""
         workloads = self._current_workloads()
         for ch in self.changes:
@@ -486,7 +488,7 @@ class KubeCluster(object):
                 raise BackendError("the cluster was applied, but writing its status failed: %s" % e)
             self.status_updated = True
 
-    def _result(self):
+    def result(self):
         changed = any(ch.writes for ch in self.changes) or any(
             not a.startswith("kept ") for a in self.actions)
         return {

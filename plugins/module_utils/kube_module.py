@@ -12,7 +12,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC, runner_from_params
+from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC, auth_params, runner_from_params
 from ansible_collections.soperator.slurm.plugins.module_utils.kube_backend import BackendError, KubeCluster
 from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import (
     HAS_KUBERNETES, KubeClient, KubeError, api_client_from_params)
@@ -37,14 +37,10 @@ def kube_target_argument_spec():
     return spec
 
 
-def _auth_params(params):
-    return dict((k, params.get(k)) for k in AUTH_ARG_SPEC if params.get(k) is not None)
-
-
 def make_client(params):
     if not HAS_KUBERNETES:
         raise KubeError("the kubernetes Python client is required for the Kubernetes target")
-    return KubeClient(api_client_from_params(_auth_params(params)), c.FIELD_MANAGER,
+    return KubeClient(api_client_from_params(auth_params(params)), c.FIELD_MANAGER,
                       retries=max(params["api_retries"], 0), timeout=params["api_timeout"])
 
 
@@ -52,7 +48,7 @@ def make_cluster(module, model, client=None):
     params = module.params
 
     def runner():
-        slurm = dict(_auth_params(params), transport=params["slurm_transport"], namespace=model.namespace,
+        slurm = dict(auth_params(params), transport=params["slurm_transport"], namespace=model.namespace,
                      cluster_name=model.name, slurm_conf=params.get("slurm_conf"))
         return runner_from_params(slurm)
 
@@ -68,7 +64,7 @@ def run(module, cluster, operation, extra=None):
     try:
         result = operation(cluster)
     except (BackendError, KubeError) as e:
-        partial = cluster._result()
+        partial = cluster.result()
         partial.pop("changed", None)
         partial.update(extra or {})
         module.fail_json(msg=str(e), **partial)

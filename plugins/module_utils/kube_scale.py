@@ -15,10 +15,9 @@ __metaclass__ = type
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_nodes import full_reason, read_jobs, read_nodes
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_nodes import (
+    SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import SlurmError
-
-SCALE_DOWN_REASON = "scale-down"
 
 
 class ScaleDownError(Exception):

@@ -40,13 +40,13 @@ import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_nodes import SCALE_DOWN_REASON
 
 DEFAULT_BASE_PORT = 17817
 LOOPBACK = "127.0.0.1"
 LOCAL_HOST = "localhost"
 # Offsets from the base port. slurmd ports follow, one per possible node (max_replicas of every NodeSet).
 CTLD_OFFSET, DBD_OFFSET, DB_OFFSET, SLURMD_OFFSET = 0, 1, 2, 10
-SCALE_DOWN_REASON = "scale-down"
 # Local replacements of plugins that need what a laptop or CI box does not give: see adapt_configs().
 LOCAL_PROCTRACK = "proctrack/linuxproc"
 LOCAL_TASK_PLUGIN = "task/none"

@@ -63,6 +63,11 @@ def _is_secret_file(name):
     return name.split("-", 1)[-1].startswith("secret-") and name.endswith(".yaml")
 
 
+def secret_material(obj):
+    """A Secret object's data as {key: bytes}."""
+    return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+
+
 def read_secret_material(dest):
     """Secret data from an earlier render in DEST (our Secrets only), as name -> {key: bytes}."""
     folder = os.path.join(dest, MANIFESTS_DIR)
@@ -76,7 +81,7 @@ def read_secret_material(dest):
             obj = yaml.safe_load(f)
         labels = (obj or {}).get("metadata", {}).get("labels", {})
         if is_secret(obj or {}) and labels.get(c.LABEL_MANAGED_BY) == c.FIELD_MANAGER:
-            material[obj["metadata"]["name"]] = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+            material[obj["metadata"]["name"]] = secret_material(obj)
     return material
 
 

@@ -36,6 +36,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner impor
     SlurmCommandError, SlurmError, SlurmOutputError, TransientError, format_command)
 
 DEFAULT_REASON_PREFIX = "soperator:"
+# The reason (after the prefix) of a node drained because its NodeSet shrinks; both backends use it.
+SCALE_DOWN_REASON = "scale-down"
 STATES = ("drained", "resumed", "undrained")
 BUSY_STATES = frozenset(["ALLOCATED", "MIXED"])
 HOLD_FLAGS = frozenset(["DRAIN", "FAIL"])

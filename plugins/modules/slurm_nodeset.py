@@ -166,6 +166,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
+from ansible_collections.soperator.slurm.plugins.module_utils import names
 from ansible_collections.soperator.slurm.plugins.module_utils.kube_apply import APPLIED_ANNOTATION
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, load_documents
 from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import HAS_YAML
@@ -290,8 +291,8 @@ def main():
     except km.KubeError as e:
         module.fail_json(msg=str(e))
     cluster = km.make_cluster(module, model, client)
-    slurm_configs = "%s-slurm-configs" % model.name
-    controller = "%s-controller" % model.name
+    slurm_configs = names.slurm_configs_name(model)
+    controller = names.controller_name(model)
 
     def ours(obj):
         meta = obj.get("metadata") or {}
