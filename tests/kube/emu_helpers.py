@@ -1,5 +1,8 @@
 """Small helpers shared by the emulator tests (tests/kube)."""
 import json
+import os
+import shutil
+import tempfile
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -73,6 +76,14 @@ class KubeClient(object):
         kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         self.configuration = cfg
         self.api = kubernetes.client.ApiClient(cfg)
+        self._cache_dir = tempfile.mkdtemp(prefix="emu-discovery-")
+
+    def dynamic(self):
+        """A DynamicClient with its own discovery cache. The default cache is a file in /tmp keyed by host and port,
+        so a later emulator on a reused port would read an earlier emulator's resources from it."""
+        import kubernetes
+        return kubernetes.dynamic.DynamicClient(
+            self.api, cache_file=os.path.join(self._cache_dir, "discovery-%d.json" % len(os.listdir(self._cache_dir))))
 
     def request(self, method, path, body=None, query=None, content_type=None, timeout=None):
         """-> ApiResponse (status_code, data, headers); raises kubernetes.client.exceptions.ApiException."""
@@ -101,3 +112,4 @@ class KubeClient(object):
 
     def close(self):
         self.api.close()
+        shutil.rmtree(self._cache_dir, ignore_errors=True)

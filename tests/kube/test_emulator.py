@@ -33,7 +33,7 @@ def test_version_and_bearer_token(emulator, kube, tmp_path):
 
 
 def test_discovery_for_dynamic_client(kube):
-    dyn = kubernetes.dynamic.DynamicClient(kube.api)
+    dyn = kube.dynamic()
     res = dyn.resources.get(api_version="apps/v1", kind="StatefulSet")
     assert res.name == "statefulsets" and res.namespaced
     assert "patch" in res.verbs and "sts" in res.short_names
@@ -59,7 +59,7 @@ def test_core_v1_api_and_dynamic_client_sanity(emulator, kube):
     core.create_namespaced_config_map("t", kubernetes.client.V1ConfigMap(
         metadata=kubernetes.client.V1ObjectMeta(name="c"), data={"a": "1"}))
     assert core.read_namespaced_config_map("c", "t").data == {"a": "1"}
-    dyn = kubernetes.dynamic.DynamicClient(kube.api)
+    dyn = kube.dynamic()
     cms = dyn.resources.get(api_version="v1", kind="ConfigMap")
     assert cms.get(name="c", namespace="t").data.a == "1"
     applied = cms.server_side_apply(body=cm("d", {"b": "2"}), namespace="t", field_manager="dyn")

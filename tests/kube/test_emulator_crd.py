@@ -36,7 +36,7 @@ def crds(kube):
 
 def test_crds_are_established_and_discoverable(emulator, kube):
     assert set(CRDS) == {"nodesets", "slurmclusters"}
-    dyn = kubernetes.dynamic.DynamicClient(kube.api)
+    dyn = kube.dynamic()
     with pytest.raises(kubernetes.dynamic.exceptions.ResourceNotFoundError):
         dyn.resources.get(api_version="slurm.soperator.dev/v1alpha1", kind="NodeSet")
     created = kube.apply(CRD_PATH + "/nodesets.slurm.soperator.dev", CRDS["nodesets"], manager="installer")
@@ -50,7 +50,7 @@ def test_crds_are_established_and_discoverable(emulator, kube):
     # Re-applying the CRD changes nothing.
     again = kube.apply(CRD_PATH + "/nodesets.slurm.soperator.dev", CRDS["nodesets"], manager="installer")
     assert again["metadata"]["resourceVersion"] == crd["metadata"]["resourceVersion"]
-    dyn = kubernetes.dynamic.DynamicClient(kube.api)
+    dyn = kube.dynamic()
     res = dyn.resources.get(api_version="slurm.soperator.dev/v1alpha1", kind="NodeSet")
     assert res.namespaced and res.name == "nodesets" and set(res.subresources) == {"status", "scale"}
     assert "slurmnodeset" in res.short_names

@@ -30,7 +30,7 @@ def test_rendered_objects_are_accepted_and_reapply_is_a_no_op(emulator, kube, ex
     namespaces = set(o["metadata"]["namespace"] for o in objects if o["metadata"].get("namespace"))
     for ns in namespaces:
         make_ns(kube, ns)
-    dyn = kubernetes.dynamic.DynamicClient(kube.api)
+    dyn = kube.dynamic()
 
     def path(obj):
         res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
