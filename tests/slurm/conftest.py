@@ -61,6 +61,11 @@ def local_cluster(tmp_path):
         except OSError:
             pass
         kwargs.setdefault("timeout", TIMEOUT)
+        # Each test process searches its own port range: two processes (parallel runs, helpers) probing the same
+        # range can both find a base free before either binds it.
+        if "base_port" not in kwargs:
+            kwargs["base_port"] = lb.find_free_base_port(lb.ports_needed(model),
+                                                         start=20000 + (os.getpid() % 100) * 100)
         kwargs.setdefault("drain_timeout", DRAIN_TIMEOUT)
         cluster = lb.LocalCluster(state, model, **kwargs)
         made.append(cluster)
