@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import re
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
@@ -34,6 +35,7 @@ _PURPOSE = {
     "topology.conf": "topology.conf(5)",
     c.SLURMDBD_CONF: "slurmdbd.conf(5)",
 }
+# JSON has no comments: health.json names its generator in its "generatedBy" key instead of a header.
 
 
 def _header(model, file_name):
@@ -284,7 +286,18 @@ def _render_slurm_conf(model):
         lines += ["NodeSet=%s Nodes=%s" % (ns.name, ns.node_range) for ns in defined if refs[ns.name] == ns.name]
     lines += ["", "# --- Partitions"]
     lines += [_partition_line(p, refs) for p in model.partitions]
+    if model.health_checks.active:
+        lines += ["# Active health checks submit their jobs here (root only, never a default, hidden from sinfo)."]
+        lines.append(_checks_partition_line(defined))
     return _text(lines)
+
+
+def _checks_partition_line(defined):
+    words = ["PartitionName=%s" % c.CHECKS_PARTITION]
+    if defined:
+        words.append("Nodes=ALL")
+    words += ["Default=NO", "Hidden=YES", "AllowGroups=root", "OverSubscribe=EXCLUSIVE", "State=UP"]
+    return " ".join(words)
 
 
 # --------------------------------------------------------------------------------------------------- cgroup.conf
@@ -475,6 +488,64 @@ def _render_slurmdbd_conf(model):
     return _text(lines)
 
 
+# --------------------------------------------------------------------------------------------------- health.json
+
+# XIDs that mean the GPU (or its link) needs a reset or a replacement, not a user error: double-bit ECC (48),
+# internal micro-controller faults (61, 62), row remap failure (64), NVLink (74), fallen off the bus (79),
+# high single-bit ECC rate (92), contained / uncontained ECC (94, 95), GSP errors (119, 120).
+CRITICAL_XIDS = (48, 61, 62, 64, 74, 79, 92, 94, 95, 119, 120)
+# Thresholds the spec does not expose (yet): written into health.json, where the program reads them.
+MAX_VOLATILE_UNCORRECTABLE_ECC = 0
+XID_WINDOW_SECONDS = 600
+MIN_AVAILABLE_MEMORY_MIB = 256
+CHECK_TIMEOUT_SECONDS = 5
+# Where check jobs write their output, as the jobs see it: a directory of the jail (the workers' /tmp is their own),
+# read by the active check runner under the jail's mount (outputRoot).
+CHECK_OUTPUT_DIR = "/var/lib/soperator/checks"
+
+
+def health_check_config(model):
+    """health.json of the HealthCheckProgram (health_check.py) and the active check runner (active_check.py)."""
+    passive = model.health_checks.passive
+    node_sets = {}
+    for ns in _defined_node_sets(model):
+        node_sets[ns.name] = {"nodes": ns.node_range, "gpus": ns.gpus}
+    active = []
+    for check in model.health_checks.active:
+        entry = {"name": check.name, "type": check.type, "nodeSets": list(check.node_sets or sorted(node_sets)),
+                 "timeoutSeconds": check.timeout_seconds, "drainOnFailure": check.drain_on_failure}
+        for key, value in (("script", check.script), ("minBusBandwidthGBs", check.min_bus_bandwidth_gbs),
+                           ("minWriteMBs", check.min_write_mbs), ("minReadMBs", check.min_read_mbs)):
+            if value is not None:
+                entry[key] = value
+        active.append(entry)
+    return {
+        "generatedBy": "soperator.slurm from SlurmCluster %s (namespace %s)" % (model.name, model.namespace),
+        "cluster": model.name,
+        "drainReasonPrefix": model.remediation.drain_reason_prefix,
+        "checkTimeoutSeconds": CHECK_TIMEOUT_SECONDS,
+        "passive": {
+            "enabled": passive.enabled and passive.interval > 0,
+            "gpu": passive.gpu,
+            "gpuErrors": {"maxVolatileUncorrectable": MAX_VOLATILE_UNCORRECTABLE_ECC,
+                          "criticalXids": list(CRITICAL_XIDS), "xidWindowSeconds": XID_WINDOW_SECONDS},
+            "disk": {"paths": [c.JAIL_MOUNT, "/tmp"] if passive.min_free_disk_percent > 0 else [],
+                     "minFreePercent": passive.min_free_disk_percent},
+            "memory": {"enabled": passive.memory, "minAvailableMiB": MIN_AVAILABLE_MEMORY_MIB},
+            "munge": {"enabled": passive.munge, "socket": None},
+            "custom": [{"name": x.name, "command": x.command, "timeoutSeconds": x.timeout_seconds}
+                       for x in passive.custom],
+        },
+        "nodeSets": node_sets,
+        "active": {"partition": c.CHECKS_PARTITION, "outputDir": CHECK_OUTPUT_DIR, "outputRoot": c.JAIL_MOUNT,
+                   "checks": active},
+    }
+
+
+def render_health_json(model):
+    return json.dumps(health_check_config(model), indent=2, sort_keys=True) + "\n"
+
+
 # -------------------------------------------------------------------------------------------------------- public
 
 def render_slurm_configs(model):
@@ -486,6 +557,7 @@ def render_slurm_configs(model):
         "plugstack.conf": _render_plugstack_conf(model),
         "mpi.conf": _render_mpi_conf(model),
         "topology.conf": _render_topology_conf(model),
+        c.HEALTH_CONFIG_FILE: render_health_json(model),
     }
     if model.accounting.enabled:
         files[c.SLURMDBD_CONF] = _render_slurmdbd_conf(model)

@@ -3,10 +3,12 @@ adaptation) load, and every NodeSet's nodes (all max_replicas of them) show up w
 memory, GRES and features. No slurmd is started: the FUTURE nodes are revealed with `scontrol update state=down`."""
 import dataclasses
 import glob
+import json
 import os
 
 import pytest
 
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import hostlist, spec
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
@@ -38,6 +40,8 @@ def test_example_nodes_as_slurmctld_sees_them(local_cluster, path):
         assert len(names) == ns.max_replicas
         expected_names.update(names)
         partitions = sorted(p.name for p in model.partitions if ns.name in p.node_sets)
+        if model.health_checks.active:          # the hidden partition of active checks holds every node
+            partitions = sorted(partitions + [c.CHECKS_PARTITION])
         for name in names:
             node = nodes.get(name)
             assert node is not None, "%s (NodeSet %s) is not listed by sinfo" % (name, ns.name)
@@ -96,8 +100,28 @@ def _render_and_adapt(path, have_pmix=False):
         model = spec.build_model(spec.load_documents(f.read()))
     rendered = render_slurm_configs(model)
     adapted = lb.adapt_configs(rendered, model, STATE, 20000, user="someone", db_password="secret",
-                               local_paths_exist=lambda p: False, have_pmix=have_pmix)
+                               have_pmix=have_pmix)
     return model, rendered, adapted
+
+
+def test_health_json_adaptation():
+    from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
+    model, rendered, adapted = _render_and_adapt(os.path.join(EXAMPLES, "gpu-accounting.yml"))
+    before, after = json.loads(rendered[c.HEALTH_CONFIG_FILE]), json.loads(adapted[c.HEALTH_CONFIG_FILE])
+    assert before["passive"]["disk"]["paths"] == [c.JAIL_MOUNT, "/tmp"]
+    assert after["passive"]["disk"]["paths"] == ["/tmp"]               # no local jail: not checked
+    assert after["passive"]["munge"]["socket"] == STATE + "/run/munge.socket"
+    # Check jobs write where the runner reads: in the jail (under its mount on Kubernetes), else in the state dir.
+    assert (before["active"]["outputRoot"], before["active"]["outputDir"]) == (c.JAIL_MOUNT, "/var/lib/soperator/checks")
+    assert (after["active"]["outputRoot"], after["active"]["outputDir"]) == ("", STATE + "/checks")
+    before["passive"]["disk"]["paths"], before["passive"]["munge"]["socket"] = ["/tmp"], STATE + "/run/munge.socket"
+    before["active"].update(outputRoot="", outputDir=STATE + "/checks")
+    assert after == before                                             # nothing else changes
+    with_jail = lb.adapt_configs(rendered, model, STATE, 20000, user="someone", db_password="secret",
+                                 have_pmix=False, jail_dir="/srv/jail")
+    jailed = json.loads(with_jail[c.HEALTH_CONFIG_FILE])
+    assert jailed["passive"]["disk"]["paths"] == ["/srv/jail", "/tmp"]
+    assert (jailed["active"]["outputRoot"], jailed["active"]["outputDir"]) == ("/srv/jail", "/var/lib/soperator/checks")
 
 
 def _settings(text):
@@ -109,6 +133,8 @@ def test_adaptation_keeps_every_other_line(path):
     model, rendered, adapted = _render_and_adapt(path)
     assert sorted(adapted) == sorted(rendered)
     for name, text in rendered.items():
+        if name == c.HEALTH_CONFIG_FILE:
+            continue                # JSON, not lines: test_health_json_adaptation
         kept = set(adapted[name].splitlines())
         for line in _settings(text):
             if line in kept:
@@ -134,7 +160,8 @@ def test_adaptation_points_everything_local(path):
     assert "%n" in settings["SlurmdPidFile"] and "%n" in settings["SlurmdLogFile"]
     assert set(settings["CommunicationParameters"].split(",")) >= {"NoInAddrAny", "NoCtldInAddrAny"}
     assert settings["ProctrackType"] == "proctrack/linuxproc" and settings["TaskPlugin"] == "task/none"
-    assert "HealthCheckProgram" not in settings          # not installed here (local_paths_exist says so)
+    if model.health_checks.passive.enabled and model.health_checks.passive.interval:
+        assert settings["HealthCheckProgram"] == STATE + "/bin/health-check"      # install_health_programs
     if model.mpi.default.startswith("pmix"):
         assert settings["MpiDefault"] == "none"
         _m, _r, with_pmix = _render_and_adapt(path, have_pmix=True)
