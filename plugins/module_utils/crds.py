@@ -43,6 +43,12 @@ _CLUSTER_STATUS = {
         "conditions": _CONDITIONS,
         "controllerEndpoint": {"type": "string"},
         "loginEndpoint": {"type": "string"},
+        "jail": {
+            "type": "object",
+            "description": "The jail's sentinel as jail_populate last read it: what populated the jail and when.",
+            "properties": dict((key, {"type": "string"}) for key in (
+                "populatedAt", "source", "sourceType", "digest", "tag", "overwrite", "populatedBy", "job")),
+        },
     },
 }
 

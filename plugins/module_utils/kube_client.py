@@ -38,6 +38,7 @@ CR_API_VERSION = "%s/%s" % (API_GROUP, CR_VERSION)
 # kind -> (apiVersion, plural, namespaced) for every kind the backend reads or writes.
 RESOURCES = {
     "Namespace": ("v1", "namespaces", False),
+    "Node": ("v1", "nodes", False),                  # remediation cordons the node of a replaced pod
     "ServiceAccount": ("v1", "serviceaccounts", True),
     "Secret": ("v1", "secrets", True),
     "ConfigMap": ("v1", "configmaps", True),
@@ -245,10 +246,10 @@ class KubeClient(object):
 
     # --- writes ----------------------------------------------------------------------------------------------
 
-    def apply(self, obj, dry_run=False, force=True, subresource=None):
-        """Server-side apply under our field manager. Returns (object, created)."""
+    def apply(self, obj, dry_run=False, force=True, subresource=None, field_manager=None):
+        """Server-side apply under our field manager (or `field_manager`). Returns (object, created)."""
         kind, namespace, name = object_key(obj)
-        query = {"fieldManager": self.field_manager}
+        query = {"fieldManager": field_manager or self.field_manager}
         if force:
             query["force"] = "true"
         if dry_run:

@@ -677,6 +677,21 @@ def build_model(documents):
     return _model(cluster, [doc for _label, doc in node_sets])
 
 
+def documents_from(src=None, definition=None):
+    """A module's spec documents: from `src` (a YAML file; IOError/OSError when unreadable) or `definition` (YAML
+    text, one document, or a list of them)."""
+    if src:
+        with open(src) as f:
+            return load_documents(f.read())
+    if definition is None:
+        return []
+    if isinstance(definition, str):
+        return load_documents(definition)
+    if isinstance(definition, dict):
+        return [definition]
+    return list(definition)
+
+
 def load_documents(text):
     """Parse a multi-document YAML spec (SlurmCluster + NodeSets); empty documents are skipped."""
     import yaml

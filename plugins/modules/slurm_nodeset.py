@@ -168,7 +168,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
 from ansible_collections.soperator.slurm.plugins.module_utils import names
 from ansible_collections.soperator.slurm.plugins.module_utils.kube_apply import APPLIED_ANNOTATION
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, documents_from
 from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import HAS_YAML
 
 _OUR_LABELS = (c.LABEL_MANAGED_BY, c.LABEL_INSTANCE, c.LABEL_COMPONENT, c.LABEL_NAME, c.LABEL_NODESET)
@@ -176,18 +176,12 @@ _OUR_LABELS = (c.LABEL_MANAGED_BY, c.LABEL_INSTANCE, c.LABEL_COMPONENT, c.LABEL_
 
 def _definition(module):
     params = module.params
-    if params["src"]:
-        try:
-            with open(params["src"]) as f:
-                docs = load_documents(f.read())
-        except (IOError, OSError) as e:
-            module.fail_json(msg="cannot read src %s: %s" % (params["src"], e))
-    elif params["definition"] is None:
+    if not params["src"] and params["definition"] is None:
         return None
-    elif isinstance(params["definition"], str):
-        docs = load_documents(params["definition"])
-    else:
-        docs = [params["definition"]]
+    try:
+        docs = documents_from(params["src"], params["definition"])
+    except (IOError, OSError) as e:
+        module.fail_json(msg="cannot read src %s: %s" % (params["src"], e))
     if len(docs) != 1 or not isinstance(docs[0], dict) or docs[0].get("kind") != "NodeSet":
         module.fail_json(msg="definition/src must hold exactly one NodeSet document")
     return copy.deepcopy(docs[0])

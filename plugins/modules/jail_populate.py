@@ -1,0 +1,336 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: jail_populate
+short_description: Fill a Slurm cluster's jail (the root filesystem users see as /) from a root filesystem image
+version_added: 0.1.0
+description:
+  - The jail is the root filesystem shared by the login and worker nodes; jobs and SSH logins are chrooted into it.
+    This module fills it once, and records what filled it and when in a sentinel file at the jail's root
+    (C(.soperator-jail.json)). The sentinel is written last, so a populate cut short is never taken for a populated
+    jail.
+  - With O(target=local), fills the directory O(jail_dir) from O(source) - a root filesystem tarball (plain, gzip,
+    bzip2 or xz), an OCI image layout (unpacked with umoci), or a directory. The new root filesystem is written to a
+    staging directory inside the jail first, then the old entries are moved out and the new ones in.
+  - A tarball cannot write outside the jail - a member with C(..) in its path, one written through a symlink, or a
+    hard link to something that is not a regular file of the archive fails the task before the jail is touched;
+    leading C(/) is taken as the jail's root. Symlinks (absolute ones too, they resolve inside the jail), hard links,
+    modes (setuid included) and numeric owners are kept. Device nodes are skipped and listed in RV(skipped) (the
+    jail's C(/dev) comes from the host when a job or a login enters it).
+  - With O(target=kubernetes), runs the cluster's populate Job (as C(slurm_cluster) renders it) and waits for it.
+    The Job's program is the same code, running in the populate image; the sentinel it prints is recorded in the
+    SlurmCluster's C(.status.jail), so later runs know the jail is populated without starting a pod, and the Job is
+    not created again.
+author:
+  - soperator.slurm contributors (@soperator-slurm)
+attributes:
+  check_mode:
+    support: full
+    description:
+      - Reports the action the run would take (RV(outcome)) and, with O(target=local), the sentinel it would write
+        (without C(populated_at)); a tarball's member names are checked for C(..). Nothing is written.
+      - With O(target=kubernetes), the Job's delete and create are sent as server-side dry runs and no status is
+        written. Whether the Job's program finds the jail populated is known only when it runs.
+  diff_mode:
+    support: full
+    description:
+      - The sentinel before and after.
+options:
+  target:
+    description:
+      - V(local) fills O(jail_dir) on the machine the module runs on; V(kubernetes) runs the cluster's populate Job.
+    type: str
+    required: true
+    choices: [kubernetes, local]
+  overwrite:
+    description:
+      - V(never) populates an empty jail, leaves a jail with a sentinel alone, and refuses (fails) a jail that is not
+        empty and has no sentinel - it was filled by someone else, or a populate was cut short; it is not ours to
+        overwrite.
+      - V(if_empty) populates only an empty jail (nothing but C(lost+found)); anything else is left as it is.
+      - V(always) replaces the jail's contents on every run (C(lost+found) stays). With O(target=kubernetes) it is
+        refused while login or worker pods are running, unless O(force=true).
+      - With O(target=kubernetes), defaults to the spec's C(jail.populate.overwrite); with O(target=local), to
+        V(never).
+    type: str
+    choices: [never, if_empty, always]
+  force:
+    description:
+      - With O(target=kubernetes) and O(overwrite=always), replace the jail even while login and worker pods have it
+        mounted (their running jobs and sessions see files change under them).
+    type: bool
+    default: false
+  source:
+    description:
+      - With O(target=local), the root filesystem - a tarball, an OCI image layout directory, or a directory.
+    type: path
+  oci_tag:
+    description:
+      - With an OCI image layout as O(source), the tag of the image to unpack. Needed only when the layout holds
+        more than one tagged image.
+    type: str
+  source_label:
+    description:
+      - With O(target=local), what the sentinel records as the source (for example the image the tarball was made
+        from). Defaults to O(source).
+    type: str
+  jail_dir:
+    description:
+      - With O(target=local), the jail directory. It is created when missing.
+    type: path
+  definition:
+    description:
+      - With O(target=kubernetes), the SlurmCluster and its NodeSets (as for C(soperator.slurm.slurm_cluster)).
+      - Mutually exclusive with O(src), O(name).
+    type: raw
+  src:
+    description:
+      - With O(target=kubernetes), a multi-document YAML file holding the SlurmCluster and its NodeSets.
+    type: path
+  name:
+    description:
+      - With O(target=kubernetes), the SlurmCluster to read the spec from, in O(namespace) (instead of O(definition)
+        or O(src)).
+    type: str
+  namespace:
+    description:
+      - The namespace of O(name).
+    type: str
+    default: default
+  wait:
+    description:
+      - With O(target=kubernetes), wait for the Job to complete. Without waiting, RV(outcome) is C(started) and a
+        later run records the sentinel.
+    type: bool
+    default: true
+  wait_timeout:
+    description:
+      - With O(target=kubernetes), the longest wait in seconds for the Job (and for an old Job to be deleted).
+    type: int
+    default: 600
+  api_retries:
+    description:
+      - With O(target=kubernetes), how many times an API request is retried after a server error, throttling, a
+        conflict or a timeout.
+    type: int
+    default: 3
+  api_timeout:
+    description:
+      - With O(target=kubernetes), seconds one API request may take.
+    type: int
+    default: 30
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+notes:
+  - An OCI image layout needs umoci (Debian package umoci); copy a registry image into a layout first with
+    C(skopeo copy docker://IMAGE oci:LAYOUT:TAG) (Debian package skopeo).
+  - Owners are kept only when the module runs as root; otherwise the files belong to the user running it.
+  - With O(target=kubernetes), the SlurmCluster must have been applied (C(soperator.slurm.slurm_cluster)
+    C(state=present)), as the Job mounts its jail claim. C(slurm_cluster) also creates the Job with the spec's overwrite
+    mode; this module is how a jail is filled again or checked.
+seealso:
+  - module: soperator.slurm.slurm_cluster
+"""
+
+EXAMPLES = r"""
+- name: Fill a local jail from a root filesystem tarball (a second run changes nothing)
+  soperator.slurm.jail_populate:
+    target: local
+    source: /srv/images/jail-rootfs.tar.gz
+    jail_dir: /srv/slurm/jail
+
+- name: Fill it from an OCI image layout made with skopeo
+  soperator.slurm.jail_populate:
+    target: local
+    source: /srv/images/jail-oci
+    oci_tag: "24.04"
+    jail_dir: /srv/slurm/jail
+
+- name: Populate the jail of a cluster on Kubernetes and wait for it
+  soperator.slurm.jail_populate:
+    target: kubernetes
+    name: demo
+    namespace: slurm
+    wait_timeout: 1800
+  register: jail
+
+- name: Replace the jail's contents from a new image, with the login and worker pods still running
+  soperator.slurm.jail_populate:
+    target: kubernetes
+    src: examples/gpu-accounting.yml
+    overwrite: always
+    force: true
+"""
+
+RETURN = r"""
+outcome:
+  description:
+    - populated (an empty jail was filled), replaced (O(overwrite=always)), unchanged, refused (on failure), or
+      started (O(target=kubernetes), O(wait=false)). In check mode, what would be done.
+  returned: success, and when a run is refused
+  type: str
+  sample: populated
+message:
+  description: Why the action was taken.
+  returned: success
+  type: str
+  sample: the jail is empty
+sentinel:
+  description:
+    - The jail's sentinel after the run (in check mode, the one that would be written; null when not known).
+  returned: success
+  type: dict
+  sample: {source: /srv/images/jail-rootfs.tar.gz, source_type: tar, digest: "sha256:4f1c...", overwrite: never,
+           populated_at: "2025-01-31T10:00:00Z", populated_by: root@head, format: 1, program: soperator.slurm jail.py}
+previous:
+  description: The sentinel before the run (null when the jail had none).
+  returned: success
+  type: dict
+skipped:
+  description: With O(target=local), entries of the source that were not written (device nodes).
+  returned: when O(target=local)
+  type: list
+  elements: str
+  sample: ["dev/null (device node)"]
+jail_dir:
+  description: With O(target=local), the jail directory.
+  returned: when O(target=local)
+  type: str
+objects:
+  description: With O(target=kubernetes), the Job created or deleted.
+  returned: when O(target=kubernetes)
+  type: list
+  elements: dict
+  sample: [{kind: Job, name: demo-populate-jail, namespace: slurm, action: created}]
+waited:
+  description: With O(target=kubernetes), the wait for the Job, with how long and the states it went through.
+  returned: when O(target=kubernetes)
+  type: list
+  elements: dict
+  sample: [{for: "the jail to be populated", seconds: 84.0, states: [{state: "running (0 succeeded)", at: 0.0}]}]
+status_updated:
+  description: With O(target=kubernetes), whether the SlurmCluster's C(.status.jail) was written.
+  returned: when O(target=kubernetes)
+  type: bool
+requests:
+  description: With O(target=kubernetes), API requests made.
+  returned: when O(target=kubernetes)
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.soperator.slurm.plugins.module_utils import jail
+from ansible_collections.soperator.slurm.plugins.module_utils import jail_kube as jk
+from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
+from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import HAS_YAML
+
+
+def _diff(result):
+    return {"before": {"sentinel": result.get("previous")}, "after": {"sentinel": result.get("sentinel")}}
+
+
+def _local(module):
+    params = module.params
+
+    def run(argv):
+        return module.run_command(argv)
+
+    try:
+        result = jail.populate(params["jail_dir"], params["source"], params["overwrite"] or "never",
+                               check_mode=module.check_mode, run=run, label=params["source_label"],
+                               oci_tag=params["oci_tag"])
+    except (jail.JailError, OSError) as e:
+        module.fail_json(msg=str(e))
+    result["jail_dir"] = result.pop("jail")
+    result["outcome"] = result.pop("action")    # "action" is the module's name in a task result
+    if result["outcome"] == jail.REFUSED:
+        result.pop("changed")
+        module.fail_json(msg=result["message"], **result)
+    if module._diff:
+        result["diff"] = _diff(result)
+    module.exit_json(**result)
+
+
+def _model(module, client):
+    params = module.params
+    try:
+        if params["name"]:
+            return jk.model_from_cluster(client, params["name"], params["namespace"])
+        return build_model(documents_from(params["src"], params["definition"]))
+    except SpecError as e:
+        module.fail_json(msg=str(e), errors=[{"path": i.path, "message": i.message} for i in e.issues])
+    except (IOError, OSError) as e:
+        module.fail_json(msg="cannot read src %s: %s" % (params["src"], e))
+
+
+def _kubernetes(module):
+    params = module.params
+    if not (params["name"] or params["src"] or params["definition"] is not None):
+        module.fail_json(msg="target=kubernetes needs the cluster: name (read from the cluster), src or definition")
+    for name in ("wait_timeout", "api_timeout"):
+        if params[name] <= 0:
+            module.fail_json(msg="%s must be > 0, got %d" % (name, params[name]))
+    kube = None
+    try:
+        client = km.make_client(params)
+        model = _model(module, client)
+        kube = jk.KubeJail(client, model, overwrite=params["overwrite"], force=params["force"],
+                           check_mode=module.check_mode, wait=params["wait"], wait_timeout=params["wait_timeout"])
+        result = kube.run()
+        result["outcome"] = result.pop("action")
+    except (jk.JailKubeError, km.KubeError, km.BackendError) as e:
+        partial = kube.result(getattr(e, "action", None), None, str(e)) if kube is not None else {}
+        partial["outcome"] = partial.pop("action", None)
+        partial.pop("changed", None)
+        partial.pop("message", None)
+        module.fail_json(msg=str(e), **partial)
+    if module._diff:
+        result["diff"] = _diff(result)
+    module.exit_json(**result)
+
+
+def main():
+    argument_spec = dict(
+        target=dict(type="str", required=True, choices=["kubernetes", "local"]),
+        overwrite=dict(type="str", choices=list(jail.OVERWRITE_MODES)),
+        force=dict(type="bool", default=False),
+        source=dict(type="path"),
+        oci_tag=dict(type="str"),
+        source_label=dict(type="str"),
+        jail_dir=dict(type="path"),
+        definition=dict(type="raw"),
+        src=dict(type="path"),
+        name=dict(type="str"),
+        namespace=dict(type="str", default="default"),
+        wait=dict(type="bool", default=True),
+        wait_timeout=dict(type="int", default=600),
+        api_retries=dict(km.KUBE_TARGET_SPEC["api_retries"]),
+        api_timeout=dict(km.KUBE_TARGET_SPEC["api_timeout"]),
+    )
+    argument_spec.update(AUTH_ARG_SPEC)
+    module = AnsibleModule(
+        argument_spec=argument_spec,
+        mutually_exclusive=[("definition", "src", "name")],
+        required_if=[("target", "local", ("source", "jail_dir"))],
+        supports_check_mode=True,
+    )
+    if module.params["target"] == "local":
+        _local(module)
+    if not HAS_YAML:
+        module.fail_json(msg=missing_required_lib("PyYAML"))
+    _kubernetes(module)
+
+
+if __name__ == "__main__":
+    main()
