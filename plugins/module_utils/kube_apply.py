@@ -92,14 +92,16 @@ def contained(want, have, key=None):
     if isinstance(want, list):
         if not isinstance(have, list):
             return False
-        named = want and all(isinstance(w, dict) and "name" in w for w in want)
+        # volumeMounts are keyed by mountPath (one volume may be mounted at several paths), the rest by name.
+        id_key = "mountPath" if key == "volumeMounts" else "name"
+        named = want and all(isinstance(w, dict) and id_key in w for w in want)
         if named and all(isinstance(h, dict) for h in have):
             # Lists keyed by name (containers, env, volumes, ports) may gain entries from others: match by name.
-            wanted = [w["name"] for w in want]
+            wanted = [w[id_key] for w in want]
             wanted_names = set(wanted)
-            by_name = dict((h.get("name"), h) for h in have)
-            in_live_order = [h.get("name") for h in have if h.get("name") in wanted_names]
-            return wanted == in_live_order and all(contained(w, by_name.get(w["name"])) for w in want)
+            by_name = dict((h.get(id_key), h) for h in have)
+            in_live_order = [h.get(id_key) for h in have if h.get(id_key) in wanted_names]
+            return wanted == in_live_order and all(contained(w, by_name.get(w[id_key])) for w in want)
         return len(want) == len(have) and all(contained(w, h, key) for w, h in zip(want, have))
     return _same_scalar(want, have, key)
 

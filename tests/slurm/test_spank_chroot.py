@@ -1,16 +1,14 @@
 """The chroot SPANK plugin (images/spank_chroot) on a real local cluster: job steps run in the jail.
 
 The plugin is built here with its Makefile (warnings are errors); a small jail is made from the host's binaries and
-their libraries: a shell and a few tools, the Slurm clients with their plugins and libraries (for srun inside a batch
-script), the plugin itself at its path (srun in the jail loads plugstack.conf too), passwd/group, and a marker file
-only the jail has. The cluster loads the plugin through LocalCluster(jail_dir=..., spank_chroot=...).
+their libraries (jail_helpers.make_jail). The cluster loads the plugin through LocalCluster(jail_dir=...,
+spank_chroot=...).
 
 Every mount the plugin makes lives in the mount namespace of a job step; after the clusters stop, no mount of the
 jail is left on the host (checked below).
 """
 import os
 import re
-import shutil
 import subprocess
 import time
 
@@ -20,105 +18,21 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils import render_slurm, spec
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PLUGIN_DIR = os.path.join(ROOT, "images", "spank_chroot")
+from jail_helpers import MARKER, PLUGIN_DIR, ROOT, build_plugin, make_jail, mounts_under
+
 SMALL = "examples/small-cpu.yml"
 JOB_WAIT = 60
-MARKER = "soperator jail marker\n"
 # A file on the host's root filesystem that no job in the jail may see (/tmp is bound into the jail: not there).
 HOST_ONLY = os.path.abspath(__file__)
-# Programs the test jail holds (with their libraries), besides the Slurm plugin directory.
-JAIL_PROGRAMS = ("sh", "cat", "ls", "hostname", "sleep", "touch", "srun", "scontrol")
-JAIL_ETC = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache")
 
 
 # ------------------------------------------------------------------------------------------------ building
 
 
-def _require_build_tools():
-    if shutil.which("gcc") is None or shutil.which("make") is None:
-        pytest.skip("building the SPANK plugin needs gcc and make (Debian: gcc, make)")
-    if not os.path.exists("/usr/include/slurm/spank.h"):
-        pytest.skip("building the SPANK plugin needs <slurm/spank.h> (Debian: libslurm-dev)")
-
-
 @pytest.fixture(scope="module")
 def plugin(tmp_path_factory):
     """The plugin built from images/spank_chroot with its Makefile into a tmp dir (-Wall -Wextra -Werror)."""
-    _require_build_tools()
-    build = tmp_path_factory.mktemp("spank")
-    proc = subprocess.run(["make", "-C", PLUGIN_DIR, "BUILD_DIR=%s" % build], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True, check=False)
-    assert proc.returncode == 0, proc.stdout
-    path = str(build / "spank_chroot.so")
-    assert os.path.isfile(path)
-    return path
-
-
-def _ldd(path):
-    """Absolute paths of the shared libraries `path` loads (those ldd resolves)."""
-    proc = subprocess.run(["ldd", path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True,
-                          check=False)
-    libs = []
-    for line in proc.stdout.splitlines():
-        m = re.search(r"(?:=>\s*)?(/\S+)\s+\(0x", line)
-        if m:
-            libs.append(m.group(1))
-    return libs
-
-
-def _install(jail, path):
-    """Copy the host's `path` into the jail at the same path; symlinks stay symlinks (their targets are copied)."""
-    seen = set()
-    while path not in seen:
-        seen.add(path)
-        real_parent = os.path.realpath(os.path.dirname(path))
-        host = os.path.join(real_parent, os.path.basename(path))
-        dest = jail + host
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        if os.path.islink(host):
-            target = os.readlink(host)
-            if not os.path.lexists(dest):
-                os.symlink(target, dest)
-            path = os.path.normpath(os.path.join(real_parent, target))
-            continue
-        if not os.path.exists(dest):
-            shutil.copy2(host, dest)
-        return
-
-
-def make_jail(jail, plugin_path):
-    """A minimal root filesystem at `jail` (see the module docstring)."""
-    os.makedirs(jail)
-    for name in ("bin", "sbin", "lib", "lib64"):          # Debian's merged /usr: keep the same symlinks
-        if os.path.islink("/" + name):
-            os.symlink(os.readlink("/" + name), os.path.join(jail, name))
-    files = set()
-    for prog in JAIL_PROGRAMS:
-        path = shutil.which(prog)
-        if path is None:
-            pytest.skip("the test jail needs %s on the host" % prog)
-        files.add(path)
-        files.update(_ldd(path))
-    # srun loads Slurm's plugins (auth/munge, ...) from its PluginDir: the directory of libslurmfull.so on Debian.
-    slurm_dirs = set(os.path.dirname(os.path.realpath(p)) for p in _ldd(shutil.which("srun")) if "libslurm" in p)
-    for d in slurm_dirs:
-        for name in os.listdir(d):
-            if name.endswith(".so"):
-                files.add(os.path.join(d, name))
-                files.update(_ldd(os.path.join(d, name)))
-    files.add(plugin_path)
-    for path in sorted(files):
-        _install(jail, path)
-    os.makedirs(os.path.join(jail, "etc"), exist_ok=True)
-    for name in JAIL_ETC:
-        if os.path.exists("/etc/" + name):
-            shutil.copy2("/etc/" + name, os.path.join(jail, "etc", name))
-    with open(os.path.join(jail, "etc", "jail-marker"), "w") as f:
-        f.write(MARKER)
-    for d in ("home/shared", "tmp"):
-        os.makedirs(os.path.join(jail, d), exist_ok=True)
-    os.chmod(os.path.join(jail, "tmp"), 0o1777)
+    return build_plugin(tmp_path_factory.mktemp("spank"))
 
 
 @pytest.fixture(scope="module")
@@ -128,24 +42,14 @@ def jail(tmp_path_factory, plugin):
     path = str(tmp_path_factory.mktemp("jail-parent") / "jail")
     make_jail(path, plugin)
     yield path
-    assert _mounts_under(path) == [], "mounts of the jail leaked to the host"
-
-
-def _mounts_under(path):
-    """Mount points in this process' mount namespace at or below `path` (the host's view)."""
-    found = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            point = line.split()[4]
-            if point == path or point.startswith(path + "/"):
-                found.append(point)
-    return found
+    assert mounts_under(path) == [], "mounts of the jail leaked to the host"
 
 
 @pytest.fixture
 def jailed(local_cluster, jail, plugin):
-    """A started small-cpu cluster (cpu-0, cpu-1) whose job steps run in the jail."""
-    return local_cluster(SMALL, jail_dir=jail, spank_chroot=plugin)
+    """A started small-cpu cluster (cpu-0, cpu-1) whose job steps run in the jail. No login node: this jail lies
+    below /tmp, where sshd does not chroot (test_login covers it)."""
+    return local_cluster(SMALL, jail_dir=jail, spank_chroot=plugin, login=False)
 
 
 def srun(cluster, *argv, **kwargs):
@@ -250,7 +154,7 @@ def test_local_cluster_refuses_a_missing_plugin(tmp_path):
             lb.find_binary(name)              # checked before the plugin
         except lb.LocalClusterError as e:
             pytest.skip("real Slurm needed: %s" % e)
-    cluster = lb.LocalCluster(str(tmp_path / "state"), load_model(SMALL), jail_dir=str(tmp_path),
+    cluster = lb.LocalCluster(str(tmp_path / "state"), load_model(SMALL), jail_dir=str(tmp_path), login=False,
                               spank_chroot=str(tmp_path / "missing.so"))
     with pytest.raises(lb.LocalClusterError, match="make spank"):
         cluster.ensure_started()
@@ -313,7 +217,7 @@ def test_working_directory_is_the_jails(jailed):
 
 def test_missing_jail_fails_the_job_closed(local_cluster, plugin, tmp_path):
     missing = str(tmp_path / "no-such-jail")
-    cluster = local_cluster(SMALL, jail_dir=missing, spank_chroot=plugin)
+    cluster = local_cluster(SMALL, jail_dir=missing, spank_chroot=plugin, login=False)
     message = "cannot enter the jail %s: jail directory %s: No such file or directory" % (missing, missing)
     ran = tmp_path / "ran"
 

@@ -59,6 +59,16 @@ def test_containers_added_by_others_do_not_count_but_order_and_missing_ones_do()
     assert not ka.contained(two, live)
 
 
+def test_one_volume_mounted_at_two_paths_is_matched_by_mount_path():
+    want = {"volumeMounts": [{"name": "jail", "mountPath": "/mnt/jail"},
+                             {"name": "jail", "mountPath": "/var/lib/extrausers", "subPath": "etc", "readOnly": True}]}
+    assert ka.contained(want, copy.deepcopy(want))
+    moved = copy.deepcopy(want)
+    moved["volumeMounts"][1]["subPath"] = "home"
+    assert not ka.contained(want, moved)
+    assert not ka.contained(want, {"volumeMounts": want["volumeMounts"][:1]})
+
+
 def test_secret_digest_ignores_values_which_are_compared_one_by_one():
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "n"},
               "data": {"munge.key": "AAAA"}}
