@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 SANITY_ROOT := build/sanity/ansible_collections/soperator/slurm
 APT_PACKAGES := slurm-wlm slurmctld slurmd slurmdbd slurm-client munge libslurm-dev mariadb-server \
-	openssh-server rsync git make gcc
+	openssh-server rsync git make gcc umoci
 
 .PHONY: deps up down test unit lint sanity molecule ci render bench crds spank
 
@@ -65,6 +65,7 @@ bench:
 	$(PYTHON) bench/bench_render.py
 	$(PYTHON) bench/bench_drain.py
 	$(PYTHON) bench/bench_kube_apply.py
+	$(PYTHON) bench/bench_health_drain.py
 
 crds:
 	$(PYTHON) tools/generate_crds.py

@@ -22,6 +22,7 @@ options:
   create_namespace:
     description:
       - With the Kubernetes target, create the cluster's namespace when it does not exist.
+      - V(false) does not read the namespace either (namespaces are cluster-scoped); it must exist.
     type: bool
     default: true
   purge_volumes:

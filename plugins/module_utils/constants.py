@@ -17,7 +17,8 @@ FIELD_MANAGER = "soperator.slurm"
 
 # Inside the images.
 SLURM_CONF_DIR = "/etc/slurm"
-SLURM_CONFIG_FILES = ("slurm.conf", "cgroup.conf", "gres.conf", "plugstack.conf", "mpi.conf", "topology.conf")
+SLURM_CONFIG_FILES = ("slurm.conf", "cgroup.conf", "gres.conf", "plugstack.conf", "mpi.conf", "topology.conf",
+                      "health.json")
 SLURMDBD_CONF = "slurmdbd.conf"
 JAIL_MOUNT = "/mnt/jail"
 MUNGE_KEY_DIR = "/etc/munge"
@@ -27,8 +28,18 @@ SLURMD_SPOOL = "/var/spool/slurmd"
 SLURM_LOG_DIR = "/var/log/slurm"
 SLURM_RUN_DIR = "/run/slurm"
 HEALTH_CHECK_PROGRAM = "/opt/soperator/bin/health-check"
+# Beside slurm.conf: the health check program's config (render_slurm.health_check_config).
+HEALTH_CONFIG_FILE = "health.json"
+# Runs one active check (plugins/module_utils/active_check.py) from the checks CronJob.
+ACTIVE_CHECK_PROGRAM = "/opt/soperator/bin/active-check"
+# The hidden partition active checks submit their jobs to (rendered only when there are active checks).
+CHECKS_PARTITION = "soperator-checks"
 CHECKS_DIR = "/opt/soperator/checks"
 SPANK_CHROOT_PLUGIN = "/usr/lib/slurm/spank_chroot.so"
+# The populate image (images/populate_jail): its program is plugins/module_utils/jail.py, its jail root
+# filesystem a tarball.
+POPULATE_JAIL_PROGRAM = "/opt/soperator/bin/jail.py"
+POPULATE_JAIL_SOURCE = "/opt/soperator/jail-rootfs.tar"
 SSH_HOST_KEY_DIR = "/etc/ssh/host-keys"
 
 SLURMD_PORT = 6818

@@ -37,7 +37,14 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner impor
 
 # Everything we may own, in apply order; the CRs go first so the cluster's own record exists before its parts.
 MANAGED_KINDS = ("SlurmCluster", "NodeSet") + KIND_ORDER
+# With manage_rbac=false these are neither read, applied nor pruned (nor the remediation ServiceAccount): the
+# in-cluster remediation run may not grant itself rights (privilege escalation) and needs no RBAC verbs at all.
+RBAC_KINDS = frozenset(["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"])
 CRD_SELECTOR = "%s=%s" % (c.LABEL_MANAGED_BY, c.FIELD_MANAGER)
+# The Job controller labels its pods with the Job's uid (the first one since Kubernetes 1.27).
+JOB_UID_LABELS = frozenset(["batch.kubernetes.io/controller-uid", "controller-uid"])
+# .status fields another writer owns (jail_populate, under its own field manager): kept, not compared.
+STATUS_OWNED_ELSEWHERE = ("jail",)
 
 
 class BackendError(Exception):
@@ -120,6 +127,38 @@ def job_failed(obj):
     return _job_condition(obj, "Failed") is not None
 
 
+def job_pods(client, namespace, job, uid=None):
+    """The pods of a Job, oldest first; with `uid`, only those of that Job (not of an earlier one of the same name)."""
+    pods = client.list("Pod", namespace, "job-name=%s" % job)
+    if uid is not None:
+        labels = [(p["metadata"].get("labels") or {}) for p in pods]
+        if any(JOB_UID_LABELS & set(lb) for lb in labels):
+            pods = [p for p, lb in zip(pods, labels) if uid in (lb.get(k) for k in JOB_UID_LABELS)]
+    return sorted(pods, key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]))
+
+
+def job_log_tail(client, namespace, job, uid=None, tail_lines=50):
+    """The last lines of the log of a Job's newest pod, as text to add to an error ("" without a pod)."""
+    pods = job_pods(client, namespace, job, uid)
+    if not pods:
+        return ""
+    name = pods[-1]["metadata"]["name"]
+    return "\nlast lines of pod %s:\n%s" % (name, client.pod_log(namespace, name, tail_lines=tail_lines))
+
+
+def wait_for(probe, what, timeout, sleep=time.sleep, clock=time.monotonic, poll=2.0):
+    """Call probe() -> (done, text) until done; -> seconds waited. At `timeout`, BackendError naming what is not
+    ready."""
+    started = clock()
+    while True:
+        done, text = probe()
+        if done:
+            return round(clock() - started, 1)
+        if clock() - started >= timeout:
+            raise BackendError("timed out after %ds waiting for %s; not ready: %s" % (timeout, what, text))
+        sleep(poll)
+
+
 def _condition(ctype, ok, message, generation):
     return {"type": ctype, "status": "True" if ok else "False", "reason": "Ready" if ok else "NotReady",
             "message": message, "observedGeneration": generation}
@@ -194,8 +233,9 @@ class KubeCluster(object):
     def __init__(self, client, model, runner_factory=None, check_mode=False, install_crds=True,
                  create_namespace=True, purge_volumes=False, force_conflicts=True, wait=False, wait_timeout=600,
                  drain_timeout=3600, force=False, reconfigure=True, sleep=time.sleep, clock=time.monotonic,
-                 poll=2.0):
+                 poll=2.0, manage_rbac=True):
         self.client = client
+        self.manage_rbac = manage_rbac
         self.model = model
         self.runner_factory = runner_factory
         self._runner = None
@@ -240,21 +280,32 @@ class KubeCluster(object):
         live = {}
         namespaced_prefix = "soperator-slurm-%s-%s-" % (self.model.namespace, self.model.name)
         for kind in MANAGED_KINDS:
+            if not self.manage_rbac and kind in RBAC_KINDS:
+                continue
             namespaced = RESOURCES[kind][2]
             for obj in self.client.list(kind, self.model.namespace if namespaced else None, selector):
                 # cluster-scoped objects carry the namespace in their name: another namespace's cluster of the
                 # same name is not ours
                 if not namespaced and not obj["metadata"]["name"].startswith(namespaced_prefix):
                     continue
-                live[object_key(obj)] = obj
+                if self.manages(obj):
+                    live[object_key(obj)] = obj
         return live
+
+    def manages(self, obj):
+        """False for the objects manage_rbac=false leaves alone: RBAC kinds and the remediation ServiceAccount."""
+        if self.manage_rbac:
+            return True
+        return obj["kind"] not in RBAC_KINDS and not (
+            obj["kind"] == "ServiceAccount" and obj["metadata"]["name"] == names.remediation_name(self.model))
 
     def ensure_namespace(self):
         ns = self.model.namespace
+        if not self.create_namespace:
+            # It must exist; not even read (namespaces are cluster-scoped: the in-cluster run has no right to them).
+            return None
         if self.client.get("Namespace", ns) is not None:
             return None
-        if not self.create_namespace:
-            raise BackendError("namespace %s does not exist (create_namespace=false)" % ns)
         change = ka.Change(ka.CREATE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         if self.check_mode:
             self.namespace_missing = True
@@ -301,15 +352,8 @@ class KubeCluster(object):
         return not missing, ", ".join(missing)
 
     def _wait_for(self, probe, what, timeout):
-        started = self.clock()
-        while True:
-            done, text = probe()
-            if done:
-                self.waited.append({"for": what, "seconds": round(self.clock() - started, 1)})
-                return
-            if self.clock() - started >= timeout:
-                raise BackendError("timed out after %ds waiting for %s; not ready: %s" % (timeout, what, text))
-            self.sleep(self.poll)
+        seconds = wait_for(probe, what, timeout, sleep=self.sleep, clock=self.clock, poll=self.poll)
+        self.waited.append({"for": what, "seconds": seconds})
 
     # --- the Slurm side ------------------------------------------------------------------------------------
 
@@ -369,7 +413,7 @@ class KubeCluster(object):
         for obj in extra_live:
             live.setdefault(object_key(obj), obj)
         rendered = render_cluster(self.model, live_secret_material(live))
-        desired = custom_resources(self.model) + rendered.manifests
+        desired = [o for o in custom_resources(self.model) + rendered.manifests if self.manages(o)]
         if desired_filter is not None:
             desired = [o for o in desired if desired_filter(o)]
         desired_keys = set(object_key(o) for o in desired)
@@ -430,11 +474,7 @@ class KubeCluster(object):
         return True
 
     def _job_log(self, job):
-        pods = self.client.list("Pod", self.model.namespace, "job-name=%s" % job)
-        if not pods:
-            return ""
-        return "\nlast lines of pod %s:\n%s" % (pods[-1]["metadata"]["name"], self.client.pod_log(
-            self.model.namespace, pods[-1]["metadata"]["name"]))
+        return job_log_tail(self.client, self.model.namespace, job)
 
     def _finish(self, desired):
         workload_keys = [(o["kind"], o["metadata"]["name"]) for o in desired if o["kind"] in ("StatefulSet", "Job")]
@@ -478,7 +518,8 @@ class KubeCluster(object):
                 node_set = self.model.node_set(ch.name)
                 status = node_set_status(self.model, node_set, workloads.get(("StatefulSet", ch.name)),
                                          generation, previous)
-            if ka.contained(status, previous) and ka.contained(previous, status):
+            ours = dict((k, v) for k, v in previous.items() if k not in STATUS_OWNED_ELSEWHERE)
+            if ka.contained(status, ours) and ka.contained(ours, status):
                 continue
             body = {"apiVersion": CR_API_VERSION, "kind": ch.kind,
                     "metadata": {"name": ch.name, "namespace": self.model.namespace}, "status": status}

@@ -56,7 +56,8 @@ def make_cluster(module, model, client=None):
         client or make_client(params), model, runner_factory=runner, check_mode=module.check_mode,
         install_crds=params.get("install_crds", False), create_namespace=params["create_namespace"],
         purge_volumes=params["purge_volumes"], wait=params["wait"], wait_timeout=params["wait_timeout"],
-        drain_timeout=params["drain_timeout"], force=params["force"], reconfigure=params["reconfigure"])
+        drain_timeout=params["drain_timeout"], force=params["force"], reconfigure=params["reconfigure"],
+        manage_rbac=params.get("manage_rbac", True))
 
 
 def run(module, cluster, operation, extra=None):

@@ -26,19 +26,24 @@ import dataclasses
 import errno
 import fcntl
 import hashlib
+import inspect
 import json
 import os
 import pwd
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 
+from ansible_collections.soperator.slurm.plugins.module_utils import active_check
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import health_check
 from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_nodes import SCALE_DOWN_REASON
 
@@ -47,6 +52,9 @@ LOOPBACK = "127.0.0.1"
 LOCAL_HOST = "localhost"
 # Offsets from the base port. slurmd ports follow, one per possible node (max_replicas of every NodeSet).
 CTLD_OFFSET, DBD_OFFSET, DB_OFFSET, SLURMD_OFFSET = 0, 1, 2, 10
+LOGIN_OFFSET = 3                    # the login sshd (with a jail)
+LOGIN_DAEMON = "sshd"
+LOGIN_USER = "root"                 # the user the cluster's keys (login.sshRootPublicKeys) are for
 # Local replacements of plugins that need what a laptop or CI box does not give: see adapt_configs().
 LOCAL_PROCTRACK = "proctrack/linuxproc"
 LOCAL_TASK_PLUGIN = "task/none"
@@ -62,6 +70,7 @@ PACKAGES = {
     "slurmctld": "slurmctld", "slurmd": "slurmd", "slurmdbd": "slurmdbd",
     "scontrol": "slurm-client", "sinfo": "slurm-client", "squeue": "slurm-client", "scancel": "slurm-client",
     "mariadbd": "mariadb-server", "mariadb-install-db": "mariadb-server", "mariadb": "mariadb-client",
+    "sshd": "openssh-server", "unshare": "util-linux", "mount": "mount",
 }
 _SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 # Process names (/proc/PID/comm) our daemons and their helpers run as; the sweep in stop() looks only at these.
@@ -89,12 +98,14 @@ class Layout:
         def j(*parts):
             return os.path.join(self.state_dir, *parts)
         self.etc = j("etc")                        # rendered + adapted configs (SLURM_CONF lives here)
+        self.bin = j("bin")                        # the health check programs (install_health_programs)
         self.secrets = j("secrets")                # munge key, DB password, munged seed (0700)
         self.run = j("run")                        # sockets, pid files, process records (0755: munged wants o+x)
         self.log = j("log")
         self.ctld_state = j("ctld")                # StateSaveLocation
         self.spool = j("spool")                    # SlurmdSpoolDir=spool/%n
         self.db = j("db")                          # MariaDB data directory
+        self.login = j("login")                    # login sshd: sshd_config, authorized-keys/<user>
         self.cluster_file = j("cluster.json")      # ports, chosen once and kept
         self.slurm_conf = os.path.join(self.etc, "slurm.conf")
         self.munge_key = os.path.join(self.secrets, "munge.key")
@@ -102,6 +113,10 @@ class Layout:
         self.db_password = os.path.join(self.secrets, "db-password")
         self.munge_socket = os.path.join(self.run, "munge.socket")
         self.db_socket = os.path.join(self.run, "mariadb.socket")
+        self.health_check = os.path.join(self.bin, "health-check")
+        self.sshd_config = os.path.join(self.login, "sshd_config")
+        self.authorized_keys = os.path.join(self.login, "authorized-keys")
+        self.ssh_host_keys = self.secrets          # ssh_host_<type>_key(.pub), generated once
 
     def node_spool(self, node):
         return os.path.join(self.spool, node)
@@ -183,7 +198,7 @@ def pmix_available():
     return ctypes.util.find_library("pmix") is not None
 
 
-def adapt_configs(configs, model, state_dir, base_port, user=None, db_password=None, local_paths_exist=os.path.exists,
+def adapt_configs(configs, model, state_dir, base_port, user=None, db_password=None,
                   have_pmix=None, jail_dir=None, spank_chroot=None):
     """The rendered configs {file: text} adapted to run as local processes under `state_dir`. Pure text in/out.
 
@@ -204,8 +219,8 @@ def adapt_configs(configs, model, state_dir, base_port, user=None, db_password=N
       * PrologFlags: Contain is removed (it needs a cgroup proctrack to hold the extern step).
       * MpiDefault=pmix* becomes none when the PMIx library is not installed (Debian: libpmix2): otherwise every
         srun fails with "Invalid MPI type".
-      * HealthCheckProgram/Interval/NodeState are commented out when the program (installed in the images) does not
-        exist on this machine.
+      * HealthCheckProgram=<state_dir>/bin/health-check: the program the images install, copied there by
+        LocalCluster (install_health_programs).
       * AccountingStorageHost=localhost, AccountingStoragePort=<local slurmdbd port> and AccountingStoragePass=<our
         munge socket> (the socket slurmctld authenticates to slurmdbd with) when accounting is on.
     gres.conf: `File=` (GPU device files; there are none) becomes `Count=<number of files>`; AutoDetect=off.
@@ -218,6 +233,7 @@ def adapt_configs(configs, model, state_dir, base_port, user=None, db_password=N
     slurmdbd.conf: DbdHost/DbdAddr/DbdPort on loopback, SlurmUser, AuthInfo, LogFile/PidFile under state_dir, and
       the private MariaDB: StorageHost=127.0.0.1, StoragePort, StorageUser, StorageLoc, StoragePass (the rendered
       file has no password; in Kubernetes the entrypoint appends it from the Secret).
+    health.json: the munge socket is ours; the jail path of the disk check is `jail_dir`, or left out without one.
     cgroup.conf, mpi.conf, topology.conf: unchanged.
     """
     user = user or _current_user()
@@ -227,12 +243,13 @@ def adapt_configs(configs, model, state_dir, base_port, user=None, db_password=N
     ports = node_ports(model, base_port)
     out = dict(configs)
     if "slurm.conf" in configs:
-        out["slurm.conf"] = _adapt_slurm_conf(configs["slurm.conf"], model, lay, base_port, ports, user,
-                                              local_paths_exist, have_pmix)
+        out["slurm.conf"] = _adapt_slurm_conf(configs["slurm.conf"], model, lay, base_port, ports, user, have_pmix)
     if "gres.conf" in configs:
         out["gres.conf"] = _adapt_gres_conf(configs["gres.conf"])
     if "plugstack.conf" in configs:
         out["plugstack.conf"] = _adapt_plugstack_conf(configs["plugstack.conf"], lay, jail_dir, spank_chroot)
+    if c.HEALTH_CONFIG_FILE in configs:
+        out[c.HEALTH_CONFIG_FILE] = _adapt_health_json(configs[c.HEALTH_CONFIG_FILE], lay, jail_dir)
     if c.SLURMDBD_CONF in configs:
         out[c.SLURMDBD_CONF] = _adapt_slurmdbd_conf(configs[c.SLURMDBD_CONF], lay, base_port, user, db_password)
     return out
@@ -241,7 +258,7 @@ def adapt_configs(configs, model, state_dir, base_port, user=None, db_password=N
 _LOCAL_NOTE = "# local backend: "
 
 
-def _adapt_slurm_conf(text, model, lay, base_port, ports, user, local_paths_exist, have_pmix):
+def _adapt_slurm_conf(text, model, lay, base_port, ports, user, have_pmix):
     replace = {
         "slurmctldhost": "%s(%s)" % (LOCAL_HOST, LOOPBACK),
         "slurmctldport": str(base_port + CTLD_OFFSET),
@@ -253,6 +270,7 @@ def _adapt_slurm_conf(text, model, lay, base_port, ports, user, local_paths_exis
         "slurmctldlogfile": os.path.join(lay.log, "slurmctld.log"),
         "slurmdlogfile": os.path.join(lay.log, "slurmd-%n.log"),
         "plugstackconfig": os.path.join(lay.etc, "plugstack.conf"),
+        "healthcheckprogram": lay.health_check,
         "authinfo": "socket=%s" % lay.munge_socket,
         "accountingstoragehost": LOCAL_HOST,
         "accountingstorageport": str(base_port + DBD_OFFSET),
@@ -281,7 +299,6 @@ def _adapt_slurm_conf(text, model, lay, base_port, ports, user, local_paths_exis
     seen = set()
     lines = []
     ctld_host_done = False
-    health_missing = False
     first_node_line = None
     for line in text.splitlines():
         stripped = line.strip()
@@ -324,15 +341,8 @@ def _adapt_slurm_conf(text, model, lay, base_port, ports, user, local_paths_exis
         elif low == "mpidefault" and value.lower().startswith("pmix") and not have_pmix:
             lines.append(_LOCAL_NOTE + "the PMIx library is not installed (Debian: libpmix2): " + stripped)
             lines.append("%s=none" % key)
-        elif low == "healthcheckprogram" and not local_paths_exist(value):
-            health_missing = True
-            lines.append(_LOCAL_NOTE + "%s is not installed on this machine: %s" % (value, stripped))
         else:
             lines.append(line)
-    if health_missing:
-        lines = [_LOCAL_NOTE + "no health check program: " + ln.strip()
-                 if not ln.strip().startswith("#") and _kv(ln.strip())[0].lower() in
-                 ("healthcheckinterval", "healthchecknodestate") else ln for ln in lines]
     added = []
     for key in required:
         if key.lower() not in seen:
@@ -350,6 +360,59 @@ def _adapt_slurm_conf(text, model, lay, base_port, ports, user, local_paths_exis
             block = block[:-1]
         lines[at:at] = block
     return "\n".join(lines) + "\n"
+
+
+def _adapt_health_json(text, lay, jail_dir):
+    config = json.loads(text)
+    passive = config.get("passive") or {}
+    if isinstance(passive.get("munge"), dict):
+        passive["munge"]["socket"] = lay.munge_socket
+    disk = passive.get("disk") or {}
+    if disk.get("paths"):
+        disk["paths"] = [jail_dir if p == c.JAIL_MOUNT else p for p in disk["paths"] if p != c.JAIL_MOUNT or jail_dir]
+    active = config.get("active")
+    if active:
+        # Check jobs see the jail (or, without one, the host) as /; outputRoot is where this host finds that root.
+        active["outputRoot"] = jail_dir or ""
+        if not jail_dir:
+            active["outputDir"] = os.path.join(lay.state_dir, "checks")
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+
+
+# The program slurmd runs: it gets only SLURMD_NODENAME from slurmd, so this wrapper tells it SLURM_CONF (which
+# locates health.json too) and a PATH; both stay as given when the caller has them set.
+_HEALTH_WRAPPER = """#!/bin/sh
+# local backend: generated by soperator.slurm; runs the health check program with this cluster's configuration.
+: "${SLURM_CONF:=%(slurm_conf)s}"
+: "${PATH:=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}"
+export SLURM_CONF PATH
+exec %(python)s %(program)s "$@"
+"""
+
+
+def install_health_programs(lay, python=None):
+    """<state_dir>/bin: health_check.py and active_check.py (copies of the module_utils files the images install)
+    and `health-check`, the HealthCheckProgram. Returns the names of the files it (re)wrote."""
+    os.makedirs(lay.bin, exist_ok=True)
+    python = python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
+    files = {}
+    # Their source through the import system: in a module run they live inside Ansible's payload zip, not on disk
+    # (importing them here is also what puts them into that payload).
+    for program in (health_check, active_check):
+        files[program.__name__.rsplit(".", 1)[-1] + ".py"] = (inspect.getsource(program), 0o644)
+    files["health-check"] = (_HEALTH_WRAPPER % {"slurm_conf": lay.slurm_conf, "python": python,
+                                                "program": os.path.join(lay.bin, "health_check.py")}, 0o755)
+    written = []
+    for name, (text, mode) in sorted(files.items()):
+        path = os.path.join(lay.bin, name)
+        old = None
+        if os.path.exists(path):
+            with open(path) as f:
+                old = f.read()
+        if old != text or stat.S_IMODE(os.stat(path).st_mode) != mode:
+            _atomic_write(path, text, mode)
+            written.append(name)
+    return written
 
 
 def _adapt_gres_conf(text):
@@ -435,6 +498,91 @@ def _adapt_slurmdbd_conf(text, lay, base_port, user, db_password):
     if added:
         lines += ["", "# --- local backend: the local slurmdbd and its private MariaDB"] + added
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------------- login
+
+def unsafe_path_components(path):
+    """Components of `path`, from / down, that sshd refuses for ChrootDirectory (and, with StrictModes, above an
+    authorized_keys file): not a directory owned by root, or writable by group or others. [] when it is safe; the
+    check ends at the first component that does not exist (yet)."""
+    bad = []
+    current = "/"
+    for part in [""] + [p for p in os.path.normpath(path).split("/") if p]:
+        current = os.path.join(current, part)
+        try:
+            st = os.stat(current)
+        except OSError:
+            break
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            bad.append("%s (owner uid %d, mode %04o)" % (current, st.st_uid, stat.S_IMODE(st.st_mode)))
+    return bad
+
+
+def login_binds(lay):
+    """Host directories a login session needs at the same path inside the jail, like the plugin's binds for job
+    steps (see _adapt_plugstack_conf): /tmp, and the cluster's configs (SLURM_CONF), munge socket and spool. A
+    directory inside an earlier one comes along with it and is left out."""
+    binds = []
+    for path in ("/tmp", lay.etc, lay.run, lay.spool):
+        if not any(path == b or path.startswith(b.rstrip("/") + "/") for b in binds):
+            binds.append(path)
+    return binds
+
+
+def render_login_sshd_config(jail_dir, lay, base_port):
+    """The login nodes' sshd_config (render_sshd, as on Kubernetes) with this cluster's local paths: it listens on
+    127.0.0.1:<base_port + LOGIN_OFFSET>, host keys and authorized keys live under state_dir, sessions get
+    SLURM_CONF (the cluster's slurm.conf, bound into the jail at the same path)."""
+    from ansible_collections.soperator.slurm.plugins.module_utils.render_sshd import render_sshd_config
+    notes = ["local backend: the login node of the local cluster in %s (LocalCluster)." % lay.state_dir]
+    strict = not unsafe_path_components(lay.authorized_keys)
+    if not strict:
+        notes.append("local backend: StrictModes off: the state directory lies below a directory that others can "
+                     "write to (e.g. /tmp); the key files are ours and written 0644/0600.")
+    return render_sshd_config(jail_dir, lay.ssh_host_keys, lay.authorized_keys, port=base_port + LOGIN_OFFSET,
+                              listen_address=LOOPBACK, pid_file=os.path.join(lay.run, "sshd.pid"),
+                              set_env={"SLURM_CONF": lay.slurm_conf}, strict_modes=strict, notes=notes)
+
+
+def _jail_mount_point(jail, path):
+    """Make `jail + path` a directory to mount on; refuse a path that crosses a symbolic link in the jail (the jail's
+    content must not redirect a mount, or a mkdir as root, onto a host path)."""
+    current = jail
+    for part in [p for p in path.split("/") if p]:
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            raise LocalClusterError("mount point %s%s: %s is a symbolic link" % (jail, path, current))
+        if not os.path.isdir(current):
+            os.mkdir(current, 0o755)
+
+
+def _read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except (IOError, OSError):
+        return None
+
+
+def _descendants(pid):
+    """Pids of every live descendant of `pid` (children first)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                data = f.read()
+        except (IOError, OSError):
+            continue
+        children.setdefault(int(data[data.rindex(")") + 2:].split()[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 # --------------------------------------------------------------------------------------------------- processes
@@ -529,10 +677,19 @@ class LocalCluster:
     at `spank_chroot` (default: the installed c.SPANK_CHROOT_PLUGIN; `make spank` builds one); see adapt_configs().
     Needs root (slurmstepd mounts the jail). The jail must hold what the jobs run, and the Slurm clients, their
     libraries and the plugin itself at the same path for srun/sbatch inside jobs.
+
+    With a jail and `login` (default), a login sshd runs too, on 127.0.0.1:<base_port + LOGIN_OFFSET> (status()
+    'login'), with the login nodes' sshd_config (render_sshd): key-only, every session chrooted into the jail. Root's
+    keys are the spec's login.sshRootPublicKeys plus `login_authorized_keys`; other users log in with the keys in
+    their ~/.ssh/authorized_keys in the jail, and are resolved by this machine's user database (sshd runs here).
+    sshd runs in a private mount namespace (unshare) in which /dev, /proc, /tmp and the cluster's etc/, run/ and
+    spool/ are mounted into the jail at their host paths, so sbatch/srun in a session reach this cluster; those
+    mounts never show on the host and vanish with sshd. ChrootDirectory needs every component of `jail_dir` to be a
+    root-owned directory not writable by group or others (so not below /tmp).
     """
 
     def __init__(self, state_dir, model=None, base_port=None, user=None, timeout=60.0, drain_timeout=300.0,
-                 renderer=None, jail_dir=None, spank_chroot=None):
+                 renderer=None, jail_dir=None, spank_chroot=None, login=True, login_authorized_keys=()):
         self.layout = Layout(state_dir)
         self.model = model
         self.user = user or _current_user()
@@ -542,6 +699,8 @@ class LocalCluster:
         self._requested_base_port = base_port
         self.jail_dir = jail_dir
         self.spank_chroot = spank_chroot
+        self.login = bool(login)
+        self.login_authorized_keys = tuple(login_authorized_keys or ())
         self._children = {}            # pid -> Popen of daemons this object started (reaped when they end)
 
     # --- public ------------------------------------------------------------------------------------------------
@@ -575,7 +734,11 @@ class LocalCluster:
         self._check_path_lengths(model)
         self._ensure_secrets(model, changes)
         configs = self._write_configs(model, base_port, changes)
-        slurm_hash = _digest(*["%s\n%s" % (k, v) for k, v in sorted(configs.items()) if k != c.SLURMDBD_CONF])
+        # health.json is read at each health check run: a change of it restarts nothing.
+        slurm_hash = _digest(*["%s\n%s" % (k, v) for k, v in sorted(configs.items())
+                               if k not in (c.SLURMDBD_CONF, c.HEALTH_CONFIG_FILE)])
+        for name in install_health_programs(self.layout):
+            changes.append("installed %s" % os.path.join(self.layout.bin, name))
 
         self._ensure_daemon("munged", self._munged_argv(), changes, digest=_digest(*self._munged_argv()),
                             ready=self._munge_ready)
@@ -589,6 +752,7 @@ class LocalCluster:
         self._ensure_daemon("slurmctld", [find_binary("slurmctld"), "-D"], changes, digest=slurm_hash,
                             ready=self._ctld_ready)
         self._converge_nodes(model, slurm_hash, changes)
+        self._ensure_login(model, base_port, changes)
         return {"changed": bool(changes), "changes": changes}
 
     def scale(self, replicas):
@@ -623,6 +787,8 @@ class LocalCluster:
         return {"changed": bool(stopped), "stopped": stopped}
 
     def _stop_all(self, stopped):
+        if self._stop_login():                         # sessions first: they may submit jobs
+            stopped.append(LOGIN_DAEMON)
         if self._running("slurmctld"):
             self._cancel_all_jobs()
         for name in sorted(self._records()):
@@ -673,7 +839,18 @@ class LocalCluster:
             except LocalClusterError:
                 nodes = None
         return {"state_dir": self.layout.state_dir, "processes": procs, "nodes": nodes, "env": self.env(),
-                "running": any(p["running"] for p in procs.values())}
+                "running": any(p["running"] for p in procs.values()), "login": self.login_address()}
+
+    def wants_login(self):
+        return self.jail_dir is not None and self.login
+
+    def login_address(self):
+        """{'host', 'port', 'user'} of the login sshd (when this cluster has one and its ports are chosen), else None."""
+        if not self.wants_login() or not os.path.exists(self.layout.cluster_file):
+            return None
+        with open(self.layout.cluster_file) as f:
+            base = json.load(f).get("base_port")
+        return {"host": LOOPBACK, "port": base + LOGIN_OFFSET, "user": LOGIN_USER} if base else None
 
     def leftover_processes(self):
         """(pid, name) of Slurm/munge/MariaDB processes still using the state directory (empty after stop())."""
@@ -684,6 +861,20 @@ class LocalCluster:
         if rec and _pid_alive(rec["pid"], rec.get("start_time")):
             return rec["pid"]
         return None
+
+    def restart_node(self, node):
+        """Restart the slurmd of `node` with the command and configuration it was started with: what replacing a
+        worker pod is on Kubernetes (remediation). Returns {'node', 'old_pid', 'new_pid'}. The node keeps its Slurm
+        state (a drain stays); the caller waits for the new slurmd to register."""
+        name = "slurmd-%s" % node
+        with self._locked():
+            rec = self._records().get(name)
+            if rec is None:
+                raise LocalClusterError("no slurmd of node %s was started in %s" % (node, self.state_dir))
+            old_pid = self.pid(name)
+            self._stop_daemon(name)
+            self._start_daemon(name, rec["argv"], rec.get("digest"), ready=None)
+            return {"node": node, "old_pid": old_pid, "new_pid": self.pid(name)}
 
     # --- Slurm clients -----------------------------------------------------------------------------------------
 
@@ -730,8 +921,12 @@ class LocalCluster:
         names = ["munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel"]
         if model.accounting.enabled:
             names += ["slurmdbd", "mariadbd", "mariadb-install-db", "mariadb"]
+        if self.wants_login():
+            names += ["sshd", "unshare", "mount"]
         for name in names:
             find_binary(name)
+        if self.wants_login():
+            self._login_jail()                 # refused before anything starts
         if self.jail_dir is not None:
             plugin = self.spank_chroot or c.SPANK_CHROOT_PLUGIN
             if not os.path.isfile(plugin):
@@ -942,6 +1137,152 @@ class LocalCluster:
             return
         self.run([sacctmgr, "-i", "add", "cluster", self.model.name], timeout=30, check=False)
         changes.append("registered cluster %s in accounting" % self.model.name)
+
+    # --- login -------------------------------------------------------------------------------------------------
+
+    def _ensure_login(self, model, base_port, changes):
+        if not self.wants_login():
+            if self._stop_login():
+                changes.append("stopped %s (no jail or login off)" % LOGIN_DAEMON)
+            return
+        lay = self.layout
+        jail = self._login_jail()
+        os.makedirs(lay.login, exist_ok=True)
+        os.makedirs(lay.authorized_keys, exist_ok=True)
+        self._ensure_host_keys(model, changes)
+        if self._write_if_changed(os.path.join(lay.authorized_keys, LOGIN_USER), self._root_keys(model), 0o644):
+            changes.append("wrote the login's authorized keys of %s" % LOGIN_USER)
+        config = render_login_sshd_config(jail, lay, base_port)
+        if self._write_if_changed(lay.sshd_config, config, 0o644):
+            changes.append("wrote the login's sshd_config")
+        sshd = find_binary("sshd")
+        # sshd's privilege separation directory (compiled in; Debian's service creates it at boot).
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        proc = subprocess.run([sshd, "-t", "-f", lay.sshd_config], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=30, check=False)
+        if proc.returncode != 0:
+            raise LocalClusterError("sshd -t rejects %s: %s" % (lay.sshd_config, proc.stdout.strip()))
+        binds = login_binds(lay)
+        for point in ["/dev", "/proc"] + binds:
+            _jail_mount_point(jail, point)
+        argv = self._login_argv(sshd, lay.sshd_config, jail, binds)
+        self._ensure_daemon(LOGIN_DAEMON, argv, changes, digest=_digest(config, *argv),
+                            ready=lambda: self._login_ready(base_port + LOGIN_OFFSET))
+
+    def plan_login(self, model):
+        """What ensure_started() would do about the login sshd, as 'would ...' actions. Reads only."""
+        lay = self.layout
+        running = self._running(LOGIN_DAEMON)
+        if not self.wants_login():
+            return ["would stop %s (no jail or login off)" % LOGIN_DAEMON] if running else []
+        actions = []
+        jail = os.path.normpath(self.jail_dir)
+        if os.path.isdir(jail):
+            self._login_jail()
+        else:
+            # In a check run an earlier task (jail_populate) may be what makes it: judge the directories it has.
+            bad = unsafe_path_components(jail)
+            if bad:
+                raise LocalClusterError("the login sshd cannot chroot into %s: not so: %s (owned by root, not "
+                                        "writable by group or others)" % (jail, ", ".join(bad)))
+            actions.append("the jail %s does not exist yet; it must when the cluster starts" % jail)
+        from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s
+        if not all(os.path.exists(os.path.join(lay.ssh_host_keys, k)) for k in s.SSH_HOST_KEY_FILES):
+            actions.append("would generate the login's SSH host keys")
+        if _read_text(os.path.join(lay.authorized_keys, LOGIN_USER)) != self._root_keys(model):
+            actions.append("would write the login's authorized keys of %s" % LOGIN_USER)
+        address = self.login_address()
+        if address is None:
+            return actions + ["would write the login's sshd_config", "would start %s" % LOGIN_DAEMON]
+        config = render_login_sshd_config(jail, lay, address["port"] - LOGIN_OFFSET)
+        if _read_text(lay.sshd_config) != config:
+            actions.append("would write the login's sshd_config")
+        if not running:
+            return actions + ["would start %s" % LOGIN_DAEMON]
+        argv = self._login_argv(find_binary("sshd"), lay.sshd_config, jail, login_binds(lay))
+        if self._records()[LOGIN_DAEMON].get("digest") != _digest(config, *argv):
+            actions.append("would restart %s (configuration changed)" % LOGIN_DAEMON)
+        return actions
+
+    def _login_jail(self):
+        jail = os.path.normpath(self.jail_dir)
+        if not os.path.isdir(jail):
+            raise LocalClusterError("the login sshd cannot chroot into %s: no such directory" % jail)
+        bad = unsafe_path_components(jail)
+        if bad:
+            raise LocalClusterError("the login sshd cannot chroot into %s: every directory of its path must be owned "
+                                    "by root and not writable by group or others (sshd's ChrootDirectory rule); "
+                                    "not so: %s" % (jail, ", ".join(bad)))
+        return jail
+
+    def _root_keys(self, model):
+        return "".join(k.strip() + "\n" for k in tuple(model.login.ssh_root_public_keys) + self.login_authorized_keys)
+
+    @staticmethod
+    def _login_argv(sshd, config, jail, binds):
+        """sshd in a mount namespace of its own: the jail's /dev, /proc and the binds exist only there."""
+        mount = find_binary("mount")
+        q = shlex.quote
+        proc = q(jail + "/proc")
+        steps = ["set -e",
+                 "%s --rbind /dev %s" % (mount, q(jail + "/dev")),
+                 # a fresh procfs, or the host's where the kernel refuses one (masked /proc in a container)
+                 "%s -t proc proc %s 2>/dev/null || %s --rbind /proc %s" % (mount, proc, mount, proc)]
+        steps += ["%s --bind %s %s" % (mount, q(path), q(jail + path)) for path in binds]
+        steps.append("exec %s -D -e -f %s" % (sshd, q(config)))
+        return [find_binary("unshare"), "--mount", "--propagation", "private", "/bin/sh", "-c", "\n".join(steps)]
+
+    def _ensure_host_keys(self, model, changes):
+        """The login's SSH host keys: generated once (secrets.py, as the Kubernetes Secret), then kept."""
+        from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s
+        lay = self.layout
+        name = s.ssh_host_keys_secret_name(model)
+        existing = {}
+        for key in s.SSH_HOST_KEY_FILES:
+            path = os.path.join(lay.ssh_host_keys, key)
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    existing[key] = f.read()
+        if len(existing) == len(s.SSH_HOST_KEY_FILES):
+            return
+        material, generated = s.ensure_secret_material(model, {name: existing})
+        for key, value in material[name].items():
+            if key not in existing:
+                _atomic_write(os.path.join(lay.ssh_host_keys, key), value, 0o644 if key.endswith(".pub") else 0o600)
+        if name in generated:
+            changes.append("generated the login's SSH host keys")
+
+    @staticmethod
+    def _write_if_changed(path, text, mode):
+        if os.path.exists(path):
+            with open(path) as f:
+                if f.read() == text and stat.S_IMODE(os.stat(path).st_mode) == mode:
+                    return False
+        _atomic_write(path, text, mode)
+        return True
+
+    def _login_ready(self, port):
+        """sshd answers with its banner."""
+        try:
+            with socket.create_connection((LOOPBACK, port), timeout=2) as conn:
+                return conn.recv(4).startswith(b"SSH-")
+        except OSError:
+            return False
+
+    def _stop_login(self):
+        """Stop the login sshd and its sessions (sshd leaves running sessions alone). True if it ran."""
+        pid = self.pid(LOGIN_DAEMON)
+        sessions = _descendants(pid) if pid else []
+        stopped = self._stop_daemon(LOGIN_DAEMON)
+        for child in sessions:
+            self._signal(child, signal.SIGTERM)
+        deadline = time.time() + 10
+        for child in sessions:
+            while _pid_alive(child) and time.time() < deadline:
+                time.sleep(0.05)
+            if _pid_alive(child):
+                self._signal(child, signal.SIGKILL)
+        return stopped
 
     # --- nodes -------------------------------------------------------------------------------------------------
 

@@ -21,6 +21,10 @@ def authorized_keys_name(model):
     return "%s-root-authorized-keys" % model.name
 
 
+def sshd_config_name(model):
+    return "%s-sshd-config" % model.name
+
+
 def jail_claim_name(model):
     return model.jail.volume.existing_claim or "%s-jail" % model.name
 
@@ -51,6 +55,11 @@ def populate_jail_name(model):
 
 def remediation_name(model):
     return "%s-remediation" % model.name
+
+
+def active_check_name(model, check_name):
+    """CronJob of one active health check."""
+    return "%s-check-%s" % (model.name, check_name)
 
 
 def remediation_cluster_role_name(model):

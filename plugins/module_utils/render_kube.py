@@ -25,11 +25,12 @@ import hashlib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s
+from ansible_collections.soperator.slurm.plugins.module_utils.render_sshd import SSHD_CONFIG, render_sshd_config
 from ansible_collections.soperator.slurm.plugins.module_utils.model import API_GROUP, MANAGED_BY
 from ansible_collections.soperator.slurm.plugins.module_utils.names import (  # noqa: F401 (re-exported)
-    slurm_configs_name, slurmdbd_config_name, authorized_keys_name, jail_claim_name,
+    slurm_configs_name, slurmdbd_config_name, authorized_keys_name, sshd_config_name, jail_claim_name,
     controller_name, login_name, login_headless_name, accounting_name,
-    accounting_db_name, populate_jail_name, remediation_name, remediation_cluster_role_name,
+    accounting_db_name, populate_jail_name, remediation_name, remediation_cluster_role_name, active_check_name,
     service_account_name)
 
 APP_NAME = "slurm"
@@ -42,16 +43,19 @@ ACCOUNTING_DB = "accounting-db"
 JAIL = "jail"
 CONFIG = "config"
 REMEDIATION = "remediation"
+CHECKS = "checks"
 
 # In-container contract with the images beyond constants.py (entrypoints read these; candidates for constants.py).
 SSH_PORT = 22
 SSH_AUTHORIZED_KEYS_DIR = "/etc/ssh/authorized-keys"   # one file per user: sshd AuthorizedKeysFile .../%u
+SSHD_CONFIG_DIR = "/etc/soperator/sshd"                # the sshd_config ConfigMap; sshd -f SSHD_CONFIG_DIR/sshd_config
+# The login image's NSS reads users and groups from here too (libnss-extrausers: `passwd: files extrausers`).
+EXTRAUSERS_DIR = "/var/lib/extrausers"
+SSHD_CONFIG_ANNOTATION = "slurm.soperator.dev/sshd-config"
 SLURMDBD_TEMPLATE_DIR = "/etc/soperator/slurmdbd"      # slurmdbd.conf without StoragePass (read-only)
 ENV_POD_NAME = "POD_NAME"
 ENV_SLURMDBD_TEMPLATE = "SLURMDBD_CONF_TEMPLATE"       # entrypoint: template + StoragePass -> SLURM_CONF_DIR, 0600
 ENV_SLURMDBD_STORAGE_PASS = "SLURMDBD_STORAGE_PASS"
-ENV_JAIL_DIR = "JAIL_DIR"
-ENV_JAIL_OVERWRITE = "JAIL_OVERWRITE"                  # never | if_empty | always
 MARIADB_DATA_DIR = "/var/lib/mysql"
 # Slurm's own defaults of slurmdbd.conf, used when the rendered file does not set them.
 # A hung remediation run must not block the next ones forever (concurrencyPolicy is Forbid).
@@ -279,14 +283,33 @@ def _service_accounts(model):
 
 
 def remediation_rules():
-    """The namespaced permissions of the remediation CronJob: exactly what the remediate playbook does."""
+    """The namespaced permissions of the remediation CronJob: exactly the calls of playbooks/remediate.yml, which
+    reconciles with slurm_cluster (manage_rbac, install_crds and create_namespace off: no RBAC object, CRD or
+    namespace is read or written, nothing cluster-scoped at all) and then runs slurm_remediate. No watch: nothing
+    watches. tests/kube/test_remediation_kube.py records a run's requests and compares them with these rules."""
     return [
-        {"apiGroups": [API_GROUP], "resources": ["slurmclusters", "nodesets"], "verbs": ["get", "list", "watch"]},
+        # slurm_cluster_info reads the cluster (get) and its NodeSets (list); the reconcile lists what it owns,
+        # applies (server-side apply is a patch, also for objects it creates), prunes NodeSets no longer there and
+        # writes .status.
+        {"apiGroups": [API_GROUP], "resources": ["slurmclusters"], "verbs": ["get", "list", "patch"]},
+        {"apiGroups": [API_GROUP], "resources": ["nodesets"], "verbs": ["list", "patch", "delete"]},
         {"apiGroups": [API_GROUP], "resources": ["slurmclusters/status", "nodesets/status"], "verbs": ["patch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "delete"]},
-        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
-        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "patch"]},
-        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+        # Everything else the reconcile owns: listed by label, applied, pruned when no longer rendered. Secrets
+        # are read too: their material (munge key, host keys, passwords) is reused to render, never regenerated.
+        {"apiGroups": [""], "resources": ["configmaps", "secrets", "services", "serviceaccounts"],
+         "verbs": ["list", "patch", "delete"]},
+        # Volume claims are never pruned (purge_volumes stays off).
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "patch"]},
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list", "patch", "delete"]},
+        {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": ["list", "patch", "delete"]},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list", "patch", "delete"]},
+        # Replacing a node: read its worker pod (uid, the Kubernetes node it runs on), delete it, wait for the new one.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"]},
+        # Slurm commands in the controller pod and checks in worker pods. The python client execs over a websocket
+        # (an HTTP GET, authorized as get before Kubernetes 1.31 and as create since).
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
+        # What it did, as core/v1 Events on the SlurmCluster.
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
 
 
@@ -301,10 +324,10 @@ def _rbac(model):
              roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}),
     ]
     if model.remediation.cordon_kubernetes_node:
-        # Cordoning a Kubernetes node is cluster-scoped; nothing else is.
+        # Cordoning a Kubernetes node (a server-side apply of spec.unschedulable) is cluster-scoped; nothing else is.
         cluster_name = remediation_cluster_role_name(model)
         out.append(_obj("ClusterRole", _meta(model, cluster_name, REMEDIATION, namespaced=False),
-                        rules=[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]))
+                        rules=[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]))
         out.append(_obj("ClusterRoleBinding", _meta(model, cluster_name, REMEDIATION, namespaced=False),
                         subjects=subject,
                         roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -346,6 +369,7 @@ def _config_maps(model, slurm_configs):
     out = [_obj("ConfigMap", _meta(model, slurm_configs_name(model), CONFIG), data=data)]
     keys = "".join(k + "\n" for k in model.login.ssh_root_public_keys)
     out.append(_obj("ConfigMap", _meta(model, authorized_keys_name(model), LOGIN), data={"root": keys}))
+    out.append(_obj("ConfigMap", _meta(model, sshd_config_name(model), LOGIN), data={SSHD_CONFIG: login_sshd_config()}))
     if model.accounting.enabled:
         if c.SLURMDBD_CONF not in slurm_configs:
             raise ValueError("accounting is enabled but slurm_configs lacks %s" % c.SLURMDBD_CONF)
@@ -386,15 +410,22 @@ def _services(model):
     return out
 
 
-def _populate_job(model):
+def _populate_job(model, overwrite=None):
+    """The populate image's program is plugins/module_utils/jail.py: it fills the jail from the root filesystem
+    tarball in the image, under the overwrite rule, and prints the jail's sentinel as a JSON line."""
     container = _container(
-        model, "populate-jail", model.jail.populate_image,
-        env=[{"name": ENV_JAIL_DIR, "value": c.JAIL_MOUNT},
-             {"name": ENV_JAIL_OVERWRITE, "value": model.jail.overwrite}],
+        model, "populate-jail", model.jail.populate_image, command=["python3", c.POPULATE_JAIL_PROGRAM],
+        args=["populate", "--source", c.POPULATE_JAIL_SOURCE, "--jail", c.JAIL_MOUNT,
+              "--overwrite", overwrite or model.jail.overwrite, "--label", model.jail.populate_image],
         mounts=[_mount("jail", c.JAIL_MOUNT)])
     pod = _pod_spec(model, JAIL, [container], [_jail_volume(model)], restartPolicy="Never")
     return _obj("Job", _meta(model, populate_jail_name(model), JAIL),
                 spec={"backoffLimit": model.jail.populate_backoff_limit, "template": _template(model, JAIL, pod)})
+
+
+def populate_job(model, overwrite=None):
+    """The populate Job as rendered, with another overwrite mode when given (jail_populate overwrite=always)."""
+    return _populate_job(model, overwrite)
 
 
 def _conf_value(text, key, default):
@@ -479,7 +510,25 @@ def _controller(model, slurm_configs):
                                                  ctl.spool_storage_class_name)])
 
 
+def login_sshd_config():
+    """The login pods' sshd_config (the same renderer as the local backend's login): chroot into the jail mount,
+    host keys from the SSH host keys Secret, root's keys from the authorized-keys ConfigMap."""
+    return render_sshd_config(c.JAIL_MOUNT, c.SSH_HOST_KEY_DIR, SSH_AUTHORIZED_KEYS_DIR, port=SSH_PORT)
+
+
 def _login(model):
+    """sshd in the login image; every session is chrooted into the jail.
+
+    Users: sshd resolves a user (getpwnam) before it chroots, so the login container must know the jail's users.
+    The jail's /etc is mounted (read-only, the directory, not single files) at EXTRAUSERS_DIR, where the login image's
+    libnss-extrausers reads passwd, group and shadow after its own files (nsswitch: `passwd: files extrausers`).
+    Mounting the directory keeps it current: `useradd` in the jail replaces /etc/passwd by a rename, which a
+    bind-mounted file (subPath of a file) would never show. Home directories are the jail's, since sessions are in it.
+    Inside the jail, Slurm clients find slurm.conf and munged's socket at the paths they use on every node: the
+    configs ConfigMap and the munge socket directory (an emptyDir the container's munged puts its socket in) are also
+    mounted below the jail mount, at JAIL_MOUNT/etc/slurm and JAIL_MOUNT/run/munge; nothing is copied into the jail.
+    The jail itself provides /dev and /proc for sessions (its root filesystem image).
+    """
     login = model.login
     volumes, mounts = _slurm_volumes(model)
     ssh_keys = list(s.SSH_HOST_KEY_FILES)
@@ -489,17 +538,26 @@ def _login(model):
         {"name": "ssh-host-keys", "secret": {"secretName": s.ssh_host_keys_secret_name(model), "defaultMode": 0o600,
                                              "items": [{"key": k, "path": k} for k in ssh_keys]}},
         {"name": "authorized-keys", "configMap": {"name": authorized_keys_name(model), "defaultMode": 0o644}},
+        {"name": "sshd-config", "configMap": {"name": sshd_config_name(model), "defaultMode": 0o644}},
+        {"name": "munge-socket", "emptyDir": {}},
     ]
     mounts += [_mount("jail", c.JAIL_MOUNT), _mount("ssh-host-keys", c.SSH_HOST_KEY_DIR, True),
-               _mount("authorized-keys", SSH_AUTHORIZED_KEYS_DIR, True)]
+               _mount("authorized-keys", SSH_AUTHORIZED_KEYS_DIR, True), _mount("sshd-config", SSHD_CONFIG_DIR, True),
+               dict(_mount("jail", EXTRAUSERS_DIR, True), subPath="etc"),
+               _mount("munge-socket", c.MUNGE_SOCKET_DIR),
+               _mount("slurm-configs", c.JAIL_MOUNT + c.SLURM_CONF_DIR, True),
+               _mount("munge-socket", c.JAIL_MOUNT + c.MUNGE_SOCKET_DIR)]
     container = _container(
-        model, "sshd", model.images.login, ports=[("ssh", SSH_PORT)], args=["/usr/sbin/sshd", "-D", "-e"],
+        model, "sshd", model.images.login, ports=[("ssh", SSH_PORT)],
+        args=["/usr/sbin/sshd", "-D", "-e", "-f", "%s/%s" % (SSHD_CONFIG_DIR, SSHD_CONFIG)],
         mounts=mounts, resources=_requests_with_memory_limit(login.resources),
         # sshd's ChrootDirectory puts every session into the jail.
         security={"capabilities": {"add": ["SYS_CHROOT"]}}, probe_port="ssh")
     pod = _pod_spec(model, LOGIN, [container], volumes, scheduling=login.scheduling)
+    # sshd reads its config only when it starts: a changed config rolls the login pods (sessions end).
+    digest = hashlib.sha256(login_sshd_config().encode("utf-8")).hexdigest()[:16]
     return _stateful_set(model, login_name(model), LOGIN, login_headless_name(model), login.replicas, pod,
-                         parallel=True)
+                         parallel=True, pod_annotations={SSHD_CONFIG_ANNOTATION: digest})
 
 
 def _worker(model, node_set):
@@ -539,7 +597,7 @@ def _remediation_cron_job(model):
     container = _container(
         model, "remediate", model.images.remediation,
         command=["ansible-playbook", REMEDIATION_PLAYBOOK, "-e", "cluster=%s" % model.name,
-                 "-e", "namespace=%s" % model.namespace],
+                 "-e", "slurm_namespace=%s" % model.namespace],
         security={"allowPrivilegeEscalation": False})
     pod = _pod_spec(model, REMEDIATION, [container], [], api_access=True, restartPolicy="Never")
     job = {"backoffLimit": 0, "activeDeadlineSeconds": REMEDIATION_DEADLINE_SECONDS,
@@ -551,6 +609,42 @@ def _remediation_cron_job(model):
         "failedJobsHistoryLimit": rem.failed_jobs_history_limit,
         "jobTemplate": {"metadata": {"labels": labels(model, REMEDIATION)}, "spec": job},
     })
+
+
+# A pending check job is cancelled after this (the node stays busy); a running one ends at its Slurm time limit.
+CHECK_PENDING_SECONDS = 300
+CHECK_HISTORY_LIMIT = 3
+
+
+def _active_checks(model):
+    """One CronJob per active health check: active_check.py in the login image (Slurm clients, munged started by the
+    entrypoint from the munge Secret, the configs ConfigMap with health.json, the jail for the jobs' output files).
+    It needs no Kubernetes API: its ServiceAccount gets no token."""
+    checks = model.health_checks.active
+    if not checks:
+        return []
+    out = [_obj("ServiceAccount", _meta(model, service_account_name(model, CHECKS), CHECKS),
+                automountServiceAccountToken=False)]
+    volumes, mounts = _slurm_volumes(model)
+    volumes.append(_jail_volume(model))
+    mounts.append(_mount("jail", c.JAIL_MOUNT))
+    for check in checks:
+        container = _container(
+            model, "active-check", model.images.login,
+            args=[c.ACTIVE_CHECK_PROGRAM, "--check", check.name, "--pending-timeout", str(CHECK_PENDING_SECONDS)],
+            mounts=copy.deepcopy(mounts), security={"allowPrivilegeEscalation": False})
+        pod = _pod_spec(model, CHECKS, [container], copy.deepcopy(volumes), restartPolicy="Never")
+        job = {"backoffLimit": 0,
+               "activeDeadlineSeconds": CHECK_PENDING_SECONDS + check.timeout_seconds + 300,
+               "template": _template(model, CHECKS, pod)}
+        out.append(_obj("CronJob", _meta(model, active_check_name(model, check.name), CHECKS), spec={
+            "schedule": check.schedule,
+            "concurrencyPolicy": "Forbid",
+            "successfulJobsHistoryLimit": CHECK_HISTORY_LIMIT,
+            "failedJobsHistoryLimit": CHECK_HISTORY_LIMIT,
+            "jobTemplate": {"metadata": {"labels": labels(model, CHECKS)}, "spec": job},
+        }))
+    return out
 
 
 # --- entry point -------------------------------------------------------------------------------------------------
@@ -578,6 +672,7 @@ def render_manifests(model, slurm_configs, secret_material):
     objects += _disruption_budgets(model)
     if model.remediation.enabled:
         objects.append(_remediation_cron_job(model))
+    objects += _active_checks(model)
     objects.sort(key=lambda o: KIND_ORDER.index(o["kind"]))   # stable: keeps the order within a kind
     seen = set()
     for obj in objects:

@@ -72,6 +72,8 @@ class NodeRecord:
     hostname: str = ""
     source: str = "sinfo"                # sinfo | scontrol (a FUTURE node sinfo hides)
     jobs: Optional[int] = field(default=None, compare=False)
+    # When the node's slurmd last registered (sinfo only): tells a restarted / replaced slurmd from the old one.
+    slurmd_start_time: Optional[int] = field(default=None, compare=False)
 
     @property
     def drain(self):
@@ -194,6 +196,7 @@ def _record_from_json(node):
         name=name, base_state=base, flags=flags, reason=_text(node.get("reason")),
         reason_set_by_user=user if isinstance(user, str) and user else None,
         reason_changed_at=_number(node.get("reason_changed_at"), "reason_changed_at") or None,
+        slurmd_start_time=_number(node.get("slurmd_start_time"), "slurmd_start_time") or None,
         partitions=tuple(str(p) for p in partitions), gres=_text(node.get("gres")),
         gres_used=_text(node.get("gres_used")), features=tuple(features),
         cpus=_number(node.get("cpus"), "cpus"), alloc_cpus=_number(node.get("alloc_cpus"), "alloc_cpus"),

@@ -116,10 +116,49 @@ options:
       - With O(target=kubernetes) and O(wait=true), the longest wait for the cluster to become ready.
     type: int
     default: 300
+  jail_dir:
+    description:
+      - With O(target=local), the jail - a directory holding the users' root filesystem (fill it with
+        M(soperator.slurm.jail_populate)). Job steps run in it through the chroot SPANK plugin (O(spank_chroot)), and
+        with O(login) a login sshd chroots every session into it. Needs root.
+      - sshd chroots only into a path whose every directory is owned by root and not writable by group or others,
+        so not below C(/tmp).
+      - Omitted, jobs run in this machine's root filesystem and there is no login node.
+    type: path
+  spank_chroot:
+    description:
+      - With O(jail_dir), the chroot SPANK plugin the local slurmds load (C(make spank) builds one).
+      - Defaults to the installed C(/usr/lib/slurm/spank_chroot.so).
+    type: path
+  login:
+    description:
+      - With O(jail_dir), also run the login node - sshd on 127.0.0.1 (port in RV(login)), public keys only, every
+        session chrooted into the jail, with the cluster's Slurm configs and munge socket mounted in it so
+        C(sbatch) and C(srun) work. It runs in a private mount namespace - nothing is mounted on the host.
+      - Root's keys are C(spec.login.sshRootPublicKeys) and O(login_authorized_keys); other users log in with the
+        keys in their C(~/.ssh/authorized_keys) in the jail. Host keys are generated once under O(state_dir).
+    type: bool
+    default: true
+  login_authorized_keys:
+    description:
+      - With O(login), more public keys (OpenSSH C(authorized_keys) lines) that may log in as root, besides
+        C(spec.login.sshRootPublicKeys).
+    type: list
+    elements: str
+    default: []
   install_crds:
     description:
       - With O(target=kubernetes), apply the SlurmCluster and NodeSet CustomResourceDefinitions first (needs the
         right to manage CRDs, which are cluster-wide). They are never deleted by this module.
+    type: bool
+    default: true
+  manage_rbac:
+    description:
+      - With O(target=kubernetes), apply and prune the cluster's RBAC objects (the remediation Role and RoleBinding,
+        and the ClusterRole and ClusterRoleBinding of C(cordonKubernetesNode)) and the remediation ServiceAccount.
+      - V(false) leaves them alone - neither read, applied nor pruned - so a run needs no RBAC rights. The
+        in-cluster remediation CronJob reconciles this way (with O(install_crds=false) and
+        O(create_namespace=false)); it may not grant itself rights, so whoever deploys the cluster applies them.
     type: bool
     default: true
 extends_documentation_fragment:
@@ -174,6 +213,21 @@ EXAMPLES = r"""
   ansible.builtin.command: srun -N2 hostname
   environment: "{{ cluster.env }}"
   changed_when: false
+
+- name: Run it with a jail and a login node (root; the jail is filled beforehand)
+  soperator.slurm.slurm_cluster:
+    state: present
+    target: local
+    src: examples/small-cpu.yml
+    state_dir: /tmp/slurm-small
+    jail_dir: /srv/jail
+    login_authorized_keys: ["{{ lookup('ansible.builtin.file', '~/.ssh/id_ed25519.pub') }}"]
+  register: cluster
+
+- name: Submit a job from the login node
+  ansible.builtin.command: >-
+    ssh -p {{ cluster.login.port }} {{ cluster.login.user }}@{{ cluster.login.host }} sbatch --wrap hostname
+  changed_when: true
 
 - name: Stop it, keeping its state
   soperator.slurm.slurm_cluster:
@@ -262,6 +316,12 @@ env:
   returned: when O(target=local)
   type: dict
   sample: {SLURM_CONF: /root/.local/state/soperator/small/etc/slurm.conf}
+login:
+  description:
+    - Where the login node listens, with O(jail_dir) and O(login); null otherwise (or before the first start).
+  returned: when O(target=local) and O(state=present)
+  type: dict
+  sample: {host: 127.0.0.1, port: 17820, user: root}
 nodes:
   description:
     - Slurm nodes as C(sinfo --json) reports them after the run (in check mode, as they are now). Empty when
@@ -332,26 +392,17 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
 from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, documents_from
 from ansible_collections.soperator.slurm.plugins.module_utils.render import (
     read_secret_material, render_cluster, write_rendered)
 from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import HAS_YAML
 
 
 def _documents(module):
-    params = module.params
-    if params["src"]:
-        try:
-            with open(params["src"]) as f:
-                return load_documents(f.read())
-        except (IOError, OSError) as e:
-            module.fail_json(msg="cannot read src %s: %s" % (params["src"], e))
-    definition = params["definition"]
-    if isinstance(definition, str):
-        return load_documents(definition)
-    if isinstance(definition, dict):
-        return [definition]
-    return definition
+    try:
+        return documents_from(module.params["src"], module.params["definition"])
+    except (IOError, OSError) as e:
+        module.fail_json(msg="cannot read src %s: %s" % (module.params["src"], e))
 
 
 def _model(module):
@@ -439,7 +490,7 @@ def _plan_configs(cluster, model):
         password = password.strip()
     from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
     configs = lb.adapt_configs(render_slurm_configs(model), model, lay.state_dir, base_port, user=cluster.user,
-                               db_password=password)
+                               db_password=password, jail_dir=cluster.jail_dir, spank_chroot=cluster.spank_chroot)
     slurm_changed = dbd_changed = False
     for name, text in sorted(configs.items()):
         old = _read(os.path.join(lay.etc, name))
@@ -465,7 +516,8 @@ def _plan_present(cluster, model, status):
         if model.accounting.enabled:
             actions += ["would initialize the accounting database"]
         actions += ["would write the Slurm configs to %s" % lay.etc]
-        return actions + ["would start %s" % d for d in _daemon_order(_desired_daemons(model))]
+        actions += ["would start %s" % d for d in _daemon_order(_desired_daemons(model))]
+        return actions + cluster.plan_login(model)
     actions, slurm_changed, dbd_changed = _plan_configs(cluster, model)
     if not os.path.exists(lay.munge_key):
         actions.append("would generate munge key")
@@ -484,7 +536,7 @@ def _plan_present(cluster, model, status):
         set(d[len("slurmd-"):] for d in desired if d.startswith("slurmd-"))
     for node in sorted(remove, key=lb._natural):
         actions.append("would drain %s, wait for its jobs, stop its slurmd and remove it from Slurm" % node)
-    return actions
+    return actions + cluster.plan_login(model)
 
 
 def _daemon_order(names):
@@ -494,10 +546,12 @@ def _daemon_order(names):
 
 
 def _stop_order(names):
-    """The order LocalCluster.stop() stops daemons in: the slurmds, then slurmctld, accounting, munged."""
+    """The order LocalCluster.stop() stops daemons in: the login sshd, the slurmds, then slurmctld, accounting,
+    munged."""
+    login = [n for n in names if n == lb.LOGIN_DAEMON]
     slurmds = sorted((n for n in names if n.startswith("slurmd-")), key=lb._natural)
     fixed = [n for n in ("slurmctld", "slurmdbd", "mariadbd", "munged") if n in names]
-    return slurmds + fixed + sorted(n for n in names if n not in slurmds and n not in fixed)
+    return login + slurmds + fixed + sorted(n for n in names if n not in slurmds + fixed + login)
 
 
 def _ppid(pid):
@@ -515,7 +569,7 @@ def _looks_like_state_dir(layout):
         return True
     entries = set(os.listdir(layout.state_dir))
     return not entries or os.path.exists(layout.cluster_file) or os.path.exists(layout.slurm_conf) or \
-        entries <= {".lock", "etc", "secrets", "run", "log", "ctld", "spool", "db"}
+        entries <= {".lock", "etc", "secrets", "run", "log", "ctld", "spool", "db", "login"}
 
 
 def _local(module):
@@ -529,7 +583,9 @@ def _local(module):
                          % (state, "" if state == "present" else " (or state_dir)"))
     state_dir = params["state_dir"] or lb.default_state_dir(model.name)
     timeout = params["wait_timeout"]
-    cluster = lb.LocalCluster(state_dir, model, timeout=timeout, drain_timeout=timeout)
+    cluster = lb.LocalCluster(state_dir, model, timeout=timeout, drain_timeout=timeout, jail_dir=params["jail_dir"],
+                              spank_chroot=params["spank_chroot"], login=params["login"],
+                              login_authorized_keys=params["login_authorized_keys"])
     result = dict(changed=False, actions=[], state_dir=cluster.state_dir, env=cluster.env())
     if model is not None:
         result["cluster"] = _summary(model)
@@ -548,7 +604,7 @@ def _local(module):
 def _present(module, cluster, model, before, result):
     if module.check_mode:
         actions = _plan_present(cluster, model, before)
-        after_daemons = _desired_daemons(model)
+        after_daemons = sorted(_desired_daemons(model) + ([lb.LOGIN_DAEMON] if cluster.wants_login() else []))
         after_nodes = sorted((d[len("slurmd-"):] for d in after_daemons if d.startswith("slurmd-")), key=lb._natural)
         result["nodes"] = _nodes(before["nodes"])
     else:
@@ -558,6 +614,7 @@ def _present(module, cluster, model, before, result):
         after_daemons = _running(after)
         result["nodes"] = _nodes(after["nodes"])
         after_nodes = [n["name"] for n in result["nodes"]]
+    result["login"] = cluster.login_address()
     result.update(changed=bool(actions), actions=actions)
     if module._diff:
         result["diff"] = {
@@ -621,7 +678,12 @@ def main():
         state_dir=dict(type="path"),
         purge=dict(type="bool", default=False),
         wait_timeout=dict(type="int", default=300),
+        jail_dir=dict(type="path"),
+        spank_chroot=dict(type="path"),
+        login=dict(type="bool", default=True),
+        login_authorized_keys=dict(type="list", elements="str", default=[], no_log=False),
         install_crds=dict(type="bool", default=True),
+        manage_rbac=dict(type="bool", default=True),
     )
     argument_spec.update(km.kube_target_argument_spec())
     module = AnsibleModule(

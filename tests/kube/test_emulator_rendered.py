@@ -3,7 +3,6 @@
 import glob
 import os
 
-import kubernetes
 import pytest
 import yaml
 

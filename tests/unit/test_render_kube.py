@@ -1,6 +1,7 @@
 """render_kube: every Kubernetes object of a cluster, labelled, named, ordered and deterministic."""
 import base64
 import copy
+import hashlib
 import json
 
 import pytest
@@ -168,7 +169,8 @@ def test_object_names(objects):
     assert names(objects, "Service") == ["demo-controller", "demo-accounting-db", "demo-accounting", "demo-login",
                                          "demo-login-headless", "demo-workers"]
     assert names(objects, "Secret") == ["demo-munge", "demo-ssh-host-keys", "demo-accounting-db"]
-    assert names(objects, "ConfigMap") == ["demo-slurm-configs", "demo-root-authorized-keys", "demo-slurmdbd"]
+    assert names(objects, "ConfigMap") == ["demo-slurm-configs", "demo-root-authorized-keys", "demo-sshd-config",
+                                           "demo-slurmdbd"]
     assert names(objects, "PersistentVolumeClaim") == ["demo-jail"]
     assert names(objects, "Job") == ["demo-populate-jail"]
     assert names(objects, "PodDisruptionBudget") == ["demo-login", "cpu", "gpu"]
@@ -282,14 +284,19 @@ def test_config_map_mounted_as_directory_without_checksum(objects):
         if obj["metadata"]["name"] == "demo-controller":
             # only the node definitions: a change of anything else in slurm.conf restarts no pod
             assert list(template["metadata"]["annotations"]) == [rk.NODE_DEFINITIONS_ANNOTATION]
+        elif obj["metadata"]["name"] == "demo-login":
+            # only its sshd_config (sshd reads it when it starts)
+            assert list(template["metadata"]["annotations"]) == [rk.SSHD_CONFIG_ANNOTATION]
         else:
             assert "annotations" not in template["metadata"]
+        config_maps = set(v["name"] for v in pod_spec(obj).get("volumes", []) if "configMap" in v)
         for ctr in pod_spec(obj)["containers"]:
             for mount in ctr.get("volumeMounts", []):
-                assert "subPath" not in mount
+                assert mount["name"] not in config_maps or "subPath" not in mount
                 if mount["name"] == "slurm-configs":
-                    assert mount["mountPath"] == c.SLURM_CONF_DIR
-                    users += 1
+                    assert mount["mountPath"] == c.SLURM_CONF_DIR or (
+                        obj["metadata"]["name"] == "demo-login" and mount["mountPath"] == "/mnt/jail/etc/slurm")
+                    users += mount["mountPath"] == c.SLURM_CONF_DIR
     assert users == 4   # controller, login, gpu, cpu
 
 
@@ -355,6 +362,41 @@ def test_login(objects):
     assert headless["clusterIP"] == "None" and headless["selector"] == svc["spec"]["selector"]
 
 
+def test_login_sshd_chroots_into_the_jail_with_keys_only(objects):
+    sts = find(objects, "StatefulSet", "demo-login")
+    sshd = container(sts)
+    config = find(objects, "ConfigMap", "demo-sshd-config")["data"]["sshd_config"]
+    assert config == rk.login_sshd_config()
+    settings = [line.split(None, 1) for line in config.splitlines() if line and not line.startswith("#")]
+    assert ["ChrootDirectory", c.JAIL_MOUNT] in settings
+    for key, value in (("PasswordAuthentication", "no"), ("KbdInteractiveAuthentication", "no"),
+                       ("PubkeyAuthentication", "yes"), ("PermitRootLogin", "prohibit-password"),
+                       ("X11Forwarding", "no"), ("AllowTcpForwarding", "local"), ("Port", "22")):
+        assert [key, value] in settings
+    assert ["AuthorizedKeysFile", "/etc/ssh/authorized-keys/%u /mnt/jail%h/.ssh/authorized_keys"] in settings
+    host_keys = [v for k, v in settings if k == "HostKey"]
+    assert host_keys == ["%s/ssh_host_%s_key" % (c.SSH_HOST_KEY_DIR, t) for t in s.SSH_HOST_KEY_TYPES]
+    # every private key sshd loads is an item of the mounted host keys Secret
+    volumes = dict((v["name"], v) for v in pod_spec(sts)["volumes"])
+    items = [i["path"] for i in volumes["ssh-host-keys"]["secret"]["items"]]
+    assert all(k.rsplit("/", 1)[1] in items for k in host_keys)
+    assert sshd["args"] == ["/usr/sbin/sshd", "-D", "-e", "-f", rk.SSHD_CONFIG_DIR + "/sshd_config"]
+    assert volumes["sshd-config"]["configMap"]["name"] == "demo-sshd-config"
+    mounts = dict((m["mountPath"], m) for m in sshd["volumeMounts"])
+    assert mounts[rk.SSHD_CONFIG_DIR]["name"] == "sshd-config"
+    # the jail's users: its /etc directory (not single files, so a new user shows at once), read-only
+    assert mounts[rk.EXTRAUSERS_DIR] == {"name": "jail", "mountPath": rk.EXTRAUSERS_DIR, "readOnly": True,
+                                         "subPath": "etc"}
+    # Slurm clients in the jail: configs and munged's socket at their usual paths, below the jail mount
+    assert mounts[c.JAIL_MOUNT + c.SLURM_CONF_DIR] == {
+        "name": "slurm-configs", "readOnly": True, "mountPath": c.JAIL_MOUNT + c.SLURM_CONF_DIR}
+    assert mounts[c.JAIL_MOUNT + c.MUNGE_SOCKET_DIR]["name"] == mounts[c.MUNGE_SOCKET_DIR]["name"] == "munge-socket"
+    assert volumes["munge-socket"] == {"name": "munge-socket", "emptyDir": {}}
+    # a changed sshd_config rolls the login pods; the digest is the config's
+    annotation = sts["spec"]["template"]["metadata"]["annotations"][rk.SSHD_CONFIG_ANNOTATION]
+    assert annotation == hashlib.sha256(config.encode()).hexdigest()[:16]
+
+
 def test_login_service_cluster_ip_has_no_node_port_or_ranges():
     def edit(spec):
         spec["login"]["service"] = {"type": "ClusterIP", "sourceRanges": ["10.0.0.0/8"]}
@@ -373,7 +415,12 @@ def test_jail_claim_and_populate_job(objects):
     assert spec["restartPolicy"] == "Never"
     assert {"name": "jail", "persistentVolumeClaim": {"claimName": "demo-jail"}} in spec["volumes"]
     assert {"name": "jail", "mountPath": c.JAIL_MOUNT} in container(job)["volumeMounts"]
-    assert {"name": "JAIL_OVERWRITE", "value": "if_empty"} in container(job)["env"]
+    assert container(job)["command"] == ["python3", c.POPULATE_JAIL_PROGRAM]
+    args = container(job)["args"]
+    assert args[0] == "populate" and args[args.index("--overwrite") + 1] == "if_empty"
+    assert args[args.index("--jail") + 1] == c.JAIL_MOUNT
+    assert args[args.index("--source") + 1] == c.POPULATE_JAIL_SOURCE
+    assert "env" not in container(job)
 
 
 def test_existing_claim_replaces_the_jail_pvc():
@@ -458,15 +505,16 @@ def test_remediation(objects):
     pod = cron["jobTemplate"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "demo-remediation"
     assert pod["containers"][0]["command"] == ["ansible-playbook", "soperator.slurm.remediate",
-                                               "-e", "cluster=demo", "-e", "namespace=hpc"]
+                                               "-e", "cluster=demo", "-e", "slurm_namespace=hpc"]
     role = find(objects, "Role", "demo-remediation")
     assert role["rules"] == rk.remediation_rules()
-    verbs = dict((r["resources"][0], sorted(r["verbs"])) for r in role["rules"])
-    assert verbs == {"slurmclusters": ["get", "list", "watch"], "slurmclusters/status": ["patch"],
-                     "pods": ["delete", "get", "list"], "pods/exec": ["create"],
-                     "statefulsets": ["get", "list", "patch"], "events": ["create"]}
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+        # nothing cluster-scoped, no RBAC, no way to widen its own rights
+        assert not set(rule["resources"]) & {"nodes", "namespaces", "customresourcedefinitions", "clusterroles",
+                                             "clusterrolebindings", "roles", "rolebindings"}
+        assert "rbac.authorization.k8s.io" not in rule["apiGroups"]
+        assert not set(rule["verbs"]) & {"escalate", "bind", "impersonate", "watch", "deletecollection"}
     binding = find(objects, "RoleBinding", "demo-remediation")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": "demo-remediation"}
@@ -479,7 +527,7 @@ def test_remediation_cordon_adds_node_permissions():
         spec["remediation"]["cordonKubernetesNode"] = True
     objects = render(make_model(edit))
     (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]
     binding = find(objects, "ClusterRoleBinding", role["metadata"]["name"])
     assert binding["subjects"][0]["namespace"] == "hpc"
 
@@ -625,3 +673,34 @@ def test_with_real_slurm_configs():
     assert "StorageUser=%s" % db["MARIADB_USER"] in configs["slurmdbd.conf"]
     assert "StorageLoc=%s" % db["MARIADB_DATABASE"] in configs["slurmdbd.conf"]
     assert "StorageHost=demo-accounting-db" in configs["slurmdbd.conf"]
+
+
+# --- active health checks ----------------------------------------------------------------------------------------
+
+def test_one_cron_job_per_active_check():
+    assert not [o for o in render() if o["metadata"]["name"].startswith("demo-check-")]    # none in the spec
+
+    def edit(spec):
+        spec["healthChecks"] = {"active": [
+            {"name": "nccl", "type": "ncclAllReduce", "schedule": "0 */6 * * *", "minBusBandwidthGBs": 400},
+            {"name": "disk", "type": "storage", "schedule": "@daily", "timeoutSeconds": 120}]}
+    objects = render(make_model(edit))
+    assert names(objects, "CronJob") == ["demo-remediation", "demo-check-nccl", "demo-check-disk"]
+    sa = find(objects, "ServiceAccount", "demo-checks")
+    assert sa["automountServiceAccountToken"] is False and sa["metadata"]["labels"][c.LABEL_COMPONENT] == "checks"
+    cron = find(objects, "CronJob", "demo-check-disk")
+    assert cron["metadata"]["labels"][c.LABEL_COMPONENT] == "checks"
+    assert cron["spec"]["schedule"] == "@daily" and cron["spec"]["concurrencyPolicy"] == "Forbid"
+    assert cron["spec"]["successfulJobsHistoryLimit"] == cron["spec"]["failedJobsHistoryLimit"] == 3
+    job = cron["spec"]["jobTemplate"]["spec"]
+    assert job["backoffLimit"] == 0 and job["activeDeadlineSeconds"] == rk.CHECK_PENDING_SECONDS + 120 + 300
+    spec = pod_spec(cron)
+    assert spec["serviceAccountName"] == "demo-checks" and spec["automountServiceAccountToken"] is False
+    assert spec["restartPolicy"] == "Never"
+    ctr = container(cron)
+    model = make_model(edit)
+    assert ctr["image"] == model.images.login
+    # args, not command: the image's entrypoint starts munged first
+    assert "command" not in ctr and ctr["args"][:3] == [c.ACTIVE_CHECK_PROGRAM, "--check", "disk"]
+    mounts = dict((m["name"], m["mountPath"]) for m in ctr["volumeMounts"])
+    assert mounts == {"slurm-configs": c.SLURM_CONF_DIR, "munge-key": c.MUNGE_KEY_DIR, "jail": c.JAIL_MOUNT}

@@ -84,6 +84,7 @@ def builtin_types():
         R("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", short_names=["pvc"], status=True),
         R("", "v1", "pods", "Pod", short_names=["po"], categories=["all"], status=True, log=True),
         R("", "v1", "events", "Event", short_names=["ev"]),
+        R("", "v1", "nodes", "Node", namespaced=False, short_names=["no"], status=True),
         R("apps", "v1", "statefulsets", "StatefulSet", short_names=["sts"], categories=["all"], status=True,
           scale=STS_SCALE, generation=True),
         R("batch", "v1", "jobs", "Job", categories=["all"], status=True, generation=True),

@@ -1,0 +1,350 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The remediation loop (the slurm_remediate module): bring back nodes we drained, and only those.
+
+One pass:
+
+1. read every node (one ``sinfo --json``) and the running jobs (one ``squeue``);
+2. for each node out of service:
+   * held by someone else (its reason lacks our prefix, e.g. an admin's or Slurm's own "Not responding"): left
+     alone, ``skipped-foreign``;
+   * drained by our scale-down (``<prefix> scale-down``): the NodeSet is shrinking, ``skipped-scale-down``;
+   * still running jobs (DRAINING, or squeue lists a job on it): ``skipped-busy``, a later pass comes back;
+   * ours and idle: *replace* it - delete its worker pod so the StatefulSet recreates it (Kubernetes; optionally
+     cordoning the Kubernetes node it ran on first) or restart its slurmd (local) - then wait, bounded, for the new
+     slurmd to register; then *re-check* it (the health-check program with ``--check-only`` in the node's own
+     environment) and *resume* it only when every check passes. A failing or unrunnable check leaves it drained.
+3. A node whose slurmd registered after the drain was set has been replaced already (by an earlier pass, or by
+   someone else): it is re-checked, not replaced again. So a node with a lasting fault is replaced once, and later
+   passes change nothing until its checks pass; a pass over a healthy cluster changes nothing at all.
+
+Check mode reads the nodes and runs the (read-only) checks of nodes it would not replace, and reports what it would
+do. Kubernetes Events on the SlurmCluster record every replacement and resume, and every node left drained after a
+replacement.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import subprocess
+import time
+
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_nodes import (
+    SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes, set_state)
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import (
+    KubernetesTransport, SlurmError, TransientError)
+
+REPLACED, RECHECKED, RESUMED, LEFT_DRAINED = "replaced", "rechecked", "resumed", "left-drained"
+SKIPPED_FOREIGN, SKIPPED_BUSY, SKIPPED_SCALE_DOWN = "skipped-foreign", "skipped-busy", "skipped-scale-down"
+ACTIONS = (REPLACED, RECHECKED, RESUMED, LEFT_DRAINED, SKIPPED_FOREIGN, SKIPPED_BUSY, SKIPPED_SCALE_DOWN)
+WORKER_CONTAINER = "slurmd"
+REPORTING_CONTROLLER = c.FIELD_MANAGER
+# health-check --check-only exit codes (the program's contract).
+CHECK_HEALTHY, CHECK_UNHEALTHY = 0, 1
+
+
+class RemediationError(Exception):
+    """A step of one node failed (replacement not ready in time, API error): the node stays drained."""
+
+
+# --- checks ------------------------------------------------------------------------------------------------------
+
+def parse_check_output(rc, stdout, stderr):
+    """(healthy, detail) from ``health-check --check-only``: healthy is True / False, or None when the checks could
+    not run (exit 2, no JSON, a program that is missing): never resumed on a guess."""
+    report = None
+    for line in reversed((stdout or "").strip().splitlines()):
+        try:
+            report = json.loads(line)
+            break
+        except ValueError:
+            continue
+    if rc in (CHECK_HEALTHY, CHECK_UNHEALTHY) and isinstance(report, dict) and \
+            isinstance(report.get("healthy"), bool) and report["healthy"] == (rc == CHECK_HEALTHY):
+        return report["healthy"], report
+    text = (stderr or stdout or "").strip()[-500:]
+    return None, {"rc": rc, "error": text or "no report"}
+
+
+class LocalChecker(object):
+    """Runs the health-check program on this host, in the environment slurmd gives it (SLURM_CONF, node name)."""
+
+    def __init__(self, program, slurm_conf=None, timeout=60):
+        self.program = program
+        self.slurm_conf = slurm_conf
+        self.timeout = timeout
+
+    def argv(self, node):
+        return [self.program, "--check-only", "--node", node]
+
+    def check(self, node):
+        env = dict(os.environ, SLURMD_NODENAME=node, LC_ALL="C")
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        try:
+            proc = subprocess.run(self.argv(node), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, timeout=self.timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return None, {"error": "the checks did not finish within %ss" % self.timeout}
+        except OSError as e:
+            return None, {"error": "cannot run %s: %s" % (self.program, e)}
+        return parse_check_output(proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                                  proc.stderr.decode("utf-8", "replace"))
+
+
+class KubeChecker(LocalChecker):
+    """Runs the health-check program in the node's worker pod (container slurmd) through the exec API."""
+
+    def __init__(self, namespace, core_v1_factory, program=c.HEALTH_CHECK_PROGRAM, timeout=60, stream_func=None):
+        super(KubeChecker, self).__init__(program, timeout=timeout)
+        self.namespace = namespace
+        self.core_v1_factory = core_v1_factory
+        self.stream_func = stream_func
+        self._core_v1 = None
+
+    def check(self, node):
+        if self._core_v1 is None:
+            self._core_v1 = self.core_v1_factory()
+        transport = KubernetesTransport(self.namespace, node, container=WORKER_CONTAINER, core_v1=self._core_v1,
+                                        stream_func=self.stream_func)
+        try:
+            rc, out, err = transport.exec(self.argv(node), self.timeout)
+        except (SlurmError, TransientError) as e:
+            return None, {"error": str(e)}
+        return parse_check_output(rc, out, err)
+
+
+# --- replacing a node --------------------------------------------------------------------------------------------
+
+class LocalReplacer(object):
+    """Local backend: replacing a node is restarting its slurmd (LocalCluster.restart_node)."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    def replace(self, node, check_mode=False):
+        if check_mode:
+            return {"would": "restart the slurmd of %s" % node}
+        try:
+            return self.cluster.restart_node(node)
+        except Exception as e:  # LocalClusterError, OSError: report it on the node
+            raise RemediationError("restarting the slurmd of %s failed: %s" % (node, e))
+
+
+class KubeReplacer(object):
+    """Kubernetes: delete the worker pod (same name as the Slurm node) so its StatefulSet recreates it, after
+    cordoning the Kubernetes node it ran on when asked; wait, bounded, for the new pod to be Ready."""
+
+    def __init__(self, client, namespace, cordon=False, timeout=300, poll=2.0, sleep=time.sleep,
+                 clock=time.monotonic):
+        self.client = client
+        self.namespace = namespace
+        self.cordon = cordon
+        self.timeout = timeout
+        self.poll = poll
+        self.sleep = sleep
+        self.clock = clock
+
+    def replace(self, node, check_mode=False):
+        from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import KubeError
+        try:
+            pod = self.client.get("Pod", node, self.namespace)
+            info = {"pod": "%s/%s" % (self.namespace, node)}
+            host = ((pod or {}).get("spec") or {}).get("nodeName")
+            if host:
+                info["kubernetes_node"] = host
+            if self.cordon and host:
+                if not check_mode:
+                    self.client.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": host},
+                                       "spec": {"unschedulable": True}}, force=True)
+                info["cordoned"] = host
+            if check_mode:
+                info["would"] = "delete pod %s/%s" % (self.namespace, node) if pod else \
+                    "wait for pod %s/%s (it does not exist)" % (self.namespace, node)
+                return info
+            old_uid = (pod or {}).get("metadata", {}).get("uid")
+            if pod is not None:
+                self.client.delete("Pod", node, self.namespace)
+                info["deleted_uid"] = old_uid
+            started = self.clock()
+            while True:
+                new = self.client.get("Pod", node, self.namespace)
+                if new is not None and new["metadata"].get("uid") != old_uid and _pod_ready(new):
+                    info["new_uid"] = new["metadata"].get("uid")
+                    info["waited_for_pod"] = round(self.clock() - started, 1)
+                    return info
+                if self.clock() - started >= self.timeout:
+                    raise RemediationError("pod %s/%s was deleted but no new pod became Ready within %ss"
+                                           % (self.namespace, node, self.timeout))
+                self.sleep(self.poll)
+        except KubeError as e:
+            raise RemediationError("replacing pod %s/%s: %s" % (self.namespace, node, e))
+
+
+def _pod_ready(pod):
+    status = pod.get("status") or {}
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        return False
+    return any(cond.get("type") == "Ready" and cond.get("status") == "True" for cond in status.get("conditions") or [])
+
+
+# --- events ------------------------------------------------------------------------------------------------------
+
+class EventRecorder(object):
+    """core/v1 Events on the SlurmCluster (kubectl describe slurmcluster shows them)."""
+
+    def __init__(self, client, namespace, cluster_name, api_version):
+        self.client = client
+        self.namespace = namespace
+        self.cluster_name = cluster_name
+        self.api_version = api_version
+        self._uid = None
+        self.sent = []
+
+    def emit(self, reason, message, warning=False, check_mode=False):
+        event = {"reason": reason, "message": message, "type": "Warning" if warning else "Normal"}
+        if check_mode:
+            return
+        if self._uid is None:
+            cluster = self.client.get("SlurmCluster", self.cluster_name, self.namespace) or {}
+            self._uid = (cluster.get("metadata") or {}).get("uid", "")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": "%s." % self.cluster_name, "namespace": self.namespace},
+            "involvedObject": {"apiVersion": self.api_version, "kind": "SlurmCluster", "name": self.cluster_name,
+                               "namespace": self.namespace, "uid": self._uid},
+            "reason": reason, "message": message[:1024], "type": event["type"],
+            "source": {"component": REPORTING_CONTROLLER},
+            "reportingComponent": REPORTING_CONTROLLER, "reportingInstance": os.uname()[1][:128],
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        self.client.create(body)
+        self.sent.append(event)
+
+
+# --- the pass ----------------------------------------------------------------------------------------------------
+
+class Remediator(object):
+    """One remediation pass over every node of the cluster (see the module docstring)."""
+
+    def __init__(self, runner, prefix, checker, replacer=None, events=None, check_mode=False,
+                 register_timeout=300, poll=2.0, sleep=time.sleep, clock=time.monotonic):
+        self.runner = runner
+        self.prefix = prefix
+        self.checker = checker
+        self.replacer = replacer
+        self.events = events
+        self.check_mode = check_mode
+        self.register_timeout = register_timeout
+        self.poll = poll
+        self.sleep = sleep
+        self.clock = clock
+        self.errors = []
+
+    def run(self):
+        records = read_nodes(self.runner)
+        jobs = read_jobs(self.runner)
+        scale_down = full_reason(self.prefix, SCALE_DOWN_REASON)
+        nodes = []
+        for name, record in records.items():
+            if not record.held:
+                continue
+            entry = {"name": name, "state": record.state, "reason": record.reason, "steps": []}
+            if not record.ours(self.prefix):
+                self._finish(entry, SKIPPED_FOREIGN, "held by someone else: its reason lacks %r" % self.prefix)
+            elif record.reason == scale_down:
+                self._finish(entry, SKIPPED_SCALE_DOWN, "drained by a scale-down of its NodeSet")
+            elif record.busy or jobs.get(name):
+                self._finish(entry, SKIPPED_BUSY, "%d job(s) still run on it; a later pass comes back"
+                             % (jobs.get(name) or 0) if jobs.get(name) else "still DRAINING")
+            else:
+                self._remediate(record, entry)
+            nodes.append(entry)
+        changed = any(REPLACED in n["steps"] or RESUMED in n["steps"] for n in nodes)
+        return {"changed": changed, "nodes": nodes, "errors": list(self.errors),
+                "events": list(self.events.sent) if self.events else []}
+
+    @staticmethod
+    def _finish(entry, action, why):
+        entry["steps"].append(action)
+        entry["action"] = action
+        entry["why"] = why
+
+    def _event(self, reason, message, warning=False):
+        if self.events is None or self.check_mode:
+            return
+        try:
+            self.events.emit(reason, message, warning=warning)
+        except Exception as e:  # an event is a report: its failure must not stop the pass
+            self.errors.append("could not record event %s: %s" % (reason, e))
+
+    def _remediate(self, record, entry):
+        name = record.name
+        # Same second counts as after: a slurmd whose first checks drained it is new already (replacing it again
+        # would loop).
+        replaced_since_drain = bool(record.slurmd_start_time and record.reason_changed_at and
+                                    record.slurmd_start_time >= record.reason_changed_at)
+        if self.replacer is not None and not replaced_since_drain:
+            try:
+                entry["replacement"] = self.replacer.replace(name, check_mode=self.check_mode)
+            except RemediationError as e:
+                self.errors.append("%s: %s" % (name, e))
+                self._event("NodeReplaceFailed", "%s: %s" % (name, e), warning=True)
+                self._finish(entry, LEFT_DRAINED, str(e))
+                return
+            entry["steps"].append(REPLACED)
+            if self.check_mode:
+                entry["action"] = REPLACED
+                entry["why"] = "drained by us (%s) and idle: would replace it, then re-run its checks" % record.reason
+                return
+            try:
+                record = self._wait_registered(record)
+            except RemediationError as e:
+                self.errors.append("%s: %s" % (name, e))
+                self._event("NodeReplaceFailed", "%s: %s" % (name, e), warning=True)
+                self._finish(entry, LEFT_DRAINED, str(e))
+                return
+            entry["replacement"]["registered"] = True
+            self._event("NodeReplaced", "%s replaced (drained: %s)" % (name, entry["reason"]))
+        healthy, report = self.checker.check(name)
+        entry["steps"].append(RECHECKED)
+        entry["checks"] = report
+        if healthy is not True:
+            if healthy is None:
+                why = "its checks could not run (%s): it stays drained" % report.get("error")
+            else:
+                why = "checks still fail: %s" % ", ".join(
+                    "%s (%s)" % (f.get("check"), f.get("detail")) for f in report.get("failed") or []) or "unknown"
+            if REPLACED in entry["steps"]:
+                self._event("NodeLeftDrained", "%s replaced, but %s" % (name, why), warning=True)
+            self._finish(entry, LEFT_DRAINED, why)
+            return
+        try:
+            done = set_state(self.runner, name, "resumed", prefix=self.prefix, check_mode=self.check_mode)
+        except SlurmError as e:
+            self.errors.append("%s: resume failed: %s" % (name, e))
+            self._finish(entry, LEFT_DRAINED, "checks pass but the resume failed: %s" % e)
+            return
+        entry["commands"] = done["commands"]
+        self._event("NodeResumed", "%s passed its checks and is back in service (was: %s)" % (name, entry["reason"]))
+        self._finish(entry, RESUMED, "checks pass%s" % (" after the replacement" if REPLACED in entry["steps"]
+                                                        else ""))
+
+    def _wait_registered(self, before):
+        """Until the node's slurmd registered again (a newer slurmd start time) and answers; bounded."""
+        started = self.clock()
+        while True:
+            current = read_nodes(self.runner, [before.name])[before.name]
+            newer = current.slurmd_start_time and current.slurmd_start_time != before.slurmd_start_time
+            if newer and "NOT_RESPONDING" not in current.flags:
+                return current
+            if self.clock() - started >= self.register_timeout:
+                raise RemediationError("the new slurmd of %s did not register within %ss (state %s)"
+                                       % (before.name, self.register_timeout, current.state))
+            self.sleep(self.poll)

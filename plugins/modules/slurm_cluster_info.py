@@ -1,0 +1,122 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: slurm_cluster_info
+short_description: Read a SlurmCluster and its NodeSets from Kubernetes, as a definition for slurm_cluster
+version_added: 0.1.0
+description:
+  - Reads the SlurmCluster O(name) in O(namespace) and every NodeSet of that namespace whose C(spec.clusterName) is
+    O(name), and returns them in RV(definition) - the documents M(soperator.slurm.slurm_cluster) and
+    M(soperator.slurm.slurm_remediate) take, without status and server bookkeeping. So C(kubectl edit slurmcluster)
+    is picked up by the next remediation run.
+  - Two requests (a get and a namespaced list); no API discovery, no cluster-scoped read.
+author:
+  - soperator.slurm contributors (@soperator-slurm)
+attributes:
+  check_mode:
+    support: full
+    description: Reads only.
+  diff_mode:
+    support: none
+    description: Reads only; there is nothing to show a difference of.
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+options:
+  name:
+    description: Name of the SlurmCluster.
+    type: str
+    required: true
+  namespace:
+    description: Its namespace.
+    type: str
+    required: true
+  api_retries:
+    description: How many times an API request is retried after a server error, throttling or a timeout.
+    type: int
+    default: 3
+  api_timeout:
+    description: Seconds one API request may take.
+    type: int
+    default: 30
+"""
+
+EXAMPLES = r"""
+- name: Read the cluster
+  soperator.slurm.slurm_cluster_info:
+    name: demo
+    namespace: slurm
+  register: demo
+
+- name: Reconcile it as it is specified in the cluster
+  soperator.slurm.slurm_cluster:
+    state: present
+    target: kubernetes
+    definition: "{{ demo.definition }}"
+"""
+
+RETURN = r"""
+definition:
+  description: The SlurmCluster first, then its NodeSets by name - apiVersion, kind, metadata (name, namespace,
+    labels, annotations) and spec.
+  returned: always
+  type: list
+  elements: dict
+node_sets:
+  description: Names of the NodeSets found.
+  returned: always
+  type: list
+  elements: str
+  sample: [cpu, gpu]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
+from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
+from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import KubeError
+
+# Annotations that describe a past apply, not the spec: carrying them back would only add noise.
+_DROPPED_ANNOTATIONS = ("slurm.soperator.dev/applied", "kubectl.kubernetes.io/last-applied-configuration")
+
+
+def as_document(obj):
+    meta = obj.get("metadata") or {}
+    out_meta = {"name": meta["name"], "namespace": meta.get("namespace")}
+    if meta.get("labels"):
+        out_meta["labels"] = dict(meta["labels"])
+    annotations = dict((k, v) for k, v in (meta.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS)
+    if annotations:
+        out_meta["annotations"] = annotations
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": out_meta, "spec": obj.get("spec") or {}}
+
+
+def main():
+    spec = dict(name=dict(type="str", required=True), namespace=dict(type="str", required=True),
+                api_retries=dict(type="int", default=3), api_timeout=dict(type="int", default=30))
+    spec.update(AUTH_ARG_SPEC)
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    params = module.params
+    try:
+        client = km.make_client(params)
+        cluster = client.get("SlurmCluster", params["name"], params["namespace"])
+        if cluster is None:
+            module.fail_json(msg="SlurmCluster %s/%s does not exist" % (params["namespace"], params["name"]))
+        node_sets = [o for o in client.list("NodeSet", params["namespace"])
+                     if (o.get("spec") or {}).get("clusterName") == params["name"]]
+    except KubeError as e:
+        module.fail_json(msg=str(e))
+    node_sets.sort(key=lambda o: o["metadata"]["name"])
+    module.exit_json(changed=False, definition=[as_document(cluster)] + [as_document(o) for o in node_sets],
+                     node_sets=[o["metadata"]["name"] for o in node_sets])
+
+
+if __name__ == "__main__":
+    main()

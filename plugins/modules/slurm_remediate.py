@@ -1,0 +1,356 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: slurm_remediate
+short_description: Replace, re-check and resume the Slurm nodes this collection drained
+version_added: 0.1.0
+description:
+  - One pass of the remediation loop over every node of a cluster. Safe to run every few minutes; the in-cluster
+    remediation CronJob runs it through the C(soperator.slurm.remediate) playbook.
+  - A node that is drained (or down) with a reason that lacks O(reason_prefix) belongs to someone else (an admin,
+    Slurm itself) and is never touched (V(skipped-foreign)). A node drained by our own scale-down is left to it
+    (V(skipped-scale-down)). A node of ours that still runs jobs is left for a later pass (V(skipped-busy)).
+  - A node drained with our prefix and idle is replaced - with O(target=kubernetes) its worker pod (named like the
+    node) is deleted so its StatefulSet recreates it, optionally after cordoning the Kubernetes node it ran on; with
+    O(target=local) its slurmd is restarted - and the module waits, at most O(register_timeout) seconds, for the
+    new slurmd to register. Then the node's checks are run (the health-check program with C(--check-only), in the
+    worker pod or, locally, in the node's environment) and the node is resumed only when all of them pass.
+  - A node whose slurmd registered after its drain was set was replaced already; it is only re-checked. So a node
+    with a lasting fault is replaced once and then stays drained without further changes until its checks pass.
+  - The outcome of every node out of service is returned in RV(nodes). With O(target=kubernetes) replacements,
+    resumes and nodes left drained after a replacement are also recorded as Kubernetes Events on the SlurmCluster.
+author:
+  - soperator.slurm contributors (@soperator-slurm)
+attributes:
+  check_mode:
+    support: full
+    description: Reads the nodes and reports what would be done. Nodes that would be replaced are not checked (their
+      checks run after the replacement); the others are checked (read-only) and reported as would-be resumed or left
+      drained. Nothing is deleted, restarted, cordoned, resumed or recorded.
+  diff_mode:
+    support: full
+    description: Shows the state and reason of each node the pass replaces or resumes, before and after.
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+options:
+  target:
+    description:
+      - V(kubernetes) - the cluster runs on the Kubernetes cluster of the kubernetes.core auth options.
+      - V(local) - the cluster runs as local processes (the local backend) under O(state_dir).
+    type: str
+    required: true
+    choices: [kubernetes, local]
+  definition:
+    description:
+      - The SlurmCluster and its NodeSets (a list of documents, one document, or multi-document YAML). Gives the
+        cluster's name and namespace and its C(spec.remediation) settings. Mutually exclusive with O(src).
+    type: raw
+  src:
+    description:
+      - Path of a multi-document YAML file holding the SlurmCluster and its NodeSets.
+    type: path
+  state_dir:
+    description:
+      - With O(target=local), the cluster's state directory (default C(~/.local/state/soperator/<cluster name>)).
+    type: path
+  reason_prefix:
+    description:
+      - The prefix of our drain reasons. Default - C(spec.remediation.drainReasonPrefix) of the cluster.
+    type: str
+  replace_drained_nodes:
+    description:
+      - Replace a node before re-checking it. Default - C(spec.remediation.replaceDrainedNodes). Without it, drained
+        nodes are only re-checked and resumed when their checks pass.
+    type: bool
+  cordon_kubernetes_node:
+    description:
+      - With O(target=kubernetes), cordon the Kubernetes node a replaced pod ran on, so its replacement lands
+        elsewhere. Default - C(spec.remediation.cordonKubernetesNode). Needs the right to patch nodes (the
+        ClusterRole the cluster renders when C(cordonKubernetesNode) is set).
+    type: bool
+  health_check_program:
+    description:
+      - The health-check program. Default - C(<state_dir>/bin/health-check) with O(target=local), else
+        C(/opt/soperator/bin/health-check) (in the worker pod with O(slurm_transport=kubernetes)).
+    type: path
+  check_timeout:
+    description:
+      - Seconds the checks of one node may take.
+    type: int
+    default: 60
+  register_timeout:
+    description:
+      - Seconds to wait for a replaced node - its new pod to be Ready, and its new slurmd to register with
+        slurmctld. At the timeout the node stays drained, the pass goes on with the other nodes, and the task fails.
+    type: int
+    default: 300
+  wait_sleep:
+    description:
+      - Seconds between two reads while waiting.
+    type: float
+    default: 2.0
+  events:
+    description:
+      - With O(target=kubernetes), record what was done as Events on the SlurmCluster.
+    type: bool
+    default: true
+  slurm_transport:
+    description:
+      - With O(target=kubernetes), how Slurm commands and the checks run. V(kubernetes) - in the controller pod and
+        in each worker pod through the exec API. V(local) - on this host, with O(slurm_conf).
+    type: str
+    choices: [kubernetes, local]
+    default: kubernetes
+  slurm_conf:
+    description:
+      - With O(slurm_transport=local), the C(slurm.conf) the Slurm commands and the checks use.
+    type: path
+  api_retries:
+    description:
+      - With O(target=kubernetes), how many times an API request is retried after a server error, throttling, a
+        conflict or a timeout.
+    type: int
+    default: 3
+  api_timeout:
+    description:
+      - With O(target=kubernetes), seconds one API request may take.
+    type: int
+    default: 30
+notes:
+  - Resumes go through the same rules as M(soperator.slurm.slurm_drain) - a drain without our prefix is never
+    cleared.
+  - Checks that cannot run (no program, exit code 2, no report) leave the node drained - never resumed on a guess.
+seealso:
+  - module: soperator.slurm.slurm_drain
+  - module: soperator.slurm.slurm_cluster
+"""
+
+EXAMPLES = r"""
+- name: One remediation pass over a cluster on Kubernetes
+  soperator.slurm.slurm_remediate:
+    target: kubernetes
+    src: examples/gpu-accounting.yml
+  register: remediation
+
+- name: What it would do, changing nothing
+  soperator.slurm.slurm_remediate:
+    target: kubernetes
+    src: examples/gpu-accounting.yml
+  check_mode: true
+
+- name: Against the local backend's cluster (replace = restart the node's slurmd)
+  soperator.slurm.slurm_remediate:
+    target: local
+    src: examples/small-cpu.yml
+    state_dir: /tmp/slurm-small
+"""
+
+RETURN = r"""
+nodes:
+  description: Every node out of service (drained, failed or down) and what the pass did with it.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Slurm node name.
+      type: str
+      sample: gpu-3
+    state:
+      description: Its state when the pass began (as sinfo names it).
+      type: str
+      sample: DRAINED
+    reason:
+      description: Its reason when the pass began.
+      type: str
+      sample: "soperator: health:gpu_count 7 of 8 GPUs"
+    action:
+      description: The outcome.
+      type: str
+      choices: [replaced, rechecked, resumed, left-drained, skipped-foreign, skipped-busy, skipped-scale-down]
+      sample: resumed
+    steps:
+      description: Every step done (or, in check mode, that would be), in order.
+      type: list
+      elements: str
+      sample: [replaced, rechecked, resumed]
+    why:
+      description: Why the node got its outcome.
+      type: str
+      sample: checks pass after the replacement
+    replacement:
+      description: What the replacement did - the pod and its new uid (Kubernetes), the old and new slurmd pid
+        (local), the Kubernetes node cordoned.
+      type: dict
+      returned: when the node was replaced
+    checks:
+      description: The report of the health-check program (C(healthy), C(failed), C(passed)), or C(error) when it
+        could not run.
+      type: dict
+      returned: when the node was re-checked
+changed:
+  description: True when a node was replaced or resumed (in check mode - would be).
+  returned: always
+  type: bool
+errors:
+  description: Failures of single nodes (a replacement that did not come back in time, an API error). The nodes
+    stay drained; the task fails when this is not empty.
+  returned: always
+  type: list
+  elements: str
+events:
+  description: The Kubernetes Events recorded on the SlurmCluster (C(reason), C(type), C(message)).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"reason": "NodeResumed", "type": "Normal", "message": "gpu-3 passed its checks and is back in service"}]
+queries:
+  description: The Slurm commands run.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import copy
+import os
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import remediation as rm
+from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC, auth_params, runner_from_params
+from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import KubeError
+from ansible_collections.soperator.slurm.plugins.module_utils.kube_module import KUBE_TARGET_SPEC
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import SlurmError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import HAS_YAML
+
+
+def _setting(params, option, default):
+    return default if params.get(option) is None else params[option]
+
+
+def _local_parts(params, model):
+    from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
+    state_dir = params["state_dir"] or lb.default_state_dir(model.name)
+    cluster = lb.LocalCluster(state_dir, model)
+    slurm_conf = cluster.env()["SLURM_CONF"]
+    if not os.path.exists(slurm_conf):
+        raise SlurmError("no local cluster in %s (no %s): start it first" % (state_dir, slurm_conf))
+    runner = runner_from_params(dict(transport="local", slurm_conf=slurm_conf))
+    program = params["health_check_program"] or os.path.join(cluster.state_dir, "bin", "health-check")
+    checker = rm.LocalChecker(program, slurm_conf=slurm_conf, timeout=params["check_timeout"])
+    return runner, checker, rm.LocalReplacer(cluster), None
+
+
+def _kube_parts(params, model):
+    from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import CR_API_VERSION
+    client = km.make_client(params)
+    local = params["slurm_transport"] == "local"
+    runner = runner_from_params(dict(auth_params(params), transport=params["slurm_transport"],
+                                     namespace=model.namespace, cluster_name=model.name,
+                                     slurm_conf=params.get("slurm_conf")))
+    program = params["health_check_program"] or c.HEALTH_CHECK_PROGRAM
+    if local:
+        checker = rm.LocalChecker(program, slurm_conf=params.get("slurm_conf"), timeout=params["check_timeout"])
+    else:
+        def core_v1():
+            from kubernetes.client import CoreV1Api
+            return CoreV1Api(client.api)
+        checker = rm.KubeChecker(model.namespace, core_v1, program=program, timeout=params["check_timeout"])
+    replacer = rm.KubeReplacer(
+        client, model.namespace,
+        cordon=_setting(params, "cordon_kubernetes_node", model.remediation.cordon_kubernetes_node),
+        timeout=params["register_timeout"], poll=params["wait_sleep"])
+    events = rm.EventRecorder(client, model.namespace, model.name, CR_API_VERSION) if params["events"] else None
+    return runner, checker, replacer, events
+
+
+def _diff(nodes):
+    """Node states before and after (in check mode: as predicted), for the nodes this pass acted on."""
+    before, after = [], []
+    for node in nodes:
+        if rm.REPLACED not in node["steps"] and rm.RESUMED not in node["steps"]:
+            continue
+        before.append("%s: %s (%s)\n" % (node["name"], node["state"], node["reason"]))
+        if rm.RESUMED in node["steps"]:
+            after.append("%s: resumed\n" % node["name"])
+        else:
+            after.append("%s: replaced, %s (%s)\n" % (node["name"], node["state"], node["reason"]))
+    return {"before": "".join(before), "after": "".join(after), "before_header": "slurm nodes",
+            "after_header": "slurm nodes"}
+
+
+def argument_spec():
+    spec = dict(
+        target=dict(type="str", required=True, choices=["kubernetes", "local"]),
+        definition=dict(type="raw"),
+        src=dict(type="path"),
+        state_dir=dict(type="path"),
+        reason_prefix=dict(type="str"),
+        replace_drained_nodes=dict(type="bool"),
+        cordon_kubernetes_node=dict(type="bool"),
+        health_check_program=dict(type="path"),
+        check_timeout=dict(type="int", default=60),
+        register_timeout=dict(type="int", default=300),
+        wait_sleep=dict(type="float", default=2.0),
+        events=dict(type="bool", default=True),
+    )
+    for name in ("slurm_transport", "slurm_conf", "api_retries", "api_timeout"):
+        spec[name] = copy.deepcopy(KUBE_TARGET_SPEC[name])
+    spec.update(copy.deepcopy(AUTH_ARG_SPEC))
+    return spec
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), mutually_exclusive=[("definition", "src")],
+                           required_one_of=[("definition", "src")], supports_check_mode=True)
+    if not HAS_YAML:
+        module.fail_json(msg=missing_required_lib("PyYAML"))
+    params = module.params
+    for name in ("check_timeout", "register_timeout", "api_timeout"):
+        if params[name] <= 0:
+            module.fail_json(msg="%s must be > 0, got %d" % (name, params[name]))
+    try:
+        model = build_model(documents_from(params["src"], params["definition"]))
+    except SpecError as e:
+        module.fail_json(msg=str(e), errors=[{"path": i.path, "message": i.message} for i in e.issues])
+    except (IOError, OSError) as e:
+        module.fail_json(msg="cannot read src %s: %s" % (params["src"], e))
+    result = {"changed": False, "nodes": [], "errors": [], "events": [], "queries": []}
+    runner = None
+    try:
+        if params["target"] == "local":
+            runner, checker, replacer, events = _local_parts(params, model)
+        else:
+            runner, checker, replacer, events = _kube_parts(params, model)
+        if not _setting(params, "replace_drained_nodes", model.remediation.replace_drained_nodes):
+            replacer = None
+        remediator = rm.Remediator(
+            runner, _setting(params, "reason_prefix", model.remediation.drain_reason_prefix), checker,
+            replacer=replacer, events=events, check_mode=module.check_mode,
+            register_timeout=params["register_timeout"], poll=params["wait_sleep"])
+        result.update(remediator.run())
+    except (SlurmError, rm.RemediationError, KubeError) as e:
+        result["queries"] = runner.commands if runner is not None else []
+        module.fail_json(msg=str(e), **result)
+    result["queries"] = runner.commands
+    if module._diff:
+        result["diff"] = _diff(result["nodes"])
+    if result["errors"]:
+        failures = "; ".join(result["errors"])
+        module.fail_json(msg="remediation of %d node(s) failed: %s" % (len(result["errors"]), failures), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
