@@ -9,7 +9,9 @@ jail is left on the host (checked below).
 """
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -22,8 +24,6 @@ from jail_helpers import MARKER, PLUGIN_DIR, ROOT, build_plugin, make_jail, moun
 
 SMALL = "examples/small-cpu.yml"
 JOB_WAIT = 60
-# A file on the host's root filesystem that no job in the jail may see (/tmp is bound into the jail: not there).
-HOST_ONLY = os.path.abspath(__file__)
 
 
 # ------------------------------------------------------------------------------------------------ building
@@ -163,11 +163,25 @@ def test_local_cluster_refuses_a_missing_plugin(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ jobs in the jail
 
+@pytest.fixture(scope="module")
+def host_only():
+    """A directory with a file on the host's root filesystem that no job in the jail may see. Not below /tmp (bound
+    into the jail) - nor this checkout, which may itself lie below /tmp."""
+    folder = tempfile.mkdtemp(prefix="soperator-host-only-", dir="/var/lib")
+    with open(os.path.join(folder, "file"), "w") as f:
+        f.write("host\n")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
 
-def test_job_sees_the_jail_not_the_host(jailed, jail):
+
+
+def test_job_sees_the_jail_not_the_host(jailed, jail, host_only):
     assert srun(jailed, "cat", "/etc/jail-marker").stdout == MARKER
-    assert os.path.exists(HOST_ONLY)
-    out = srun(jailed, "sh", "-c", "test -e %s && echo visible || echo hidden" % HOST_ONLY).stdout
+    path = os.path.join(host_only, "file")
+    assert os.path.exists(path)
+    out = srun(jailed, "sh", "-c", "test -e %s && echo visible || echo hidden" % path).stdout
     assert out.strip() == "hidden"
     # The step's root mount is the jail (mountinfo field 4 is the mount's root within its filesystem).
     mountinfo = srun(jailed, "cat", "/proc/self/mountinfo").stdout
@@ -206,13 +220,13 @@ def test_batch_script_runs_in_the_jail_and_its_srun_reaches_slurmctld(jailed, ja
     assert not os.path.exists("/home/shared/batch-%s.out" % out)
 
 
-def test_working_directory_is_the_jails(jailed):
+def test_working_directory_is_the_jails(jailed, host_only):
     # /home/shared exists only in the jail: slurmstepd changes to it after the plugin entered the jail.
     assert jailed.run(["srun", "--chdir=/home/shared", "sh", "-c", "pwd"], timeout=JOB_WAIT).stdout == "/home/shared\n"
-    # A directory the jail lacks (this checkout exists on the host only): Slurm's fallback, /tmp, with its error.
-    proc = jailed.run(["srun", "--chdir=%s" % ROOT, "sh", "-c", "pwd"], timeout=JOB_WAIT)
+    # A directory the jail lacks (it exists on the host only): Slurm's fallback, /tmp, with its error.
+    proc = jailed.run(["srun", "--chdir=%s" % host_only, "sh", "-c", "pwd"], timeout=JOB_WAIT)
     assert proc.stdout == "/tmp\n"
-    assert "couldn't chdir to `%s'" % ROOT in proc.stderr
+    assert "couldn't chdir to `%s'" % host_only in proc.stderr
 
 
 def test_missing_jail_fails_the_job_closed(local_cluster, plugin, tmp_path):
@@ -248,13 +262,13 @@ def test_broken_plugstack_options_fail_closed(jailed, tmp_path):
     assert not ran.exists()
 
 
-def test_no_jail_option_only_when_allowed(jailed):
+def test_no_jail_option_only_when_allowed(jailed, host_only):
     """--no-jail keeps a job on the host's root only with allow_no_jail in plugstack.conf (srun and slurmstepd read
     it at each launch, so the test edits the cluster's file)."""
     proc = srun(jailed, "--no-jail", "true", check=False)
     assert proc.returncode != 0 and "no-jail" in proc.stderr          # srun does not know the option
     _edit_plugstack(jailed, "nodefaults", "nodefaults allow_no_jail")
-    assert srun(jailed, "--no-jail", "cat", HOST_ONLY).stdout == open(HOST_ONLY).read()
+    assert srun(jailed, "--no-jail", "cat", os.path.join(host_only, "file")).stdout == "host\n"
     assert srun(jailed, "cat", "/etc/jail-marker").stdout == MARKER       # without it: still the jail
 
 
