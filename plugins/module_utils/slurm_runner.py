@@ -146,6 +146,31 @@ def _exec_status_rc(error_text):
     return None, status.get("message") or error_text
 
 
+# A container that is not running (yet, or any more): the kubelet refuses the stream; over the v5 protocol the API
+# server reports that on the error channel after the upgrade. Worth a retry, like a controller that does not answer.
+CONTAINER_NOT_RUNNING = re.compile(r"container not found|unable to upgrade connection", re.I)
+
+
+def _exec_refusal(e):
+    """(HTTP status, message) of an exec the API server refused before the upgrade. The kubernetes client's
+    websocket path raises ApiException(status=0) whose reason is websocket-client's
+    "Handshake status 404 Not Found -+-+- {headers} -+-+- {body}"."""
+    import json
+    status = getattr(e, "status", None)
+    reason = str(getattr(e, "reason", "") or e)
+    m = re.match(r"Handshake status (\d{3})", reason)
+    if not status and m:
+        status = int(m.group(1))
+    message = reason
+    if m:
+        body = reason.rsplit(" -+-+- ", 1)[-1]
+        try:
+            message = json.loads(body).get("message") or body
+        except (ValueError, AttributeError):
+            message = body.strip() or reason
+    return status, message
+
+
 class KubernetesTransport(object):
     """Run Slurm commands in the controller pod through the Kubernetes exec API."""
 
@@ -196,8 +221,8 @@ class KubernetesTransport(object):
                           command=command, container=self.container, stdin=False, stdout=True, stderr=True,
                           tty=False, _preload_content=False)
         except ApiException as e:  # pylint: disable=catching-non-exception
-            status = getattr(e, "status", None)
-            text = "exec into pod %s/%s failed: %s %s" % (self.namespace, self.pod, status, getattr(e, "reason", e))
+            status, message = _exec_refusal(e)
+            text = "exec into pod %s/%s failed: %s %s" % (self.namespace, self.pod, status, message)
             if status in (404, 400, 401, 403):
                 # No such pod / container, or no right to exec: retrying will not help.
                 raise SlurmCommandError(text)
@@ -228,8 +253,10 @@ class KubernetesTransport(object):
                 resp.close()
             except Exception:  # pylint: disable=broad-except
                 pass
+        if rc is None and CONTAINER_NOT_RUNNING.search(problem or ""):
+            raise TransientError("exec into pod %s/%s failed: %s" % (self.namespace, self.pod, problem))
         if rc is None:
-            # The exec itself failed (no such binary, container gone): no exit code of a Slurm command.
+            # The exec itself failed (no such binary, a runtime error): no exit code of a Slurm command.
             raise SlurmCommandError("exec of %s in pod %s/%s failed: %s"
                                     % (argv[0], self.namespace, self.pod, problem or "no exit status"))
         return rc, "".join(stdout), "".join(stderr)

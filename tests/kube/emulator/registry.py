@@ -10,7 +10,7 @@ class ResourceType(object):
 
     def __init__(self, group, version, plural, kind, namespaced=True, singular=None, short_names=(),
                  categories=(), status=False, scale=None, generation=False, verbs=None, log=False,
-                 crd=None, list_kind=None):
+                 crd=None, list_kind=None, exec_=False):
         self.group = group
         self.version = version
         self.plural = plural
@@ -25,6 +25,7 @@ class ResourceType(object):
         self.generation = generation
         self.verbs = verbs or VERBS
         self.log = log
+        self.exec_ = exec_   # pods/exec (a websocket connect subresource, podexec.py)
         self.crd = crd  # name of the CRD that defines it, None for built-ins
         self.list_kind = list_kind or kind + "List"
 
@@ -56,6 +57,9 @@ class ResourceType(object):
         if self.log:
             out.append({"name": self.plural + "/log", "singularName": "", "namespaced": self.namespaced,
                         "kind": self.kind, "verbs": ["get"]})
+        if self.exec_:
+            out.append({"name": self.plural + "/exec", "singularName": "", "namespaced": self.namespaced,
+                        "kind": "PodExecOptions", "verbs": ["create", "get"]})
         return out
 
 
@@ -82,7 +86,8 @@ def builtin_types():
           verbs=["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]),
         R("", "v1", "serviceaccounts", "ServiceAccount", short_names=["sa"]),
         R("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", short_names=["pvc"], status=True),
-        R("", "v1", "pods", "Pod", short_names=["po"], categories=["all"], status=True, log=True),
+        R("", "v1", "pods", "Pod", short_names=["po"], categories=["all"], status=True, log=True,
+          exec_=True),
         R("", "v1", "events", "Event", short_names=["ev"]),
         R("", "v1", "nodes", "Node", namespaced=False, short_names=["no"], status=True),
         R("apps", "v1", "statefulsets", "StatefulSet", short_names=["sts"], categories=["all"], status=True,

@@ -14,6 +14,7 @@ import yaml
 from aiohttp import web
 
 from . import errors as E
+from . import podexec
 from .store import Options, Store
 
 VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0", "gitCommit": "emulator", "gitTreeState": "clean",
@@ -101,6 +102,8 @@ class KubeEmulator(object):
         self._thread = None
         self._runner = None
         self.port = None
+        self.exec_handler = None   # pods/exec: see set_exec_handler
+        self.exec_timeout = 60.0   # seconds an exec may wait for its stdin or run before the emulator ends it
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     @property
@@ -248,6 +251,24 @@ class KubeEmulator(object):
         with self.store.lock:
             self.store.job_outcomes[(namespace, name)] = outcome
 
+    def set_exec_handler(self, handler):
+        """What `pods/<name>/exec` runs: handler(namespace, pod, container, argv, stdin_bytes) -> (rc, stdout_bytes,
+        stderr_bytes), called in a worker thread once stdin has ended (at once without stdin); it may raise
+        podexec.ExecStartError("<runtime message>") for a process that cannot start. None: every command fails as
+        in a container without that binary."""
+        self.exec_handler = handler
+        return handler
+
+    def exec_locally(self, env=None, programs=None, timeout=None, cwd=None):
+        """Run exec'd commands as real processes on this host (podexec.LocalExec): `env` is their environment,
+        `programs` maps in-container program paths to local files. Returns the handler (its `calls` list records
+        every command)."""
+        return self.set_exec_handler(podexec.LocalExec(env=env, programs=programs, cwd=cwd,
+                                                       timeout=self.exec_timeout if timeout is None else timeout))
+
+    def record_internal_error(self, text):
+        self._internal_errors.append(text)
+
     @property
     def resource_version(self):
         return self.store.rv
@@ -266,6 +287,7 @@ class KubeEmulator(object):
                                field_manager=query.get("fieldManager"),
                                content_type=request.headers.get("Content-Type"))
         self.requests.append(record)
+        request[podexec.RECORD_KEY] = record
         try:
             route = self._route(path)
             record.verb = self._verb(request, route)
@@ -380,7 +402,7 @@ class KubeEmulator(object):
             name = rest[1] if len(rest) > 1 else None
             sub = rest[2] if len(rest) > 2 else ""
             if sub and not ((sub == "status" and rt.status) or (sub == "scale" and rt.scale)
-                            or (sub == "log" and rt.log)):
+                            or (sub == "log" and rt.log) or (sub == "exec" and rt.exec_)):
                 raise E.NOT_FOUND_PATH
             if rt.namespaced and name is not None and namespace is None:
                 raise E.NOT_FOUND_PATH
@@ -437,6 +459,8 @@ class KubeEmulator(object):
             return web.json_response(route.document)
         store, rt, ns, name, sub = self.store, route.rt, route.namespace, route.name, route.subresource
         method = request.method
+        if sub == "exec":
+            return await podexec.ExecSession(self, request, rt, ns, name).serve()
         ua = request.headers.get("User-Agent")
         opts = self._options(query, dry_run, method)
         if method == "GET":
