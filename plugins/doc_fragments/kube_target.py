@@ -32,6 +32,24 @@ options:
         an existing jail claim are never deleted.
     type: bool
     default: false
+  recreate_statefulsets:
+    description:
+      - With the Kubernetes target, what to do when a StatefulSet's spec changes a field the API server does not let
+        change in place (C(spec.volumeClaimTemplates) such as a spool size, C(spec.serviceName), C(spec.selector),
+        C(spec.podManagementPolicy)). The plan finds it before anything is written.
+      - V(false) fails the task before any write, naming the StatefulSet and the fields.
+      - V(true) deletes that StatefulSet with C(propagationPolicy=Orphan) - its pods keep running, so Slurm jobs are
+        not killed at this step - waits until it is gone (at most O(wait_timeout) seconds), and applies the new one,
+        which adopts the running pods. It is reported as C(recreated) with the C(fields) that forced it. In check
+        mode the delete is a server-side dry run and nothing else is sent.
+      - PersistentVolumeClaims the StatefulSet created from its volume claim templates are never deleted, and
+        Kubernetes does not resize them; a new size applies to claims created afterwards (a new replica).
+      - Pods then follow the StatefulSet's update strategy. The controller and login nodes use C(RollingUpdate), so a
+        changed pod template replaces their pods one by one. Workers use C(OnDelete), so their running pods keep the
+        old template until they are replaced - by remediation (M(soperator.slurm.slurm_remediate)), a scale-down and
+        scale-up, or deleting the pod by hand - and running jobs are never interrupted by the rollout.
+    type: bool
+    default: false
   drain_timeout:
     description:
       - With the Kubernetes target, how long in seconds to wait for the jobs on nodes being removed (a smaller

@@ -12,6 +12,9 @@ How a run stays cheap and truthful:
   Check mode sends the same requests with dryRun=All, so the plan and the diff are the API server's own answer.
 - Pruning deletes objects carrying our labels that are no longer rendered, last and in reverse order. Persistent
   volume claims are kept unless purge_volumes: they hold the jail and the databases.
+- A StatefulSet whose immutable fields (STS_IMMUTABLE) differ cannot be applied: the plan finds it before anything is
+  written and refuses unless recreate_statefulsets. Then it is deleted with propagationPolicy=Orphan (its pods keep
+  running), and, once gone, applied again; the new one adopts the pods. Its claims are never touched.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,6 +24,7 @@ __metaclass__ = type
 import copy
 import hashlib
 import json
+import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import KubeError, describe, object_key
@@ -39,9 +43,17 @@ RUN_ONCE_KINDS = frozenset(["Job"])
 # Bookkeeping the server writes; never part of a diff.
 _SERVER_METADATA = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation", "selfLink")
 
-CREATE, UPDATE, UNCHANGED, PRUNE, KEEP = "create", "update", "unchanged", "prune", "keep"
+# StatefulSet spec fields the API server refuses to change (422), with the value it defaults them to.
+STS_IMMUTABLE = (("selector", None), ("serviceName", ""), ("podManagementPolicy", "OrderedReady"),
+                 ("volumeClaimTemplates", []))
+# What the server adds to a volumeClaimTemplate; not ours, so not compared.
+_CLAIM_TEMPLATE_DEFAULTS = (("apiVersion",), ("kind",), ("status",), ("metadata", "creationTimestamp"),
+                            ("spec", "volumeMode"))
+
+CREATE, UPDATE, UNCHANGED, PRUNE, KEEP, RECREATE = "create", "update", "unchanged", "prune", "keep", "recreate"
 # What a result reports, by planned action (check mode reports the same words as the real run).
-DONE = {CREATE: "created", UPDATE: "updated", UNCHANGED: "unchanged", PRUNE: "pruned", KEEP: "kept"}
+DONE = {CREATE: "created", UPDATE: "updated", UNCHANGED: "unchanged", PRUNE: "pruned", KEEP: "kept",
+        RECREATE: "recreated"}
 
 
 def owner_selector(cluster_name):
@@ -106,6 +118,36 @@ def contained(want, have, key=None):
     return _same_scalar(want, have, key)
 
 
+def _without_claim_defaults(templates):
+    out = copy.deepcopy(templates)
+    for template in out if isinstance(out, list) else []:
+        for path in _CLAIM_TEMPLATE_DEFAULTS:
+            parent = template
+            for part in path[:-1]:
+                parent = parent.get(part) if isinstance(parent, dict) else None
+            if isinstance(parent, dict):
+                parent.pop(path[-1], None)
+    return out
+
+
+def immutable_changes(desired, live):
+    """The immutable StatefulSet fields ("spec.x") that applying `desired` over `live` would change. Compared both
+    ways (server defaults aside), so a field we stop rendering counts too."""
+    if desired.get("kind") != "StatefulSet" or live is None:
+        return []
+    want_spec, have_spec = desired.get("spec") or {}, live.get("spec") or {}
+    fields = []
+    for field, default in STS_IMMUTABLE:
+        want, have = want_spec.get(field, default), have_spec.get(field, default)
+        if field == "volumeClaimTemplates":
+            same = contained(want, have, field) and contained(_without_claim_defaults(have), want, field)
+        else:
+            same = contained(want, have, field) and contained(have, want, field)
+        if not same:
+            fields.append("spec." + field)
+    return fields
+
+
 def unchanged(desired, live):
     annotations = (live.get("metadata") or {}).get("annotations") or {}
     if annotations.get(APPLIED_ANNOTATION) != applied_digest(desired):
@@ -139,18 +181,19 @@ def display(obj):
 class Change(object):
     """One object and what a run does to it."""
 
-    def __init__(self, action, desired=None, live=None, note=None):
+    def __init__(self, action, desired=None, live=None, note=None, fields=None):
         self.action = action
         self.desired = desired
         self.live = live
         self.after = None
         self.note = note
+        self.fields = fields or []     # RECREATE: the immutable fields that force it
         obj = desired if desired is not None else live
         self.kind, self.namespace, self.name = object_key(obj)
 
     @property
     def writes(self):
-        return self.action in (CREATE, UPDATE, PRUNE)
+        return self.action in (CREATE, UPDATE, PRUNE, RECREATE)
 
     def describe(self):
         return describe(self.kind, self.name, self.namespace)
@@ -161,6 +204,8 @@ class Change(object):
             out["namespace"] = self.namespace
         if self.note:
             out["note"] = self.note
+        if self.fields:
+            out["fields"] = list(self.fields)
         return out
 
     def diff(self):
@@ -170,8 +215,13 @@ class Change(object):
         return {"before_header": header, "after_header": header, "before": before, "after": after}
 
 
-def plan(desired, live, purge_volumes=False):
-    """Changes that bring `live` (key -> object we own) to `desired` (objects in apply order)."""
+class PlanError(Exception):
+    """The plan needs something the caller did not allow; nothing was written."""
+
+
+def plan(desired, live, purge_volumes=False, recreate_statefulsets=False):
+    """Changes that bring `live` (key -> object we own) to `desired` (objects in apply order). PlanError when a
+    StatefulSet's immutable fields changed and recreate_statefulsets is off."""
     changes = []
     wanted = set()
     for obj in desired:
@@ -186,6 +236,10 @@ def plan(desired, live, purge_volumes=False):
             changes.append(Change(UNCHANGED, obj, current, note=note))
         elif unchanged(obj, current):
             changes.append(Change(UNCHANGED, obj, current))
+        elif immutable_changes(obj, current):
+            changes.append(Change(RECREATE, obj, current, fields=immutable_changes(obj, current),
+                                  note="immutable fields changed: deleted with its pods orphaned (kept running) "
+                                       "and created again; its volume claims are kept"))
         else:
             changes.append(Change(UPDATE, obj, current))
     # Reverse apply order: workloads go before what they mount, the custom resources last.
@@ -197,6 +251,14 @@ def plan(desired, live, purge_volumes=False):
             changes.append(Change(KEEP, live=obj, note="volumes are kept unless purge_volumes"))
         else:
             changes.append(Change(PRUNE, live=obj))
+    refused = [ch for ch in changes if ch.action == RECREATE]
+    if refused and not recreate_statefulsets:
+        raise PlanError(
+            "%s: immutable field%s cannot be changed in place; nothing was changed. Set recreate_statefulsets=true "
+            "to delete %s with its pods orphaned (they keep running, volume claims are kept) and create %s again"
+            % ("; ".join("%s: %s" % (ch.describe(), ", ".join(ch.fields)) for ch in refused),
+               "s" if sum(len(ch.fields) for ch in refused) > 1 else "",
+               "them" if len(refused) > 1 else "it", "them" if len(refused) > 1 else "it"))
     return changes
 
 
@@ -213,7 +275,8 @@ class ApplyError(Exception):
         self.error = error
 
 
-def execute(client, changes, dry_run=False, force_conflicts=True):
+def execute(client, changes, dry_run=False, force_conflicts=True, gone_timeout=300, sleep=time.sleep,
+            clock=time.monotonic, poll=1.0):
     """Send the writes of `changes` in order. Fills change.after with the server's answer (a dry run's answer in
     check mode). Raises ApplyError naming the object on the first failure; the changes before it were made."""
     for change in changes:
@@ -223,5 +286,28 @@ def execute(client, changes, dry_run=False, force_conflicts=True):
                                                       force=force_conflicts)
             elif change.action == PRUNE:
                 client.delete(change.kind, change.name, change.namespace, dry_run=dry_run)
+            elif change.action == RECREATE:
+                recreate(client, change, dry_run, force_conflicts, gone_timeout, sleep, clock, poll)
         except KubeError as e:
             raise ApplyError(str(e), change, e)
+
+
+def recreate(client, change, dry_run, force_conflicts, gone_timeout, sleep, clock, poll):
+    """Delete the live object (exactly the one planned against: uid precondition) leaving its dependents (pods)
+    orphaned, wait until it is gone, apply the desired one. A dry run only deletes with dryRun; the server cannot
+    show the new object while the old one exists, so `after` is what we would apply."""
+    uid = (change.live.get("metadata") or {}).get("uid")
+    client.delete(change.kind, change.name, change.namespace, dry_run=dry_run, propagation="Orphan", uid=uid)
+    if dry_run:
+        change.after = with_digest(change.desired)
+        return
+    started = clock()
+    while True:
+        current = client.get(change.kind, change.name, change.namespace)
+        if current is None or (current.get("metadata") or {}).get("uid") != uid:
+            break
+        if clock() - started >= gone_timeout:
+            raise ApplyError("%s was deleted (pods orphaned) but is still there after %ds; a re-run creates it once "
+                             "it is gone" % (change.describe(), gone_timeout), change)
+        sleep(poll)
+    change.after, _created = client.apply(with_digest(change.desired), dry_run=False, force=force_conflicts)

@@ -97,6 +97,13 @@ def _component(obj):
     return ((obj.get("metadata") or {}).get("labels") or {}).get(c.LABEL_COMPONENT)
 
 
+def _keeps_pods(change):
+    """A recreated StatefulSet with the same pod template adopts its running pods and does not restart them."""
+    if change.action != ka.RECREATE:
+        return False
+    return ka.contained(change.desired["spec"].get("template"), change.live["spec"].get("template"))
+
+
 # --- readiness and status ------------------------------------------------------------------------------------
 
 def workload_state(obj):
@@ -233,8 +240,9 @@ class KubeCluster(object):
     def __init__(self, client, model, runner_factory=None, check_mode=False, install_crds=True,
                  create_namespace=True, purge_volumes=False, force_conflicts=True, wait=False, wait_timeout=600,
                  drain_timeout=3600, force=False, reconfigure=True, sleep=time.sleep, clock=time.monotonic,
-                 poll=2.0, manage_rbac=True):
+                 poll=2.0, manage_rbac=True, recreate_statefulsets=False):
         self.client = client
+        self.recreate_statefulsets = recreate_statefulsets
         self.manage_rbac = manage_rbac
         self.model = model
         self.runner_factory = runner_factory
@@ -320,7 +328,8 @@ class KubeCluster(object):
         if self.check_mode and self.namespace_missing:
             return
         try:
-            ka.execute(self.client, changes, dry_run=self.check_mode, force_conflicts=self.force_conflicts)
+            ka.execute(self.client, changes, dry_run=self.check_mode, force_conflicts=self.force_conflicts,
+                       gone_timeout=self.wait_timeout, sleep=self.sleep, clock=self.clock, poll=self.poll)
         except ka.ApplyError as e:
             if self.check_mode and isinstance(e.error, NotFound):
                 # dry run against a kind whose CRD is not installed yet: report the plan without the server's view
@@ -385,7 +394,7 @@ class KubeCluster(object):
         if not self.reconfigure or not config or config[0].action != ka.UPDATE:
             return
         controller = [ch for ch in changes if ch.kind == "StatefulSet" and ch.name == names.controller_name(self.model)]
-        if not controller or controller[0].action != ka.UNCHANGED:
+        if not controller or not (controller[0].action == ka.UNCHANGED or _keeps_pods(controller[0])):
             return
         ready, _text = workload_state(controller[0].live)
         if not ready:
@@ -408,7 +417,8 @@ class KubeCluster(object):
         NodeSet); extra_live are objects of ours that lack our labels. Returns the result dict."""
         self.changes = []
         ns_change = self.ensure_namespace()
-        crd_changes = self.apply_crds()
+        # Plan before applying the CRDs, so a refused plan (a StatefulSet to recreate) writes nothing; the namespace
+        # was created only if missing, and then nothing of ours exists to refuse.
         live = {} if self.namespace_missing else self.read_live()
         for obj in extra_live:
             live.setdefault(object_key(obj), obj)
@@ -420,7 +430,12 @@ class KubeCluster(object):
         scoped_live = live
         if prune_filter is not None:
             scoped_live = dict((k, o) for k, o in live.items() if prune_filter(o) or k in desired_keys)
-        changes = ka.plan(desired, scoped_live, purge_volumes=self.purge_volumes)
+        try:
+            changes = ka.plan(desired, scoped_live, purge_volumes=self.purge_volumes,
+                              recreate_statefulsets=self.recreate_statefulsets)
+        except ka.PlanError as e:
+            raise BackendError(str(e))
+        crd_changes = self.apply_crds()
         self.changes = ([ns_change] if ns_change else []) + crd_changes + changes
         self.scale_down(desired, scoped_live)
         # The populate Job before the workloads that mount the jail.

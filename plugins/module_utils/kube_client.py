@@ -268,14 +268,16 @@ class KubeClient(object):
         data, _status = self._call("POST", resource_path(kind, namespace), what, query=query, body=obj)
         return data
 
-    def delete(self, kind, name, namespace=None, dry_run=False, propagation="Background"):
-        """Delete one object; False when it was already gone."""
+    def delete(self, kind, name, namespace=None, dry_run=False, propagation="Background", uid=None):
+        """Delete one object (with `uid`: only if it is still that one, else 409); False when it was already gone.
+        propagation="Orphan" keeps its dependents (a StatefulSet's pods) and removes their owner reference."""
         query = {"propagationPolicy": propagation}
         if dry_run:
             query["dryRun"] = "All"
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
         try:
             self._call("DELETE", resource_path(kind, namespace, name), "delete %s" % describe(kind, name, namespace),
-                       query=query)
+                       query=query, body=body)
             return True
         except NotFound:
             return False

@@ -21,6 +21,7 @@ KUBE_TARGET_SPEC = dict(
     wait=dict(type="bool", default=False),
     create_namespace=dict(type="bool", default=True),
     purge_volumes=dict(type="bool", default=False),
+    recreate_statefulsets=dict(type="bool", default=False),
     drain_timeout=dict(type="int", default=3600),
     force=dict(type="bool", default=False),
     reconfigure=dict(type="bool", default=True),
@@ -57,7 +58,7 @@ def make_cluster(module, model, client=None):
         install_crds=params.get("install_crds", False), create_namespace=params["create_namespace"],
         purge_volumes=params["purge_volumes"], wait=params["wait"], wait_timeout=params["wait_timeout"],
         drain_timeout=params["drain_timeout"], force=params["force"], reconfigure=params["reconfigure"],
-        manage_rbac=params.get("manage_rbac", True))
+        manage_rbac=params.get("manage_rbac", True), recreate_statefulsets=params["recreate_statefulsets"])
 
 
 def run(module, cluster, operation, extra=None):

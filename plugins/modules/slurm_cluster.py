@@ -38,6 +38,9 @@ description:
     ConfigMaps before workloads, the jail's populate Job before the login and worker StatefulSets). Objects we own
     (labels C(app.kubernetes.io/managed-by=soperator.slurm) and C(app.kubernetes.io/instance=<name>)) that are no
     longer rendered are pruned; PersistentVolumeClaims are kept unless O(purge_volumes=true).
+  - A change of a StatefulSet field that Kubernetes does not let change in place (for example the controller's spool
+    size, a volume claim template) fails before anything is written, unless O(recreate_statefulsets=true) - then that
+    StatefulSet is deleted with its pods orphaned (kept running) and created again, and its claims are kept.
   - Secrets (munge key, SSH host keys, database passwords) are generated on the first apply and read back from the
     cluster afterwards; they are never rotated by a re-run.
   - A smaller C(replicas) or a deleted NodeSet removes workers safely - the highest ordinals are drained with the
@@ -351,11 +354,14 @@ nodes:
 objects:
   description:
     - With O(target=kubernetes), every object of the cluster in apply order and what was done to it - created,
-      updated, unchanged, pruned, or kept (a volume not purged) - in check mode what would be done.
+      updated, unchanged, pruned, kept (a volume not purged), or recreated (a StatefulSet whose immutable C(fields)
+      changed, see O(recreate_statefulsets)) - in check mode what would be done.
   returned: when O(target=kubernetes)
   type: list
   elements: dict
-  sample: [{kind: ConfigMap, namespace: slurm, name: demo-slurm-configs, action: updated}]
+  sample: [{kind: ConfigMap, namespace: slurm, name: demo-slurm-configs, action: updated},
+           {kind: StatefulSet, namespace: slurm, name: demo-controller, action: recreated,
+            fields: [spec.volumeClaimTemplates]}]
 waited:
   description: With O(target=kubernetes) and O(wait=true), what was waited for and how long (seconds).
   returned: when O(target=kubernetes)

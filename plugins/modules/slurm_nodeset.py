@@ -123,7 +123,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 objects:
-  description: The objects of the NodeSet and what was done to each - created, updated, unchanged or pruned.
+  description:
+    - The objects of the NodeSet and what was done to each - created, updated, unchanged, pruned or recreated (see
+      O(recreate_statefulsets)).
   returned: always
   type: list
   elements: dict

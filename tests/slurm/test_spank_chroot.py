@@ -176,7 +176,6 @@ def host_only():
         shutil.rmtree(folder)
 
 
-
 def test_job_sees_the_jail_not_the_host(jailed, jail, host_only):
     assert srun(jailed, "cat", "/etc/jail-marker").stdout == MARKER
     path = os.path.join(host_only, "file")

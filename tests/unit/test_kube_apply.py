@@ -1,6 +1,8 @@
 """The pure parts of the Kubernetes apply: when an object counts as unchanged, the plan, and what a diff shows."""
 import copy
 
+import pytest
+
 from ansible_collections.soperator.slurm.plugins.module_utils import kube_apply as ka
 
 STS = {
@@ -122,3 +124,64 @@ def test_zero_values_the_server_drops_count_as_unchanged():
     assert ka.unchanged(svc, live)
     live["spec"]["publishNotReadyAddresses"] = True
     assert not ka.unchanged(svc, live)
+
+
+CLAIM = {"metadata": {"name": "spool", "labels": {"app": "c"}},
+         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}},
+                  "storageClassName": "fast"}}
+
+
+def sts_with_claims(**spec):
+    obj = copy.deepcopy(STS)
+    obj["spec"].update(serviceName="gpu", selector={"matchLabels": {"app": "c"}},
+                       volumeClaimTemplates=[copy.deepcopy(CLAIM)])
+    obj["spec"].update(spec)
+    return obj
+
+
+def live_with_claim_defaults(obj):
+    """As the server stores it: each claim template gains apiVersion, kind, status, volumeMode."""
+    live = live_of(obj)
+    live["spec"]["podManagementPolicy"] = obj["spec"].get("podManagementPolicy", "OrderedReady")
+    for template in live["spec"].get("volumeClaimTemplates") or []:
+        template.update(apiVersion="v1", kind="PersistentVolumeClaim", status={"phase": "Pending"})
+        template["metadata"]["creationTimestamp"] = None
+        template["spec"]["volumeMode"] = "Filesystem"
+    return live
+
+
+def test_immutable_statefulset_fields_are_compared_without_server_defaults():
+    live = live_with_claim_defaults(sts_with_claims())
+    assert ka.immutable_changes(sts_with_claims(), live) == []
+    # mutable fields are not immutable changes
+    assert ka.immutable_changes(sts_with_claims(replicas=9), live) == []
+    bigger = sts_with_claims()
+    bigger["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] = "20Gi"
+    assert ka.immutable_changes(bigger, live) == ["spec.volumeClaimTemplates"]
+    # a field we stop rendering would be removed by the apply: a change too
+    no_class = sts_with_claims()
+    del no_class["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"]
+    assert ka.immutable_changes(no_class, live) == ["spec.volumeClaimTemplates"]
+    assert ka.immutable_changes(sts_with_claims(volumeClaimTemplates=[]), live) == ["spec.volumeClaimTemplates"]
+    moved = sts_with_claims(serviceName="other", podManagementPolicy="Parallel")
+    assert ka.immutable_changes(moved, live) == ["spec.serviceName", "spec.podManagementPolicy"]
+    # podManagementPolicy defaults to OrderedReady: leaving it out of a Parallel StatefulSet changes it
+    parallel = live_with_claim_defaults(sts_with_claims(podManagementPolicy="Parallel"))
+    assert ka.immutable_changes(sts_with_claims(), parallel) == ["spec.podManagementPolicy"]
+    assert ka.immutable_changes(sts_with_claims(selector={"matchLabels": {"app": "d"}}), live) == ["spec.selector"]
+
+
+def test_plan_refuses_a_recreate_unless_allowed():
+    live = ka.index([live_with_claim_defaults(sts_with_claims())])
+    moved = sts_with_claims(serviceName="other")
+    with pytest.raises(ka.PlanError) as refused:
+        ka.plan([moved], live)
+    assert "StatefulSet slurm/gpu: spec.serviceName" in str(refused.value)
+    assert "recreate_statefulsets=true" in str(refused.value)
+    [change] = ka.plan([moved], live, recreate_statefulsets=True)
+    assert change.action == ka.RECREATE and change.writes
+    assert change.result() == {"kind": "StatefulSet", "namespace": "slurm", "name": "gpu", "action": "recreated",
+                               "note": change.note, "fields": ["spec.serviceName"]}
+    diff = change.diff()
+    assert "recreated" in diff["before_header"]
+    assert "serviceName: gpu" in diff["before"] and "serviceName: other" in diff["after"]

@@ -41,6 +41,9 @@ class Controllers(object):
             return
         if old is not None and _outside_status(old) == _outside_status(new):
             return
+        if new["metadata"].get("deletionTimestamp") and "orphan" in (new["metadata"].get("finalizers") or []):
+            self._orphan_finalizer(rt, key, new)
+            return
         ns = key[2]
         if rt.kind == "Namespace" and old is None:
             self._namespace_content(key[3])
@@ -56,11 +59,14 @@ class Controllers(object):
         elif rt.kind == "Pod":
             self._pdbs(ns)
 
-    def after_delete(self, rt, key, obj):
+    def after_delete(self, rt, key, obj, orphan=False):
         if not self.enabled:
             return
         uid = obj["metadata"].get("uid")
-        # Garbage collection (background propagation): dependents go with their owner.
+        # Garbage collection: dependents go with their owner (background propagation), or lose their reference to it
+        # and stay (propagationPolicy=Orphan, done at once where no other finalizer holds the owner).
+        if orphan:
+            self._orphan_dependents(uid)
         for k, o in list(self.store.objects.items()):
             refs = o["metadata"].get("ownerReferences") or []
             if any(r.get("uid") == uid for r in refs) and k in self.store.objects:
@@ -71,6 +77,22 @@ class Controllers(object):
             for k, o in list(self.store.objects.items()):
                 if k[1] == "persistentvolumeclaims" and k[2] == key[2]:
                     self._pvc(self.store._type_for_key(k), k)
+
+    def _orphan_dependents(self, uid):
+        for k, o in list(self.store.objects.items()):
+            refs = o["metadata"].get("ownerReferences") or []
+            if any(r.get("uid") == uid for r in refs):
+                kept = copy.deepcopy(o)
+                kept["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
+                self.store.write_internal(self.store._type_for_key(k), k, kept, MANAGER)
+
+    def _orphan_finalizer(self, rt, key, obj):
+        """The garbage collector's part of a deletion with propagationPolicy=Orphan that other finalizers hold: drop
+        the dependents' references, then its own `orphan` finalizer."""
+        self._orphan_dependents(obj["metadata"].get("uid"))
+        new = copy.deepcopy(obj)
+        new["metadata"]["finalizers"] = [f for f in obj["metadata"]["finalizers"] if f != "orphan"]
+        self.store.write_internal(rt, key, new, MANAGER)
 
     # -- CRDs (API server) ----------------------------------------------------------------------------------------
     def _crd(self, rt, key, old, new):
@@ -98,8 +120,8 @@ class Controllers(object):
     def _statefulset(self, rt, key):
         from .store import revision_hash
         sts = self.store.objects.get(key)
-        if sts is None:
-            return
+        if sts is None or sts["metadata"].get("deletionTimestamp"):
+            return   # the real controller neither syncs nor adopts for a StatefulSet being deleted
         spec = sts.get("spec") or {}
         n = spec.get("replicas", 1)
         name = sts["metadata"]["name"]
@@ -120,6 +142,7 @@ class Controllers(object):
         owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": uid, "controller": True,
                  "blockOwnerDeletion": True}
         pod_rt = self.store.rt_for("v1", "Pod")
+        self._adopt_pods(sts, owner, pod_rt)
         for k, o in list(self.store.objects.items()):
             if k[1] != "pods" or k[2] != ns or not any(r.get("uid") == uid for r in
                                                        o["metadata"].get("ownerReferences") or []):
@@ -135,8 +158,11 @@ class Controllers(object):
             for t in spec.get("volumeClaimTemplates") or []:
                 claim = copy.deepcopy(t)
                 claim.pop("status", None)
+                # as the real controller labels them: the template's labels plus the selector's matchLabels
+                claim_labels = dict((t.get("metadata") or {}).get("labels") or {})
+                claim_labels.update((spec.get("selector") or {}).get("matchLabels") or {})
                 claim["metadata"] = {"name": "%s-%s" % (t["metadata"]["name"], pod_name), "namespace": ns,
-                                     "labels": dict((tmpl.get("metadata") or {}).get("labels") or {})}
+                                     "labels": claim_labels}
                 self.store.create_internal(claim, MANAGER)
             pod_spec = copy.deepcopy(tmpl.get("spec") or {})
             pod_spec["hostname"] = pod_name
@@ -155,6 +181,24 @@ class Controllers(object):
                    "spec": pod_spec}
             if self.store.create_internal(pod, MANAGER) is not None:
                 self._run_pod(pod_rt, ("", "pods", ns, pod_name))
+
+    def _adopt_pods(self, sts, owner, pod_rt):
+        """Take over pods without a controller that match the selector and are named `<sts>-<ordinal>` (pods a
+        deleted StatefulSet orphaned), as the StatefulSet controller's ClaimPods does."""
+        ns, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
+        match = ((sts.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        for k, o in list(self.store.objects.items()):
+            meta = o["metadata"]
+            if k[1] != "pods" or k[2] != ns or meta.get("deletionTimestamp") or \
+                    any(r.get("controller") for r in meta.get("ownerReferences") or []):
+                continue
+            prefix, unused, ordinal = meta["name"].rpartition("-")
+            labels = meta.get("labels") or {}
+            if prefix != name or not ordinal.isdigit() or any(labels.get(lk) != lv for lk, lv in match.items()):
+                continue
+            adopted = copy.deepcopy(o)
+            adopted["metadata"]["ownerReferences"] = list(meta.get("ownerReferences") or []) + [dict(owner)]
+            self.store.write_internal(pod_rt, k, adopted, MANAGER)
 
     def _run_pod(self, rt, key):
         pod = self.store.objects.get(key)

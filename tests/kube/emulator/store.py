@@ -802,6 +802,9 @@ class Store(object):
                 if not new["metadata"].get("deletionTimestamp"):
                     new["metadata"]["deletionTimestamp"] = now()
                     new["metadata"]["deletionGracePeriodSeconds"] = 0
+                    if policy == "Orphan":
+                        # the garbage collector orphans the dependents, then removes this finalizer
+                        new["metadata"]["finalizers"] = finalizers + ["orphan"]
                     if opts.dry_run:
                         return Result(200, self.out(rt, new))
                     self._store(rt, key, new, "MODIFIED")
@@ -809,7 +812,7 @@ class Store(object):
                 return Result(200, self.out(rt, self.objects.get(key, new)))
             gone = copy.deepcopy(old)
             if not opts.dry_run:
-                self._remove(rt, key)
+                self._remove(rt, key, orphan=policy == "Orphan")
             if rt.kind == "Namespace":
                 gone["metadata"]["deletionTimestamp"] = now()
                 gone["status"] = {"phase": "Terminating"}
@@ -829,7 +832,7 @@ class Store(object):
             return {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": {"resourceVersion": str(self.rv)},
                     "items": listed["items"]}
 
-    def _remove(self, rt, key):
+    def _remove(self, rt, key, orphan=False):
         obj = self.objects.pop(key, None)
         if obj is None:
             return
@@ -845,7 +848,7 @@ class Store(object):
                 self._remove(t, k)
         if rt.kind == "CustomResourceDefinition":
             self._unregister(obj)
-        self.controllers.after_delete(rt, key, obj)
+        self.controllers.after_delete(rt, key, obj, orphan=orphan)
 
     def _type_for_key(self, key):
         group, plural = key[0], key[1]
