@@ -66,8 +66,21 @@ options:
     description:
       - With the Kubernetes target, run C(scontrol reconfigure) in the controller after slurm.conf changed. A change
         of node definitions restarts the controller pod instead (slurmctld reads them only when it starts).
+      - The kubelet updates a mounted ConfigMap only on its next sync (often a minute or more after the apply), so
+        with O(slurm_transport=kubernetes) the module first reads the SHA-256 of every file of the ConfigMap under
+        C(/etc/slurm) in the controller pod, every O(wait_sleep) seconds, until all match the applied ones (at most
+        O(wait_timeout) seconds), and reports the wait in RV(actions). At the timeout the task fails naming the pod
+        and the files and runs no reconfigure; the ConfigMap stays applied and a re-run does not reconfigure again,
+        so run C(scontrol reconfigure) in the pod once it has the new files.
+      - With O(slurm_transport=local) there is no pod to wait for; the reconfigure runs at once.
     type: bool
     default: true
+  wait_sleep:
+    description:
+      - With the Kubernetes target, seconds between two reads while waiting (readiness, jobs on nodes being removed,
+        slurm.conf reaching the controller pod).
+    type: float
+    default: 2.0
   api_retries:
     description:
       - With the Kubernetes target, how many times an API request is retried after a server error (5xx), throttling

@@ -10,8 +10,9 @@ One run, in order:
    Slurm before anything else changes (kube_scale);
 4. apply what changed (kube_apply), the populate Job before the workloads that mount the jail (waiting for it when
    wait=true), then prune what is no longer rendered;
-5. reload Slurm: a changed slurm.conf reaches slurmctld with `scontrol reconfigure`; changed node definitions roll
-   the controller through its pod template instead (render_kube.node_definitions_hash);
+5. reload Slurm: a changed slurm.conf reaches slurmctld with `scontrol reconfigure`, once the controller pod sees the
+   new file (the kubelet updates mounted ConfigMaps late); changed node definitions roll the controller through its
+   pod template instead (render_kube.node_definitions_hash);
 6. wait for readiness (wait=true) and write .status of the SlurmCluster and NodeSets when it changed.
 Check mode runs 1-4 with the API server's dry run and the Slurm side as a plan.
 """
@@ -21,6 +22,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import hashlib
+import posixpath
+import re
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
@@ -33,7 +37,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import
 from ansible_collections.soperator.slurm.plugins.module_utils.render import render_cluster, secret_material
 from ansible_collections.soperator.slurm.plugins.module_utils.render_kube import (
     KIND_ORDER, WORKER, labels as component_labels)
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import SlurmError
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import (
+    SlurmCommandError, SlurmError, SlurmOutputError)
 
 # Everything we may own, in apply order; the CRs go first so the cluster's own record exists before its parts.
 MANAGED_KINDS = ("SlurmCluster", "NodeSet") + KIND_ORDER
@@ -49,6 +54,28 @@ STATUS_OWNED_ELSEWHERE = ("jail",)
 
 class BackendError(Exception):
     pass
+
+
+def _controller_config_path(key):
+    return posixpath.join(c.SLURM_CONF_DIR, key)
+
+
+SHA256SUM_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+
+
+def _sha256sum_digests(result):
+    """path -> digest from `sha256sum FILE...`. Exit code 1 is a file that does not exist (yet, or any more): it is
+    left out. Any other failure, or a line we cannot read, is not guessed at."""
+    if result.rc not in (0, 1):
+        raise SlurmCommandError("%s failed (rc=%s): %s" % (result.cmd, result.rc, (result.stderr or result.stdout)
+                                                           .strip()))
+    digests = {}
+    for line in result.stdout.splitlines():
+        match = SHA256SUM_LINE.match(line)
+        if not match:
+            raise SlurmOutputError("unexpected output of %s: %r" % (result.cmd, line[:200]))
+        digests[match.group(2)] = match.group(1)
+    return digests
 
 
 # --- desired state -------------------------------------------------------------------------------------------
@@ -403,12 +430,54 @@ class KubeCluster(object):
         if self.check_mode:
             self.actions.append("would run scontrol reconfigure (slurm.conf changed)")
             return
+        self.wait_for_controller_config(config[0])
         try:
             self.runner.run(argv)
         except SlurmError as e:
             raise BackendError("slurm.conf was updated but `scontrol reconfigure` failed (run it again, or restart "
                                "slurmctld): %s" % e)
         self.actions.append("ran scontrol reconfigure (slurm.conf changed)")
+
+    def wait_for_controller_config(self, config_change):
+        """Wait (at most wait_timeout) until the controller pod sees the ConfigMap just applied. The kubelet refreshes
+        a mounted ConfigMap only on its next sync (a minute or more), and a reconfigure before that makes slurmctld
+        re-read the old files. Every key is compared, not only slurm.conf: a change may touch cgroup.conf or
+        gres.conf alone. The kubelet swaps the whole volume at once (the `..data` symlink), so the pod never sees a
+        mix of old and new files, and one read of all of them tells which version it has."""
+        where = self.runner.describe()
+        if where.get("transport") != "kubernetes":
+            # slurm_transport=local: that controller reads a local slurm.conf, which this ConfigMap does not feed.
+            return
+        pod = "%s/%s" % (where["namespace"], where["pod"])
+        desired = config_change.desired.get("data") or {}
+        removed = set((config_change.live or {}).get("data") or {}) - set(desired)
+        wanted = dict((_controller_config_path(key), hashlib.sha256(text.encode("utf-8")).hexdigest())
+                      for key, text in desired.items())
+        wanted.update((_controller_config_path(key), None) for key in removed)   # None: the file must be gone
+        argv = ["sha256sum"] + sorted(wanted)
+        started = self.clock()
+        reads = 0
+        while True:
+            reads += 1
+            try:
+                unused, seen = self.runner.run(argv, parse=_sha256sum_digests, check=False)
+            except SlurmError as e:
+                raise BackendError("%s was applied, but reading the Slurm configs in pod %s failed, so `scontrol "
+                                   "reconfigure` was not run: %s" % (config_change.describe(), pod, e))
+            stale = sorted(posixpath.basename(path) for path, digest in wanted.items() if seen.get(path) != digest)
+            if not stale:
+                break
+            if self.clock() - started >= self.wait_timeout:
+                raise BackendError(
+                    "%s was applied, but after %ds pod %s still sees the old %s in %s, so `scontrol reconfigure` was "
+                    "not run. The kubelet refreshes mounted ConfigMaps on its sync period; once the pod shows the new "
+                    "files, run `scontrol reconfigure` in it (a re-run of this task finds the ConfigMap unchanged and "
+                    "does not reconfigure)." % (config_change.describe(), self.wait_timeout, pod, ", ".join(stale),
+                                                c.SLURM_CONF_DIR))
+            self.sleep(self.poll)
+        if reads > 1:
+            self.actions.append("waited %d s for the changed Slurm configs to reach the controller pod %s"
+                                % (round(self.clock() - started), pod))
 
     # --- entry points --------------------------------------------------------------------------------------
 

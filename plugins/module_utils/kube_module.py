@@ -25,6 +25,7 @@ KUBE_TARGET_SPEC = dict(
     drain_timeout=dict(type="int", default=3600),
     force=dict(type="bool", default=False),
     reconfigure=dict(type="bool", default=True),
+    wait_sleep=dict(type="float", default=2.0),
     api_retries=dict(type="int", default=3),
     api_timeout=dict(type="int", default=30),
     slurm_transport=dict(type="str", choices=["kubernetes", "local"], default="kubernetes"),
@@ -58,7 +59,8 @@ def make_cluster(module, model, client=None):
         install_crds=params.get("install_crds", False), create_namespace=params["create_namespace"],
         purge_volumes=params["purge_volumes"], wait=params["wait"], wait_timeout=params["wait_timeout"],
         drain_timeout=params["drain_timeout"], force=params["force"], reconfigure=params["reconfigure"],
-        manage_rbac=params.get("manage_rbac", True), recreate_statefulsets=params["recreate_statefulsets"])
+        manage_rbac=params.get("manage_rbac", True), recreate_statefulsets=params["recreate_statefulsets"],
+        poll=params["wait_sleep"])
 
 
 def run(module, cluster, operation, extra=None):

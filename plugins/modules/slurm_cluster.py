@@ -45,7 +45,8 @@ description:
     cluster afterwards; they are never rotated by a re-run.
   - A smaller C(replicas) or a deleted NodeSet removes workers safely - the highest ordinals are drained with the
     cluster's drain reason prefix, waited for (O(drain_timeout)) until they run no job, and taken out of Slurm
-    before their pods go. A changed slurm.conf is applied with C(scontrol reconfigure).
+    before their pods go. A changed slurm.conf is applied with C(scontrol reconfigure), once the controller pod
+    sees the new file (see O(reconfigure)).
   - With O(state=absent) and O(target=kubernetes), deletes every object we own of the cluster - slurmctld and the
     workers go together, so running jobs end with them; PersistentVolumeClaims (the jail, spools, the database) are kept unless O(purge_volumes=true), and the
     CRDs always stay.
@@ -116,7 +117,9 @@ options:
     description:
       - With O(target=local), the longest wait in seconds for each step - a daemon to start or stop, the nodes to come up,
         and the jobs on a node being scaled down to finish.
-      - With O(target=kubernetes) and O(wait=true), the longest wait for the cluster to become ready.
+      - With O(target=kubernetes) and O(wait=true), the longest wait for the cluster to become ready; with
+        O(target=kubernetes), also the longest wait for a changed slurm.conf to reach the controller pod before
+        C(scontrol reconfigure) (see O(reconfigure)).
     type: int
     default: 300
   jail_dir:
@@ -664,6 +667,8 @@ def _kubernetes(module):
     for name in ("drain_timeout", "api_timeout"):
         if params[name] <= 0:
             module.fail_json(msg="%s must be > 0, got %d" % (name, params[name]))
+    if params["wait_sleep"] <= 0:
+        module.fail_json(msg="wait_sleep must be > 0, got %s" % params["wait_sleep"])
     extra = {"cluster": _summary(model)}
     try:
         cluster = km.make_cluster(module, model)

@@ -73,6 +73,8 @@ options:
   wait_timeout:
     description:
       - With O(wait=true), the longest wait in seconds for the NodeSet's workers to become ready.
+      - Also the longest wait for a changed slurm.conf to reach the controller pod before C(scontrol reconfigure)
+        (see O(reconfigure)).
     type: int
     default: 300
 extends_documentation_fragment:
@@ -274,6 +276,8 @@ def main():
     for option in ("wait_timeout", "drain_timeout", "api_timeout"):
         if params[option] <= 0:
             module.fail_json(msg="%s must be > 0, got %d" % (option, params[option]))
+    if params["wait_sleep"] <= 0:
+        module.fail_json(msg="wait_sleep must be > 0, got %s" % params["wait_sleep"])
     if params["replicas"] is not None and params["replicas"] < 0:
         module.fail_json(msg="replicas must be >= 0, got %d" % params["replicas"])
     try:
