@@ -70,8 +70,12 @@ options:
         with O(slurm_transport=kubernetes) the module first reads the SHA-256 of every file of the ConfigMap under
         C(/etc/slurm) in the controller pod, every O(wait_sleep) seconds, until all match the applied ones (at most
         O(wait_timeout) seconds), and reports the wait in RV(actions). At the timeout the task fails naming the pod
-        and the files and runs no reconfigure; the ConfigMap stays applied and a re-run does not reconfigure again,
-        so run C(scontrol reconfigure) in the pod once it has the new files.
+        and the files and runs no reconfigure; the ConfigMap stays applied.
+      - The SlurmCluster's C(status.slurmConfigDigest) records the configs slurmctld is known to have loaded (after a
+        reconfigure, when a new cluster's controller starts, or when a roll of the controller finished under
+        O(wait=true)). A run that finds the ConfigMap unchanged but a different digest recorded (an earlier run
+        timed out or failed before its reconfigure, or a cluster deployed before the digest was kept) waits for the
+        files and reconfigures the same way, so a re-run finishes the reload. A run with nothing owed runs no command.
       - With O(slurm_transport=local) there is no pod to wait for; the reconfigure runs at once.
     type: bool
     default: true

@@ -43,6 +43,12 @@ _CLUSTER_STATUS = {
         "conditions": _CONDITIONS,
         "controllerEndpoint": {"type": "string"},
         "loginEndpoint": {"type": "string"},
+        "slurmConfigDigest": {
+            "type": "string",
+            "description": "SHA-256 over the Slurm configs ConfigMap that slurmctld is known to have loaded (after a "
+                           "reconfigure, or a start with them); a different rendered digest makes the next apply "
+                           "reconfigure.",
+        },
         "jail": {
             "type": "object",
             "description": "The jail's sentinel as jail_populate last read it: what populated the jail and when.",

@@ -23,6 +23,7 @@ __metaclass__ = type
 
 import copy
 import hashlib
+import json
 import posixpath
 import re
 import time
@@ -50,6 +51,9 @@ CRD_SELECTOR = "%s=%s" % (c.LABEL_MANAGED_BY, c.FIELD_MANAGER)
 JOB_UID_LABELS = frozenset(["batch.kubernetes.io/controller-uid", "controller-uid"])
 # .status fields another writer owns (jail_populate, under its own field manager): kept, not compared.
 STATUS_OWNED_ELSEWHERE = ("jail",)
+# .status of the SlurmCluster: configs_digest() of the Slurm configs slurmctld is known to have loaded. Recorded only
+# when that is certain, so a run that applied the ConfigMap but failed to reconfigure leaves the reload owed.
+CONFIG_DIGEST_FIELD = "slurmConfigDigest"
 
 
 class BackendError(Exception):
@@ -129,6 +133,27 @@ def _keeps_pods(change):
     if change.action != ka.RECREATE:
         return False
     return ka.contained(change.desired["spec"].get("template"), change.live["spec"].get("template"))
+
+
+def _rolls_pods(change):
+    """An update or recreate that changes the pod template: the StatefulSet replaces its pods (which then read the
+    Slurm configs afresh when slurmctld starts)."""
+    if change.action not in (ka.UPDATE, ka.RECREATE):
+        return False
+    return not ka.contained(change.desired["spec"].get("template"), change.live["spec"].get("template"))
+
+
+def configs_digest(data):
+    """One digest over the data of the Slurm configs ConfigMap (every file, by name)."""
+    return hashlib.sha256(json.dumps(data or {}, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+def _rollout_done(sts):
+    """Every replica of the StatefulSet runs the current template and is ready."""
+    status = (sts or {}).get("status") or {}
+    want = _replicas(sts)
+    return bool(status.get("updateRevision")) and status.get("updateRevision") == status.get("currentRevision") and \
+        int(status.get("updatedReplicas") or 0) >= want and int(status.get("readyReplicas") or 0) >= want
 
 
 # --- readiness and status ------------------------------------------------------------------------------------
@@ -294,6 +319,7 @@ class KubeCluster(object):
         self.status = None
         self.status_updated = False
         self._last_workloads = None
+        self.loaded_digest = None   # digest of the configs slurmctld is known to run with after this run
 
     @property
     def runner(self):
@@ -414,29 +440,77 @@ class KubeCluster(object):
         except SlurmError as e:
             raise BackendError("scale-down of %s: %s" % (", ".join(nodes), e))
 
+    def _change(self, changes, kind, name):
+        found = [ch for ch in changes if ch.kind == kind and ch.name == name]
+        return found[0] if found else None
+
+    def _recorded_digest(self, changes):
+        """(known, digest): the configs digest in the SlurmCluster's .status; known=False when this run does not
+        handle the SlurmCluster (slurm_nodeset) or it is new."""
+        cluster = [ch for ch in changes if ch.kind == "SlurmCluster"]
+        if not cluster or cluster[0].live is None:
+            return False, None
+        return True, ((cluster[0].live.get("status") or {}).get(CONFIG_DIGEST_FIELD))
+
     def reload_slurm(self, changes):
-        """`scontrol reconfigure` when slurm.conf changed on a running controller whose node definitions did not
-        (those roll the controller pod instead, and slurmctld reads the new file when it starts)."""
-        config = [ch for ch in changes if ch.kind == "ConfigMap" and ch.name == names.slurm_configs_name(self.model)]
-        if not self.reconfigure or not config or config[0].action != ka.UPDATE:
+        """`scontrol reconfigure` when the Slurm configs changed on a running controller whose pods are not replaced
+        by this run (a changed pod template - node definitions - rolls the controller, and slurmctld reads the new
+        files when it starts). Also when the ConfigMap is unchanged but the configs digest recorded in .status (what
+        slurmctld loaded) differs: an earlier run applied the ConfigMap and failed before its reconfigure."""
+        config = self._change(changes, "ConfigMap", names.slurm_configs_name(self.model))
+        if not self.reconfigure or config is None or config.action not in (ka.UPDATE, ka.UNCHANGED):
             return
-        controller = [ch for ch in changes if ch.kind == "StatefulSet" and ch.name == names.controller_name(self.model)]
-        if not controller or not (controller[0].action == ka.UNCHANGED or _keeps_pods(controller[0])):
+        digest = configs_digest(config.desired.get("data"))
+        if config.action == ka.UNCHANGED:
+            known, recorded = self._recorded_digest(changes)
+            # No digest recorded yet (a cluster deployed before it was kept, or whose controller was created
+            # without a known load): reconfigure once rather than guess from timestamps which configs the running
+            # slurmctld read; the reload is cheap and harmless, and the digest is recorded after it.
+            # Without Slurm access (a caller that gave no runner) an owed reload is left for a run that has it.
+            if not known or recorded == digest or self.runner_factory is None:
+                return
+            reason = "configs not yet loaded by slurmctld"
+        else:
+            reason = "slurm.conf changed"
+        controller = self._change(changes, "StatefulSet", names.controller_name(self.model))
+        if controller is None or controller.action == ka.CREATE or _rolls_pods(controller):
             return
-        ready, _text = workload_state(controller[0].live)
+        ready, _text = workload_state(controller.live)
         if not ready:
             return
         argv = ["scontrol", "reconfigure"]
         if self.check_mode:
-            self.actions.append("would run scontrol reconfigure (slurm.conf changed)")
+            self.actions.append("would run scontrol reconfigure (%s)" % reason)
             return
-        self.wait_for_controller_config(config[0])
+        self.wait_for_controller_config(config)
         try:
             self.runner.run(argv)
         except SlurmError as e:
-            raise BackendError("slurm.conf was updated but `scontrol reconfigure` failed (run it again, or restart "
-                               "slurmctld): %s" % e)
-        self.actions.append("ran scontrol reconfigure (slurm.conf changed)")
+            raise BackendError("the Slurm configs were updated but `scontrol reconfigure` failed (a re-run of this "
+                               "task tries it again; or restart slurmctld): %s" % e)
+        self.actions.append("ran scontrol reconfigure (%s)" % reason)
+        self.loaded_digest = digest
+
+    def _note_loaded_by_start(self):
+        """After the run (and its wait): the digest of the configs when slurmctld is known to have read them at its
+        start in this run. Conservative: a controller created in an existing cluster may have adopted pods orphaned
+        by an earlier recreate (which keep their old configs), and a roll is only known done after wait=true."""
+        if self.loaded_digest is not None:
+            return
+        config = self._change(self.changes, "ConfigMap", names.slurm_configs_name(self.model))
+        controller = self._change(self.changes, "StatefulSet", names.controller_name(self.model))
+        cluster = [ch for ch in self.changes if ch.kind == "SlurmCluster"]
+        applied = (ka.CREATE, ka.UPDATE, ka.UNCHANGED)
+        if config is None or controller is None or not cluster or config.action not in applied:
+            return
+        digest = configs_digest(config.desired.get("data"))
+        if controller.action == ka.CREATE and cluster[0].action == ka.CREATE:
+            # a new cluster: the controller's first pod starts after the ConfigMap above was applied
+            self.loaded_digest = digest
+        elif _rolls_pods(controller) and self.wait and not self.check_mode and self._last_workloads is not None:
+            sts = self._last_workloads.get(("StatefulSet", controller.name))
+            if sts is not None and _rollout_done(sts):
+                self.loaded_digest = digest
 
     def wait_for_controller_config(self, config_change):
         """Wait (at most wait_timeout) until the controller pod sees the ConfigMap just applied. The kubelet refreshes
@@ -450,7 +524,10 @@ class KubeCluster(object):
             return
         pod = "%s/%s" % (where["namespace"], where["pod"])
         desired = config_change.desired.get("data") or {}
-        removed = set((config_change.live or {}).get("data") or {}) - set(desired)
+        # keys an update dropped must be gone from the pod; an unchanged ConfigMap (a reload owed by an earlier
+        # run) may hold keys of another writer, which stay
+        removed = set((config_change.live or {}).get("data") or {}) - set(desired) \
+            if config_change.action == ka.UPDATE else set()
         wanted = dict((_controller_config_path(key), hashlib.sha256(text.encode("utf-8")).hexdigest())
                       for key, text in desired.items())
         wanted.update((_controller_config_path(key), None) for key in removed)   # None: the file must be gone
@@ -470,10 +547,10 @@ class KubeCluster(object):
             if self.clock() - started >= self.wait_timeout:
                 raise BackendError(
                     "%s was applied, but after %ds pod %s still sees the old %s in %s, so `scontrol reconfigure` was "
-                    "not run. The kubelet refreshes mounted ConfigMaps on its sync period; once the pod shows the new "
-                    "files, run `scontrol reconfigure` in it (a re-run of this task finds the ConfigMap unchanged and "
-                    "does not reconfigure)." % (config_change.describe(), self.wait_timeout, pod, ", ".join(stale),
-                                                c.SLURM_CONF_DIR))
+                    "not run. The kubelet refreshes mounted ConfigMaps on its sync period; a re-run of this task once "
+                    "the pod shows the new files runs the reconfigure (slurmctld is recorded as still running the "
+                    "old configs)." % (config_change.describe(), self.wait_timeout, pod, ", ".join(stale),
+                                       c.SLURM_CONF_DIR))
             self.sleep(self.poll)
         if reads > 1:
             self.actions.append("waited %d s for the changed Slurm configs to reach the controller pod %s"
@@ -571,6 +648,7 @@ class KubeCluster(object):
                 self._wait_for(lambda: self._workloads_ready(workload_keys), "the cluster to be ready",
                                self.wait_timeout)
         if not self.check_mode:
+            self._note_loaded_by_start()
             self.write_status()
         return self.result()
 
@@ -597,6 +675,10 @@ class KubeCluster(object):
             generation = (obj.get("metadata") or {}).get("generation", 0)
             if ch.kind == "SlurmCluster":
                 status = cluster_status(self.model, workloads, generation, previous)
+                # kept as it was unless this run knows what slurmctld loaded (the writer owns the whole .status)
+                digest = self.loaded_digest or previous.get(CONFIG_DIGEST_FIELD)
+                if digest:
+                    status[CONFIG_DIGEST_FIELD] = digest
                 self.status = status
             else:
                 node_set = self.model.node_set(ch.name)

@@ -372,7 +372,8 @@ waited:
   elements: dict
   sample: [{for: "the cluster to be ready", seconds: 42.0}]
 status:
-  description: With O(target=kubernetes), the SlurmCluster C(.status) written by this run (phase, conditions).
+  description: With O(target=kubernetes), the SlurmCluster C(.status) written by this run (phase, conditions,
+    C(slurmConfigDigest) - the digest of the Slurm configs slurmctld is known to have loaded).
   returned: when O(target=kubernetes) and O(state=present), not in check mode
   type: dict
   sample: {phase: Ready, conditions: [{type: ControllerReady, status: "True"}]}
