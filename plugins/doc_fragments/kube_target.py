@@ -85,17 +85,6 @@ options:
         slurm.conf reaching the controller pod).
     type: float
     default: 2.0
-  api_retries:
-    description:
-      - With the Kubernetes target, how many times an API request is retried after a server error (5xx), throttling
-        (429), a write conflict (409) or a timeout. Other errors are not retried.
-    type: int
-    default: 3
-  api_timeout:
-    description:
-      - With the Kubernetes target, seconds one API request may take before it counts as timed out.
-    type: int
-    default: 30
   slurm_transport:
     description:
       - How Slurm commands (drain, remove nodes, reconfigure) reach the cluster's slurmctld.
@@ -118,4 +107,21 @@ notes:
   - Writing C(.status) of the SlurmCluster and its NodeSets is reported in RV(status_updated), not as C(changed).
 requirements:
   - The C(kubernetes) Python client (24.2 or newer) on the host that runs the module.
+"""
+
+    # How API requests are retried and bounded: every module that talks to the API server (with kube_target, or
+    # alone where a module has no other Kubernetes target option).
+    API = r"""
+options:
+  api_retries:
+    description:
+      - With the Kubernetes target, how many times an API request is retried after a server error (5xx), throttling
+        (429), a write conflict (409) or a timeout. Other errors are not retried.
+    type: int
+    default: 3
+  api_timeout:
+    description:
+      - With the Kubernetes target, seconds one API request may take before it counts as timed out.
+    type: int
+    default: 30
 """

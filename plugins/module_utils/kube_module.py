@@ -17,6 +17,12 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube_backend impor
 from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import (
     HAS_KUBERNETES, KubeClient, KubeError, api_client_from_params)
 
+# How API requests are retried and bounded (doc fragment soperator.slurm.kube_target.api).
+KUBE_API_SPEC = dict(
+    api_retries=dict(type="int", default=3),
+    api_timeout=dict(type="int", default=30),
+)
+
 KUBE_TARGET_SPEC = dict(
     wait=dict(type="bool", default=False),
     create_namespace=dict(type="bool", default=True),
@@ -26,8 +32,6 @@ KUBE_TARGET_SPEC = dict(
     force=dict(type="bool", default=False),
     reconfigure=dict(type="bool", default=True),
     wait_sleep=dict(type="float", default=2.0),
-    api_retries=dict(type="int", default=3),
-    api_timeout=dict(type="int", default=30),
     slurm_transport=dict(type="str", choices=["kubernetes", "local"], default="kubernetes"),
     slurm_conf=dict(type="path"),
 )
@@ -35,6 +39,7 @@ KUBE_TARGET_SPEC = dict(
 
 def kube_target_argument_spec():
     spec = copy.deepcopy(KUBE_TARGET_SPEC)
+    spec.update(copy.deepcopy(KUBE_API_SPEC))
     spec.update(copy.deepcopy(AUTH_ARG_SPEC))
     return spec
 

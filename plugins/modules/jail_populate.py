@@ -116,19 +116,9 @@ options:
       - With O(target=kubernetes), the longest wait in seconds for the Job (and for an old Job to be deleted).
     type: int
     default: 600
-  api_retries:
-    description:
-      - With O(target=kubernetes), how many times an API request is retried after a server error, throttling, a
-        conflict or a timeout.
-    type: int
-    default: 3
-  api_timeout:
-    description:
-      - With O(target=kubernetes), seconds one API request may take.
-    type: int
-    default: 30
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - soperator.slurm.kube_target.api
 notes:
   - An OCI image layout needs umoci (Debian package umoci); copy a registry image into a layout first with
     C(skopeo copy docker://IMAGE oci:LAYOUT:TAG) (Debian package skopeo).
@@ -226,6 +216,8 @@ requests:
   type: dict
 """
 
+import copy
+
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import jail
@@ -315,9 +307,8 @@ def main():
         namespace=dict(type="str", default="default"),
         wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=600),
-        api_retries=dict(km.KUBE_TARGET_SPEC["api_retries"]),
-        api_timeout=dict(km.KUBE_TARGET_SPEC["api_timeout"]),
     )
+    argument_spec.update(copy.deepcopy(km.KUBE_API_SPEC))
     argument_spec.update(AUTH_ARG_SPEC)
     module = AnsibleModule(
         argument_spec=argument_spec,

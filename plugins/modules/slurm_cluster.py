@@ -169,6 +169,7 @@ options:
     default: true
 extends_documentation_fragment:
   - soperator.slurm.kube_target
+  - soperator.slurm.kube_target.api
   - kubernetes.core.k8s_auth_options
 notes:
   - Scaling a NodeSet up to its C(maxReplicas) changes no Slurm config; Slurm nodes are defined as FUTURE nodes up to

@@ -29,6 +29,7 @@ attributes:
     description: Reads only; there is nothing to show a difference of.
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - soperator.slurm.kube_target.api
 options:
   name:
     description: Name of the SlurmCluster.
@@ -38,14 +39,6 @@ options:
     description: Its namespace.
     type: str
     required: true
-  api_retries:
-    description: How many times an API request is retried after a server error, throttling or a timeout.
-    type: int
-    default: 3
-  api_timeout:
-    description: Seconds one API request may take.
-    type: int
-    default: 30
 """
 
 EXAMPLES = r"""
@@ -77,6 +70,8 @@ node_sets:
   sample: [cpu, gpu]
 """
 
+import copy
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
@@ -99,8 +94,8 @@ def as_document(obj):
 
 
 def main():
-    spec = dict(name=dict(type="str", required=True), namespace=dict(type="str", required=True),
-                api_retries=dict(type="int", default=3), api_timeout=dict(type="int", default=30))
+    spec = dict(name=dict(type="str", required=True), namespace=dict(type="str", required=True))
+    spec.update(copy.deepcopy(km.KUBE_API_SPEC))
     spec.update(AUTH_ARG_SPEC)
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     params = module.params

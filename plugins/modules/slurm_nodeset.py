@@ -79,6 +79,7 @@ options:
     default: 300
 extends_documentation_fragment:
   - soperator.slurm.kube_target
+  - soperator.slurm.kube_target.api
   - kubernetes.core.k8s_auth_options
 seealso:
   - module: soperator.slurm.slurm_cluster

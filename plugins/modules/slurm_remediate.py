@@ -40,6 +40,7 @@ attributes:
     description: Shows the state and reason of each node the pass replaces or resumes, before and after.
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - soperator.slurm.kube_target.api
 options:
   target:
     description:
@@ -113,17 +114,6 @@ options:
     description:
       - With O(slurm_transport=local), the C(slurm.conf) the Slurm commands and the checks use.
     type: path
-  api_retries:
-    description:
-      - With O(target=kubernetes), how many times an API request is retried after a server error, throttling, a
-        conflict or a timeout.
-    type: int
-    default: 3
-  api_timeout:
-    description:
-      - With O(target=kubernetes), seconds one API request may take.
-    type: int
-    default: 30
 notes:
   - Resumes go through the same rules as M(soperator.slurm.slurm_drain) - a drain without our prefix is never
     cleared.
@@ -228,7 +218,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils import remediation as rm
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC, auth_params, runner_from_params
 from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import KubeError
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_module import KUBE_TARGET_SPEC
+from ansible_collections.soperator.slurm.plugins.module_utils.kube_module import KUBE_API_SPEC, KUBE_TARGET_SPEC
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import SlurmError
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, documents_from
 from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import HAS_YAML
@@ -305,8 +295,9 @@ def argument_spec():
         wait_sleep=dict(type="float", default=2.0),
         events=dict(type="bool", default=True),
     )
-    for name in ("slurm_transport", "slurm_conf", "api_retries", "api_timeout"):
+    for name in ("slurm_transport", "slurm_conf"):
         spec[name] = copy.deepcopy(KUBE_TARGET_SPEC[name])
+    spec.update(copy.deepcopy(KUBE_API_SPEC))
     spec.update(copy.deepcopy(AUTH_ARG_SPEC))
     return spec
 
