@@ -205,15 +205,17 @@ def job_log_tail(client, namespace, job, uid=None, tail_lines=50):
     return "\nlast lines of pod %s:\n%s" % (name, client.pod_log(namespace, name, tail_lines=tail_lines))
 
 
-def wait_for(probe, what, timeout, sleep=time.sleep, clock=time.monotonic, poll=2.0):
+def wait_for(probe, what, timeout, sleep=time.sleep, clock=time.monotonic, poll=2.0, timeout_error=None):
     """Call probe() -> (done, text) until done; -> seconds waited. At `timeout`, BackendError naming what is not
-    ready."""
+    ready, or the exception timeout_error(text) returns."""
     started = clock()
     while True:
         done, text = probe()
         if done:
             return round(clock() - started, 1)
         if clock() - started >= timeout:
+            if timeout_error is not None:
+                raise timeout_error(text)
             raise BackendError("timed out after %ds waiting for %s; not ready: %s" % (timeout, what, text))
         sleep(poll)
 

@@ -34,6 +34,7 @@ import subprocess
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils.kube_backend import wait_for
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_nodes import (
     SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes, set_state)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import (
@@ -171,17 +172,20 @@ class KubeReplacer(object):
             if pod is not None:
                 self.client.delete("Pod", node, self.namespace)
                 info["deleted_uid"] = old_uid
-            started = self.clock()
-            while True:
+
+            def replaced():
                 new = self.client.get("Pod", node, self.namespace)
                 if new is not None and new["metadata"].get("uid") != old_uid and _pod_ready(new):
                     info["new_uid"] = new["metadata"].get("uid")
-                    info["waited_for_pod"] = round(self.clock() - started, 1)
-                    return info
-                if self.clock() - started >= self.timeout:
-                    raise RemediationError("pod %s/%s was deleted but no new pod became Ready within %ss"
-                                           % (self.namespace, node, self.timeout))
-                self.sleep(self.poll)
+                    return True, "ready"
+                return False, "no new Ready pod"
+
+            info["waited_for_pod"] = wait_for(
+                replaced, "pod %s/%s" % (self.namespace, node), self.timeout, sleep=self.sleep, clock=self.clock,
+                poll=self.poll, timeout_error=lambda unused: RemediationError(
+                    "pod %s/%s was deleted but no new pod became Ready within %ss" % (self.namespace, node,
+                                                                                      self.timeout)))
+            return info
         except KubeError as e:
             raise RemediationError("replacing pod %s/%s: %s" % (self.namespace, node, e))
 
@@ -338,13 +342,15 @@ class Remediator(object):
 
     def _wait_registered(self, before):
         """Until the node's slurmd registered again (a newer slurmd start time) and answers; bounded."""
-        started = self.clock()
-        while True:
-            current = read_nodes(self.runner, [before.name])[before.name]
+        seen = {}
+
+        def registered():
+            current = seen["record"] = read_nodes(self.runner, [before.name])[before.name]
             newer = current.slurmd_start_time and current.slurmd_start_time != before.slurmd_start_time
-            if newer and "NOT_RESPONDING" not in current.flags:
-                return current
-            if self.clock() - started >= self.register_timeout:
-                raise RemediationError("the new slurmd of %s did not register within %ss (state %s)"
-                                       % (before.name, self.register_timeout, current.state))
-            self.sleep(self.poll)
+            return bool(newer) and "NOT_RESPONDING" not in current.flags, current.state
+
+        wait_for(registered, "slurmd of %s" % before.name, self.register_timeout, sleep=self.sleep, clock=self.clock,
+                 poll=self.poll, timeout_error=lambda state: RemediationError(
+                     "the new slurmd of %s did not register within %ss (state %s)" % (before.name,
+                                                                                      self.register_timeout, state)))
+        return seen["record"]
