@@ -534,29 +534,28 @@ class KubeCluster(object):
                       for key, text in desired.items())
         wanted.update((_controller_config_path(key), None) for key in removed)   # None: the file must be gone
         argv = ["sha256sum"] + sorted(wanted)
-        started = self.clock()
-        reads = 0
-        while True:
-            reads += 1
+        reads = []
+
+        def seen_by_pod():
+            reads.append(1)
             try:
                 unused, seen = self.runner.run(argv, parse=_sha256sum_digests, check=False)
             except SlurmError as e:
                 raise BackendError("%s was applied, but reading the Slurm configs in pod %s failed, so `scontrol "
                                    "reconfigure` was not run: %s" % (config_change.describe(), pod, e))
             stale = sorted(posixpath.basename(path) for path, digest in wanted.items() if seen.get(path) != digest)
-            if not stale:
-                break
-            if self.clock() - started >= self.wait_timeout:
-                raise BackendError(
-                    "%s was applied, but after %ds pod %s still sees the old %s in %s, so `scontrol reconfigure` was "
-                    "not run. The kubelet refreshes mounted ConfigMaps on its sync period; a re-run of this task once "
-                    "the pod shows the new files runs the reconfigure (slurmctld is recorded as still running the "
-                    "old configs)." % (config_change.describe(), self.wait_timeout, pod, ", ".join(stale),
-                                       c.SLURM_CONF_DIR))
-            self.sleep(self.poll)
-        if reads > 1:
+            return not stale, ", ".join(stale)
+
+        seconds = wait_for(seen_by_pod, "the Slurm configs in pod %s" % pod, self.wait_timeout, sleep=self.sleep,
+                           clock=self.clock, poll=self.poll, timeout_error=lambda stale: BackendError(
+                               "%s was applied, but after %ds pod %s still sees the old %s in %s, so `scontrol "
+                               "reconfigure` was not run. The kubelet refreshes mounted ConfigMaps on its sync period; "
+                               "a re-run of this task once the pod shows the new files runs the reconfigure "
+                               "(slurmctld is recorded as still running the old configs)."
+                               % (config_change.describe(), self.wait_timeout, pod, stale, c.SLURM_CONF_DIR)))
+        if len(reads) > 1:
             self.actions.append("waited %d s for the changed Slurm configs to reach the controller pod %s"
-                                % (round(self.clock() - started), pod))
+                                % (round(seconds), pod))
 
     # --- entry points --------------------------------------------------------------------------------------
 
