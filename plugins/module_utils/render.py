@@ -3,8 +3,10 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The whole cluster rendered at once (Slurm configs + Kubernetes objects), and `state: rendered` on disk.
 
-On disk: DEST/manifests/NN-kind-name.yaml (NN = apply order of the kind) and DEST/slurm/<file>. We own those two
-folders: files there that are no longer rendered are removed. Secrets are generated once per DEST: existing Secret
+On disk: DEST/manifests/NN-kind-name.yaml (NN = apply order of the kind) and DEST/slurm/<file>, and a record of
+what was written (DEST/.soperator-render.json): a file an earlier render wrote, and nobody changed since, is
+removed once it is no longer rendered; every other file in DEST is left alone. Nothing is written or read through
+a symlink. Secrets are generated once per DEST: existing Secret
 manifests are read back and their data kept, so re-rendering the same spec is byte-identical.
 """
 
@@ -13,7 +15,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import hashlib
+import json
 import os
+import stat
 import tempfile
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
@@ -25,6 +30,9 @@ from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import t
 MANIFESTS_DIR = "manifests"
 SLURM_DIR = "slurm"
 HIDDEN = "<secret data hidden>"
+# What render wrote into DEST, so a later render removes its own stale files and nothing else.
+RECORD = ".soperator-render.json"
+RECORD_FORMAT = 1
 
 
 class Rendered:
@@ -68,29 +76,86 @@ def secret_material(obj):
     return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
 
 
+class RenderDestError(Exception):
+    """DEST holds something render may not write through or over (a symlink, a folder where a file goes...)."""
+
+
+def _read_regular(path):
+    """Text of the regular file at `path`, None when nothing is there. Never follows a symlink: a link or anything
+    but a regular file raises RenderDestError (its target is not ours to read into a diff, nor to overwrite)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if os.path.islink(path):
+            raise RenderDestError("%s is a symlink; render does not write through links: remove it" % path)
+        raise RenderDestError("%s cannot be read: %s" % (path, e))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RenderDestError("%s is not a regular file; render does not replace it: remove it" % path)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
+def _check_folder(path):
+    """A folder render writes into must be a real directory (or absent), not a link to somewhere else."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise RenderDestError("%s is %s, not a directory; render does not write through it" % (
+            path, "a symlink" if stat.S_ISLNK(st.st_mode) else "a file"))
+
+
 def read_secret_material(dest):
     """Secret data from an earlier render in DEST (our Secrets only), as name -> {key: bytes}."""
     folder = os.path.join(dest, MANIFESTS_DIR)
     material = {}
+    _check_folder(folder)
     if not os.path.isdir(folder):
         return material
     for name in sorted(os.listdir(folder)):
         if not _is_secret_file(name):
             continue
-        with open(os.path.join(folder, name)) as f:
-            obj = yaml.safe_load(f)
+        obj = yaml.safe_load(_read_regular(os.path.join(folder, name)) or "")
         labels = (obj or {}).get("metadata", {}).get("labels", {})
         if is_secret(obj or {}) and labels.get(c.LABEL_MANAGED_BY) == c.FIELD_MANAGER:
             material[obj["metadata"]["name"]] = secret_material(obj)
     return material
 
 
-def _read(path):
+def _sha256(text):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _recordable(rel):
+    """Only names render writes: one plain file name in one of our two folders (never '..', never absolute)."""
+    folder, dummy, name = str(rel).partition("/")
+    return folder in (MANIFESTS_DIR, SLURM_DIR) and name not in ("", ".", "..") and "/" not in name \
+        and not name.startswith(".")
+
+
+def read_record(dest):
+    """{relative path: sha256 of what we wrote} of the files an earlier render wrote into DEST ({} when none)."""
+    text = _read_regular(os.path.join(dest, RECORD))
+    if text is None:
+        return {}
     try:
-        with open(path) as f:
-            return f.read()
-    except (IOError, OSError):
-        return None
+        record = json.loads(text)
+        files = record["files"]
+        if record.get("format") != RECORD_FORMAT or not isinstance(files, dict):
+            raise ValueError("unknown format")
+        for rel in files:
+            if not _recordable(rel):
+                raise ValueError("it names %r, which render never writes" % rel)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise RenderDestError("%s is not a render record of ours (%s); remove it to render here again"
+                              % (os.path.join(dest, RECORD), e))
+    return dict((str(k), str(v)) for k, v in files.items())
 
 
 def _write_atomic(path, text, mode):
@@ -100,57 +165,84 @@ def _write_atomic(path, text, mode):
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.chmod(tmp, mode)
-        os.rename(tmp, path)
+        os.rename(tmp, path)    # replaces the name, never writes through what was there
     except Exception:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
 
 
-def write_rendered(dest, rendered, check_mode=False):
-    """Bring DEST in line with `rendered`. Returns (files, diffs): files lists {path, action} with action
-    created | updated | unchanged | removed; diffs holds before/after text per changed file, secrets hidden."""
+def _plan(dest, rendered):
+    """Every file action, decided from what is on disk before anything is written."""
     wanted = {}
     for name, obj in manifest_files(rendered.manifests).items():
         wanted[os.path.join(MANIFESTS_DIR, name)] = (to_yaml(obj), 0o600 if is_secret(obj) else 0o644,
                                                      is_secret(obj))
     for name, text in rendered.slurm_configs.items():
         wanted[os.path.join(SLURM_DIR, name)] = (text, 0o644, False)
-
-    files, diffs = [], []
-    existing = set()
     for folder in (MANIFESTS_DIR, SLURM_DIR):
-        full = os.path.join(dest, folder)
-        if os.path.isdir(full):
-            existing.update(os.path.join(folder, n) for n in os.listdir(full) if not n.startswith("."))
+        _check_folder(os.path.join(dest, folder))
+    record = read_record(dest)
 
+    steps = []      # (rel, action, before, after text or None, mode, secret)
     for rel in sorted(wanted):
         text, mode, secret = wanted[rel]
         path = os.path.join(dest, rel)
-        before = _read(path)
+        before = _read_regular(path)
         if before is None:
             action = "created"
-        elif before != text:
-            action = "updated"
-        elif (os.stat(path).st_mode & 0o777) != mode:
+        elif before != text or (os.lstat(path).st_mode & 0o777) != mode:
             action = "updated"
         else:
             action = "unchanged"
+        steps.append((rel, action, before, text, mode, secret))
+    # Only files this render wrote earlier (the record) are ever removed, and only as we wrote them: a file of the
+    # user's beside ours is none of our business, and one of ours edited since is kept and reported.
+    for rel in sorted(set(record) - set(wanted)):
+        try:
+            before = _read_regular(os.path.join(dest, rel))
+        except RenderDestError:
+            before = False      # replaced by a link or a folder since: not ours any more
+        if before is None:
+            continue
+        action = "removed" if before is not False and _sha256(before) == record[rel] else "kept"
+        steps.append((rel, action, before or "", None, None, _is_secret_file(os.path.basename(rel))))
+    return steps
+
+
+def write_rendered(dest, rendered, check_mode=False):
+    """Bring DEST in line with `rendered`. Returns (files, diffs): files lists {path, action} with action
+    created | updated | unchanged | removed | kept (a file we rendered earlier, no longer rendered, that was changed
+    since: left alone); diffs holds before/after text per changed file, secrets hidden. Raises RenderDestError,
+    before any write, when DEST holds a link or a folder where render writes."""
+    steps = _plan(dest, rendered)
+    files, diffs = [], []
+    for rel, action, before, text, dummy, secret in steps:
         files.append({"path": rel, "action": action})
-        if action != "unchanged":
-            diffs.append({"before_header": rel, "after_header": rel,
-                          "before": HIDDEN if secret and before is not None else (before or ""),
-                          "after": HIDDEN if secret else text})
-            if not check_mode:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                _write_atomic(path, text, mode)
-    for rel in sorted(existing - set(wanted)):
+        if action in ("unchanged", "kept"):
+            continue
+        diffs.append({"before_header": rel, "after_header": rel if text is not None else "/dev/null",
+                      "before": HIDDEN if secret and before is not None else (before or ""),
+                      "after": "" if text is None else (HIDDEN if secret else text)})
+    if check_mode:
+        return files, diffs
+
+    old_record = read_record(dest)
+    record = dict(old_record)
+    for rel, action, dummy, text, mode, dummy in steps:
         path = os.path.join(dest, rel)
-        files.append({"path": rel, "action": "removed"})
-        before = _read(path)
-        diffs.append({"before_header": rel, "after_header": "/dev/null",
-                      "before": HIDDEN if _is_secret_file(os.path.basename(rel)) else (before or ""),
-                      "after": ""})
-        if not check_mode:
+        if action in ("created", "updated"):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _write_atomic(path, text, mode)
+            record[rel] = _sha256(text)
+        elif action == "removed":
             os.unlink(path)
+            del record[rel]
+        elif action == "kept":
+            del record[rel]     # the user's now
+        elif action == "unchanged":
+            record[rel] = _sha256(text)     # also adopts an identical file a render without a record wrote
+    if record != old_record:
+        _write_atomic(os.path.join(dest, RECORD),
+                      json.dumps({"format": RECORD_FORMAT, "files": record}, indent=1, sort_keys=True) + "\n", 0o644)
     return files, diffs

@@ -99,6 +99,10 @@ options:
   dest:
     description:
       - Folder to render into. Required with O(state=rendered).
+      - Manifests go to C(manifests/), Slurm configs to C(slurm/), and C(.soperator-render.json) records what was
+        written. Only a file an earlier render wrote, and nobody changed since, is removed when it is no longer
+        rendered; other files in the folder are left alone. A symlink where a rendered file or folder goes fails the
+        task before anything is written.
     type: path
   state_dir:
     description:
@@ -285,7 +289,9 @@ files:
       type: str
       sample: slurm/slurm.conf
     action:
-      description: created, updated, unchanged or removed (in check mode, what would be done).
+      description: >-
+        created, updated, unchanged, removed (written by an earlier render, no longer rendered), or kept (written by
+        an earlier render and changed since, so left alone). In check mode, what would be done.
       type: str
       sample: unchanged
 cluster:
@@ -405,7 +411,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import kube_module
 from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, documents_from
 from ansible_collections.soperator.slurm.plugins.module_utils.render import (
-    read_secret_material, render_cluster, write_rendered)
+    RenderDestError, read_secret_material, render_cluster, write_rendered)
 from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import HAS_YAML
 
 
@@ -438,8 +444,11 @@ def _summary(model):
 def _rendered(module):
     model = _model(module)
     dest = module.params["dest"]
-    rendered = render_cluster(model, read_secret_material(dest))
-    files, diffs = write_rendered(dest, rendered, check_mode=module.check_mode)
+    try:
+        rendered = render_cluster(model, read_secret_material(dest))
+        files, diffs = write_rendered(dest, rendered, check_mode=module.check_mode)
+    except RenderDestError as e:
+        module.fail_json(msg="dest: %s" % e)
     changed = any(f["action"] != "unchanged" for f in files)
     result = dict(changed=changed, files=files, cluster=_summary(model),
                   generated_secrets=sorted(rendered.generated_secrets) if changed else [])

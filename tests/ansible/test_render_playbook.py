@@ -69,8 +69,9 @@ def test_same_spec_renders_the_same_non_secret_files_anywhere(tmp_path):
     a, b = tree(tmp_path / "a"), tree(tmp_path / "b")
     assert a.keys() == b.keys()
     differing = sorted(k for k in a if a[k] != b[k])
-    # Only generated secret material differs between two fresh folders (it is unique per cluster).
-    assert differing and all("-secret-" in k for k in differing)
+    # Only generated secret material differs between two fresh folders (it is unique per cluster), and so the
+    # digests of the Secret manifests in render's record of what it wrote.
+    assert differing and all("-secret-" in k for k in differing if k != ".soperator-render.json")
 
 
 def test_check_mode_writes_nothing_and_reports_the_plan(tmp_path):
@@ -128,3 +129,20 @@ def test_invalid_spec_fails_naming_the_field_and_writes_nothing(tmp_path):
     assert paths == {"NodeSet/cpu spec.replicas", "SlurmCluster/small spec.login.replicas"}
     assert "must be >= 0, got -1" in task["msg"]
     assert not dest.exists()
+
+
+def test_render_keeps_the_users_files_and_refuses_a_symlink_without_traceback(tmp_path):
+    dest = tmp_path / "out"
+    (dest / "slurm" / "local.d").mkdir(parents=True)
+    (dest / "slurm" / "slurm.conf.local").write_text("# mine\n")
+    playbook(dest=str(dest))
+    task, dummy = playbook(dest=str(dest))
+    assert not task["changed"] and (dest / "slurm" / "slurm.conf.local").read_text() == "# mine\n"
+    assert (dest / "slurm" / "local.d").is_dir()
+    victim = tmp_path / "victim.conf"
+    victim.write_text("victim\n")
+    os.unlink(str(dest / "slurm" / "cgroup.conf"))
+    os.symlink(str(victim), str(dest / "slurm" / "cgroup.conf"))
+    task, dummy = playbook(dest=str(dest), expect_rc=2)
+    assert task["failed"] and "cgroup.conf is a symlink" in task["msg"] and "Traceback" not in json.dumps(task)
+    assert victim.read_text() == "victim\n" and os.path.islink(str(dest / "slurm" / "cgroup.conf"))
