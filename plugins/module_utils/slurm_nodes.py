@@ -400,10 +400,22 @@ def read_jobs(runner):
 # Planning
 
 
+def _check_reason_text(option, text):
+    """A reason is one line of printable text: slurmctld stores a line break or another control character as it is,
+    and `scontrol show node` then splits the reason over lines, so the read-back of the drain could never match;
+    a NUL cannot be passed in an argument at all."""
+    bad = sorted(set(ch for ch in text if ord(ch) < 0x20 or ord(ch) == 0x7f))
+    if bad:
+        raise SlurmCommandError("%s must be one line of printable text; it holds %s" % (
+            option, ", ".join("%r" % ch for ch in bad)))
+
+
 def full_reason(prefix, reason):
     """The reason we set: ``<prefix> <reason>`` (kept as is when it already starts with the prefix)."""
     if not prefix or not prefix.strip():
         raise SlurmCommandError("reason_prefix must not be empty: it is how our drains are told from others'")
+    _check_reason_text("reason_prefix", prefix)
+    _check_reason_text("reason", reason or "")
     reason = (reason or "").strip()
     if not reason:
         raise SlurmCommandError("a drain needs a reason")
@@ -573,6 +585,7 @@ def set_state(runner, nodes, state, reason=None, prefix=DEFAULT_REASON_PREFIX, f
         raise SlurmCommandError("nodes is empty")
     if not prefix or not prefix.strip():
         raise SlurmCommandError("reason_prefix must not be empty: it is how our drains are told from others'")
+    _check_reason_text("reason_prefix", prefix)
     wanted_reason = full_reason(prefix, reason) if state == "drained" else None
     if timeout is not None and timeout < 0:
         raise SlurmCommandError("timeout must be >= 0")

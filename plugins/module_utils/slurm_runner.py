@@ -109,13 +109,21 @@ class LocalTransport(object):
         return {"transport": self.name, "slurm_conf": self.env.get("SLURM_CONF")}
 
     def exec(self, argv, timeout):
+        conf = self.env.get("SLURM_CONF")
+        if conf and not os.path.isfile(conf):
+            # Slurm's clients retry a missing config for 60 s and then fail; say what is wrong instead.
+            raise SlurmCommandError("slurm.conf %s (slurm_conf, or SLURM_CONF of the environment) %s" % (
+                conf, "is not a file" if os.path.exists(conf) else "does not exist"))
         try:
             proc = subprocess.run(list(argv), env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            raise TransientError("%s did not finish within %ss" % (argv[0], timeout))
-        except OSError as e:
-            # A missing scontrol is a setup problem, not a controller that is down: no retry.
+        except subprocess.TimeoutExpired as e:
+            # what it printed before it was stopped usually says why (e.g. a config it could not read)
+            said = (e.stderr or b"").decode("utf-8", "replace").strip().splitlines()
+            raise TransientError("%s did not finish within %ss%s" % (argv[0], timeout,
+                                                                   ": %s" % said[-1] if said else ""))
+        except (OSError, ValueError) as e:
+            # A missing scontrol (or a NUL in an argument) is a setup problem, not a controller that is down: no retry.
             raise SlurmCommandError("cannot run %s: %s" % (argv[0], e))
         return (proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
 

@@ -59,6 +59,8 @@ options:
     description:
       - Why the nodes are drained; required with O(state=drained). O(reason_prefix) and a space are put in front
         unless the reason already starts with it.
+      - One line of printable text; a line break or another control character is refused before any command runs
+        (slurmctld would store it and the drain could not be read back).
     type: str
   reason_prefix:
     description:

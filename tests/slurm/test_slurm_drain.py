@@ -209,6 +209,36 @@ def test_foreign_drain_is_left_alone_unless_forced(local_cluster):
     assert states(cluster, "cpu-[0-1]") == {"cpu-0": ("IDLE", ""), "cpu-1": ("IDLE", "")}
 
 
+def test_reasons_that_cannot_read_back_are_refused_before_any_command(local_cluster):
+    """A line break, CR, NUL or other control character would split or cut the reason slurmctld stores, so the
+    drain could never be read back as done: refused up front, nothing run. Quotes, '#' and '=' read back as they are."""
+    cluster = local_cluster(SMALL)
+    for reason in ("two\nlines", "cr\rhere", "nul\x00byte", "bell\x07", "del\x7f"):
+        failed = drain(cluster, nodes="cpu-0", reason=reason, expect_failed=True)
+        assert "reason must be one line of printable text" in failed["msg"], failed["msg"]
+        assert failed["commands"] == [] and failed["queries"] == []
+    failed = drain(cluster, nodes="cpu-0", state="resumed", reason_prefix="ours\n", expect_failed=True)
+    assert "reason_prefix must be one line" in failed["msg"] and failed["queries"] == []
+    assert states(cluster, "cpu-0") == {"cpu-0": ("IDLE", "")}
+    odd = 'it\'s "quoted" #1 a=b'
+    drained = drain(cluster, nodes="cpu-0", reason=odd)
+    assert drained["changed"] and states(cluster, "cpu-0")["cpu-0"] == ("IDLE+DRAIN", "soperator: " + odd)
+    again = drain(cluster, nodes="cpu-0", reason=odd)
+    assert not again["changed"] and again["commands"] == []
+
+
+def test_a_missing_slurm_conf_is_named_at_once(tmp_path):
+    missing = str(tmp_path / "nowhere" / "slurm.conf")
+    proc = subprocess.run(["ansible", "localhost", "-m", "soperator.slurm.slurm_node_info", "-a",
+                           json.dumps({"slurm_conf": missing, "retries": 0})],
+                          cwd=ROOT, env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+                                             ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json"),
+                          capture_output=True, text=True, timeout=120, check=False)
+    result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    assert result["failed"] and "slurm.conf %s (slurm_conf, or SLURM_CONF of the environment) does not exist" \
+        % missing in result["msg"], result["msg"]
+
+
 def test_unknown_and_future_nodes(local_cluster):
     cluster = local_cluster(SMALL)
     missing = drain(cluster, nodes="cpu-[0-1],gpu-0", reason="x", expect_failed=True)

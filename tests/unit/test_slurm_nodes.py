@@ -486,13 +486,23 @@ def test_format_command_quotes():
 
 
 def test_local_transport_sets_slurm_conf_and_runs(tmp_path):
-    t = LocalTransport(slurm_conf=str(tmp_path / "slurm.conf"), environ={"PATH": os.environ["PATH"]})
+    conf = tmp_path / "slurm.conf"
+    t = LocalTransport(slurm_conf=str(conf), environ={"PATH": os.environ["PATH"]})
+    with pytest.raises(SlurmCommandError, match="slurm.conf %s .* does not exist" % conf):
+        t.exec(["true"], 5)
+    conf.mkdir()
+    with pytest.raises(SlurmCommandError, match="is not a file"):
+        t.exec(["true"], 5)
+    conf.rmdir()
+    conf.write_text("ClusterName=x\n")
     rc, out, _err = t.exec(["sh", "-c", "echo $SLURM_CONF $LC_ALL"], 5)
-    assert rc == 0 and out.split() == [str(tmp_path / "slurm.conf"), "C"]
-    with pytest.raises(TransientError):
-        t.exec(["sleep", "5"], 0.2)
+    assert rc == 0 and out.split() == [str(conf), "C"]
+    with pytest.raises(TransientError, match=r"did not finish within 0.2s: waiting$"):
+        t.exec(["sh", "-c", "echo waiting >&2; sleep 5"], 0.2)
     with pytest.raises(SlurmCommandError, match="cannot run"):
         t.exec(["/nonexistent/scontrol"], 5)
+    with pytest.raises(SlurmCommandError, match="cannot run"):
+        t.exec(["scontrol", "Reason=a\x00b"], 5)
 
 
 class FakeWs(object):
