@@ -184,7 +184,7 @@ def parse_job(text):
 
 
 def check_reason(prefix, name, detail):
-    text = "%s %s%s %s" % (prefix, CHECK_TAG, name, " ".join(str(detail).split()))
+    text = "%s %s%s %s" % (prefix, CHECK_TAG, name, hc.one_line(detail))
     return text[:hc.MAX_DETAIL + len(prefix) + 16].rstrip()
 
 

@@ -229,7 +229,7 @@ def health_reason_prefix(prefix):
 
 
 def drain_reason(prefix, check, detail):
-    text = "%s%s %s" % (health_reason_prefix(prefix), check, " ".join(str(detail).split()))
+    text = "%s%s %s" % (health_reason_prefix(prefix), check, one_line(detail))
     return text[:MAX_DETAIL + len(prefix) + 16].rstrip()
 
 
@@ -281,8 +281,14 @@ def run_command(argv, timeout, env=None, stdin_text=None, shell=False):
         return None, "", "timed out after %ss" % timeout
 
 
+def one_line(text):
+    """Text as one line of printable characters: it becomes a Slurm drain reason, which slurmctld stores as given
+    (a line break splits `scontrol show node`, a NUL cannot even be passed to scontrol)."""
+    return " ".join("".join(ch if ord(ch) >= 0x20 and ord(ch) != 0x7f else " " for ch in str(text or "")).split())
+
+
 def _short(text):
-    return " ".join((text or "").split())[:MAX_DETAIL]
+    return one_line(text)[:MAX_DETAIL]
 
 
 def check_gpu_count(expected, timeout):

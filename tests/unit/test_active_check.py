@@ -100,3 +100,4 @@ def test_skip_reason(state, expected):
 
 def test_check_reason():
     assert ac.check_reason("soperator:", "nccl", "busbw 92.0 GB/s\nlow") == "soperator: check:nccl busbw 92.0 GB/s low"
+    assert ac.check_reason("soperator:", "nccl", "a\x00b\x1bc") == "soperator: check:nccl a b c"

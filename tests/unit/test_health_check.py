@@ -129,6 +129,13 @@ def test_drain_reason_is_one_bounded_line():
     assert len(reason) <= hc.MAX_DETAIL + len("soperator:") + 16
 
 
+def test_drain_reason_drops_control_characters_a_check_printed():
+    """A custom check's output becomes the reason: NUL, CR, ESC or BEL in it would break scontrol or the read-back."""
+    reason = hc.drain_reason("soperator:", "custom", "bad\x00disk\r\x1b[31mred\x07 end\x7f")
+    assert reason == "soperator: health:custom bad disk [31mred end"
+    assert all(ord(ch) >= 0x20 and ord(ch) != 0x7f for ch in reason)
+
+
 def test_find_config_order():
     assert hc.find_config("/a.json", {hc.CONFIG_ENV: "/b.json"}) == "/a.json"
     assert hc.find_config(None, {hc.CONFIG_ENV: "/b.json", "SLURM_CONF": "/c/slurm.conf"}) == "/b.json"
