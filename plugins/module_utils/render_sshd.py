@@ -21,6 +21,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s
+from ansible_collections.soperator.slurm.plugins.module_utils.config_syntax import comment, sshd_line, sshd_literal
 
 SSHD_CONFIG = "sshd_config"
 
@@ -39,52 +40,55 @@ def render_sshd_config(chroot_dir, host_key_dir, authorized_keys_dir, port=22, l
     listen_address / pid_file / set_env ({name: value}) / strict_modes / use_pam / notes (comment lines): what the
     local backend changes for a process on a shared host (see local_backend.render_login_sshd_config).
     """
-    jail = chroot_dir.rstrip("/") or "/"
-    lines = ["# sshd_config of the login nodes (rendered by soperator.slurm; edits are overwritten)."]
-    lines += ["# %s" % note for note in notes]
-    lines += ["Port %d" % port]
+    # Every line goes through config_syntax.sshd_line / comment: a path with a space, a quote, '#' or a '%' that sshd
+    # would expand raises ConfigSyntaxError instead of writing a line sshd reads differently.
+    jail = sshd_literal(chroot_dir.rstrip("/") or "/", "the jail path")
+    keys_dir = sshd_literal(authorized_keys_dir.rstrip("/"), "the authorized keys directory")
+    lines = [comment("sshd_config of the login nodes (rendered by soperator.slurm; edits are overwritten).")]
+    lines += [comment(note) for note in notes]
+    lines += [sshd_line("Port", "%d" % port)]
     if listen_address:
-        lines.append("ListenAddress %s" % listen_address)
-    lines += ["HostKey %s" % path for path in host_key_paths(host_key_dir)]
+        lines.append(sshd_line("ListenAddress", listen_address))
+    lines += [sshd_line("HostKey", sshd_literal(path, "the host key path")) for path in host_key_paths(host_key_dir)]
     if pid_file:
-        lines.append("PidFile %s" % pid_file)
+        lines.append(sshd_line("PidFile", pid_file))
     lines += [
         "",
-        "# Public keys only.",
-        "PubkeyAuthentication yes",
-        "AuthenticationMethods publickey",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "HostbasedAuthentication no",
-        "PermitEmptyPasswords no",
-        "PermitRootLogin prohibit-password",
-        "AuthorizedKeysFile %s/%%u %s%%h/.ssh/authorized_keys" % (
-            authorized_keys_dir.rstrip("/"), "" if jail == "/" else jail),
-        "StrictModes %s" % ("yes" if strict_modes else "no"),
+        comment("Public keys only."),
+        sshd_line("PubkeyAuthentication", "yes"),
+        sshd_line("AuthenticationMethods", "publickey"),
+        sshd_line("PasswordAuthentication", "no"),
+        sshd_line("KbdInteractiveAuthentication", "no"),
+        sshd_line("HostbasedAuthentication", "no"),
+        sshd_line("PermitEmptyPasswords", "no"),
+        sshd_line("PermitRootLogin", "prohibit-password"),
+        sshd_line("AuthorizedKeysFile", "%s/%%u" % keys_dir,
+                  "%s%%h/.ssh/authorized_keys" % ("" if jail == "/" else jail)),
+        sshd_line("StrictModes", "yes" if strict_modes else "no"),
         # PAM does account and session management only (no password is ever asked). Without it sshd refuses
         # accounts whose password is locked (`!` in shadow), which is what `useradd` gives a key-only user.
-        "UsePAM %s" % ("yes" if use_pam else "no"),
-        "PermitUserEnvironment no",
-        "LoginGraceTime 30",
-        "MaxAuthTries 4",
-        "ClientAliveInterval 60",
-        "ClientAliveCountMax 3",
-        "UseDNS no",
-        "PrintMotd no",
-        "AcceptEnv LANG LC_*",
+        sshd_line("UsePAM", "yes" if use_pam else "no"),
+        sshd_line("PermitUserEnvironment", "no"),
+        sshd_line("LoginGraceTime", "30"),
+        sshd_line("MaxAuthTries", "4"),
+        sshd_line("ClientAliveInterval", "60"),
+        sshd_line("ClientAliveCountMax", "3"),
+        sshd_line("UseDNS", "no"),
+        sshd_line("PrintMotd", "no"),
+        sshd_line("AcceptEnv", "LANG", "LC_*"),
     ]
     if set_env:
-        lines.append("SetEnv %s" % " ".join("%s=%s" % (k, v) for k, v in sorted(set_env.items())))
+        lines.append(sshd_line("SetEnv", *["%s=%s" % (k, v) for k, v in sorted(set_env.items())]))
     lines += [
         "",
-        "# Every session runs in the jail: the root filesystem that the jobs see too.",
-        "ChrootDirectory %s" % jail,
-        "Subsystem sftp internal-sftp",
-        "X11Forwarding no",
-        "AllowAgentForwarding no",
-        "AllowTcpForwarding local",
-        "AllowStreamLocalForwarding no",
-        "GatewayPorts no",
-        "PermitTunnel no",
+        comment("Every session runs in the jail: the root filesystem that the jobs see too."),
+        sshd_line("ChrootDirectory", jail),
+        sshd_line("Subsystem", "sftp", "internal-sftp"),
+        sshd_line("X11Forwarding", "no"),
+        sshd_line("AllowAgentForwarding", "no"),
+        sshd_line("AllowTcpForwarding", "local"),
+        sshd_line("AllowStreamLocalForwarding", "no"),
+        sshd_line("GatewayPorts", "no"),
+        sshd_line("PermitTunnel", "no"),
     ]
     return "\n".join(lines) + "\n"

@@ -493,11 +493,13 @@ def test_partition_config_can_replace_state_and_is_sorted():
         "PartitionName=main Nodes=cpu Default=YES state=DRAIN Hidden=YES MaxTime=1:00:00"]
 
 
-def test_partition_value_with_a_space_is_refused():
+def test_partition_value_with_a_space_is_quoted():
+    # s_p_parse_line reads `Key="a b"` back as `a b`; an unquoted space would start a new word.
     model = model_of(cluster_doc(partitions=[{"name": "main", "nodeSets": ["cpu"],
                                               "config": {"AllowGroups": "a b"}}]))
-    with pytest.raises(ValueError, match="AllowGroups"):
-        render_slurm_configs(model)
+    conf = render_slurm_configs(model)["slurm.conf"]
+    assert lines_starting(conf, "PartitionName=main") == [
+        'PartitionName=main Nodes=cpu Default=NO State=UP AllowGroups="a b"']
 
 
 def test_nodeset_names_slurm_cannot_take_are_listed_by_their_nodes():
