@@ -20,11 +20,16 @@ description:
   - With O(target=local), fills the directory O(jail_dir) from O(source) - a root filesystem tarball (plain, gzip,
     bzip2 or xz), an OCI image layout (unpacked with umoci), or a directory. The new root filesystem is written to a
     staging directory inside the jail first, then the old entries are moved out and the new ones in.
-  - A tarball cannot write outside the jail - a member with C(..) in its path, one written through a symlink, or a
-    hard link to something that is not a regular file of the archive fails the task before the jail is touched;
-    leading C(/) is taken as the jail's root. Symlinks (absolute ones too, they resolve inside the jail), hard links,
-    modes (setuid included) and numeric owners are kept. Device nodes are skipped and listed in RV(skipped) (the
-    jail's C(/dev) comes from the host when a job or a login enters it).
+  - A tarball cannot write outside the jail. It is read in full before the jail is touched, and a member with C(..)
+    in its path, one written through a symlink or a file, or a hard link to something that is not a regular file
+    the archive wrote before it fails the task, naming the member; leading C(/) is taken as the jail's root. Nothing
+    written follows a symlink, including one the archive itself made (a name that was a directory and is a symlink
+    later is not given the directory's mode). Symlinks (absolute ones too, they resolve inside the jail), hard links,
+    modes (setuid included) and numeric owners are kept. Device nodes are skipped and listed in RV(skipped_entries)
+    (the jail's C(/dev) comes from the host when a job or a login enters it).
+  - A tarball or directory whose files do not fit in the free space of the jail's filesystem (sparse files count in
+    full, as they are written in full) fails the task before anything is written, saying what it needs and what is
+    free.
   - With O(target=kubernetes), runs the cluster's populate Job (as C(slurm_cluster) renders it) and waits for it.
     The Job's program is the same code, running in the populate image; the sentinel it prints is recorded in the
     SlurmCluster's C(.status.jail), so later runs know the jail is populated without starting a pod, and the Job is
@@ -36,7 +41,9 @@ attributes:
     support: full
     description:
       - Reports the action the run would take (RV(outcome)) and, with O(target=local), the sentinel it would write
-        (without C(populated_at)); a tarball's member names are checked for C(..). Nothing is written.
+        (without C(populated_at)). A tarball or directory source is checked as the real run checks it (every
+        member, and its size against the free space), so a source the run would refuse fails in check mode too.
+        Nothing is written.
       - With O(target=kubernetes), the Job's delete and create are sent as server-side dry runs and no status is
         written. Whether the Job's program finds the jail populated is known only when it runs.
   diff_mode:
@@ -184,8 +191,10 @@ previous:
   description: The sentinel before the run (null when the jail had none).
   returned: success
   type: dict
-skipped:
-  description: With O(target=local), entries of the source that were not written (device nodes).
+skipped_entries:
+  description:
+    - With O(target=local), entries of the source that are not written (device nodes). Named so that Ansible does
+      not take the result for a skipped task.
   returned: when O(target=local)
   type: list
   elements: str

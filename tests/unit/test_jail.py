@@ -88,7 +88,7 @@ def test_populate_writes_the_rootfs_then_the_sentinel_and_a_rerun_changes_nothin
     assert record["source"] == rootfs_tar and record["source_type"] == "tar" and record["overwrite"] == "never"
     assert record["digest"] == "sha256:" + __import__("hashlib").sha256(open(rootfs_tar, "rb").read()).hexdigest()
     assert record["populated_at"].endswith("Z")
-    assert result["skipped"] == ["dev/null (device node)"]
+    assert result["skipped_entries"] == ["dev/null (device node)"]
     # nothing of ours is left beside the contents
     assert sorted(os.listdir(jail_dir)) == sorted(["etc", "usr", "bin", "home", "tmp", "run", "dev", j.SENTINEL])
 
