@@ -8,13 +8,15 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
-from decimal import Decimal, InvalidOperation, ROUND_CEILING, ROUND_FLOOR
+from decimal import (Context, Decimal, DecimalException, InvalidOperation, Overflow, ROUND_CEILING, ROUND_FLOOR,
+                     Underflow)
 
 # The grammar of resource.Quantity: a signed decimal number and an optional binary, decimal or exponent suffix.
+# (Kubernetes reads an exponent as a whole number: "1e1.5" is refused by the API server, so here too.)
 QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-                    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
-_QUANTITY_RE = re.compile(QUANTITY_PATTERN)
-_NUMBER_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)$")
+                    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$")
+_QUANTITY_RE = re.compile(QUANTITY_PATTERN[:-1] + r"\Z")
+_NUMBER_RE = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)\Z")
 
 _SUFFIXES = {
     "": Decimal(1),
@@ -25,36 +27,62 @@ _SUFFIXES = {
     "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
 }
 MIB = Decimal(2) ** 20
+# Bounds that keep every quantity a plain int64 for Kubernetes and Slurm, and the arithmetic small: "1e999999999"
+# or a 5,000-digit number is an error with its field path, never an OverflowError or a hang.
+MAX_QUANTITY = Decimal(2) ** 63 - 1
+MAX_QUANTITY_LENGTH = 64
+_MAX_EXPONENT = 30
+# Exact for every quantity within the bounds above (at most 64 digits times a 2^60 or 10^30 factor).
+_CONTEXT = Context(prec=200, Emax=1000, Emin=-1000, traps=[InvalidOperation, Overflow, Underflow])
 
 
 class QuantityError(ValueError):
     pass
 
 
+def _short(value):
+    text = repr(value) if isinstance(value, str) else "an integer of %d bits" % value.bit_length()
+    return text if len(text) <= 40 else text[:30] + "...' (%d characters)" % len(value)
+
+
 def is_quantity(value):
-    if isinstance(value, bool):
+    """A quantity parse_quantity reads (the grammar and the bounds)."""
+    try:
+        parse_quantity(value)
+    except QuantityError:
         return False
-    if isinstance(value, int):
-        return True
-    return isinstance(value, str) and _QUANTITY_RE.match(value) is not None
+    return True
 
 
 def parse_quantity(value):
-    """Return the exact value of a Kubernetes quantity as a Decimal. Raises QuantityError."""
+    """Return the exact value of a Kubernetes quantity as a Decimal. Raises QuantityError (and nothing else)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise QuantityError("%r is not a quantity (expected a number or a string like '16Gi' or '500m')" % (value,))
     if isinstance(value, int):
+        if abs(value) > MAX_QUANTITY:
+            raise QuantityError("%s is too large (at most 2^63-1)" % _short(value))
         return Decimal(value)
+    if len(value) > MAX_QUANTITY_LENGTH:
+        raise QuantityError("%s is too long for a quantity (at most %d characters)"
+                            % (_short(value), MAX_QUANTITY_LENGTH))
     if not _QUANTITY_RE.match(value):
         raise QuantityError("%r is not a quantity (expected a number with an optional suffix: "
                             "Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an exponent)" % (value,))
     number, suffix = _NUMBER_RE.match(value).groups()
+    if suffix in _SUFFIXES:                 # "E" and "Ei" are suffixes, "E3" an exponent
+        factor = _SUFFIXES[suffix]
+    else:
+        exponent = int(suffix[1:])          # at most 64 digits: the length check above
+        if abs(exponent) > _MAX_EXPONENT:
+            raise QuantityError("%r: the exponent is out of range (-%d to %d)" % (value, _MAX_EXPONENT, _MAX_EXPONENT))
+        factor = _CONTEXT.power(Decimal(10), exponent)
     try:
-        if suffix[:1] in ("e", "E"):
-            return Decimal(number) * (Decimal(10) ** Decimal(suffix[1:]))
-        return Decimal(number) * _SUFFIXES[suffix]
-    except (InvalidOperation, KeyError):
-        raise QuantityError("%r is not a quantity" % (value,))
+        result = _CONTEXT.multiply(Decimal(number), factor)
+    except DecimalException:
+        raise QuantityError("%r is not a quantity we can represent" % (value,))
+    if abs(result) > MAX_QUANTITY:
+        raise QuantityError("%r is too large (at most 2^63-1)" % (value,))
+    return result
 
 
 def to_mib(value, rounding="floor"):

@@ -12,9 +12,29 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import math
 import re
 
 _MISSING = object()
+
+
+def compile_pattern(pattern):
+    r"""A schema pattern as Python must run it to agree with the API server.
+
+    Patterns are written `^...$` for both. Kubernetes runs them with Go's regexp, where `$` is the end of the text;
+    Python's `$` also matches before a final newline, so `"gpu\n"` would pass a name check here and split a config
+    line. The trailing `$` becomes `\Z` (end of text) for Python. Go and Python also disagree on what `\s`, `\w`
+    and `\d` match outside ASCII, so patterns spell their classes out instead.
+    """
+    if not (pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$")):
+        raise ValueError("schema pattern %r must be anchored as ^...$" % pattern)
+    for shorthand in ("\\s", "\\S", "\\w", "\\W", "\\d", "\\D", "\\b"):
+        if shorthand in pattern:
+            raise ValueError("schema pattern %r uses %s, which Go and Python read differently" % (pattern, shorthand))
+    body = pattern[:-1]
+    if "$" in body.replace("\\$", ""):
+        raise ValueError("schema pattern %r may use '$' only at its end" % pattern)
+    return re.compile(body + "\\Z")
 
 
 class SpecIssue:
@@ -58,6 +78,13 @@ def child_path(path, key):
     return '%s["%s"]' % (path, key)
 
 
+def _number_text(value):
+    """A number for a message; an int too long for str() (Python refuses over 4300 digits) by its size."""
+    if isinstance(value, int) and value.bit_length() > 200:
+        return "an integer of %d bits" % value.bit_length()
+    return str(value)
+
+
 def _type_name(value):
     if value is None:
         return "null"
@@ -82,7 +109,7 @@ class Node:
     def __init__(self, kind, description="", default=_MISSING, enum=None, minimum=None, maximum=None,
                  pattern=None, pattern_help=None, max_length=None, properties=None, required=(), items=None,
                  values=None, min_items=None, unique_key=None, optional=False, checks=(), cel=(),
-                 openapi_extra=None):
+                 openapi_extra=None, keys=None):
         self.kind = kind
         self.description = description
         self.default = default
@@ -90,12 +117,14 @@ class Node:
         self.minimum = minimum
         self.maximum = maximum
         self.pattern = pattern
+        self.pattern_re = compile_pattern(pattern) if pattern else None
         self.pattern_help = pattern_help
         self.max_length = max_length
         self.properties = properties or {}
         self.required = tuple(required)
         self.items = items
         self.values = values
+        self.keys = keys                    # a map's key rule (a Str node); Python only, see _check_map
         self.min_items = min_items
         self.unique_key = unique_key
         self.optional = optional
@@ -127,7 +156,7 @@ class Node:
             issues.append(SpecIssue(path, "must be one of %s, got %r" % (", ".join(self.enum), value)))
         if self.max_length is not None and len(value) > self.max_length:
             issues.append(SpecIssue(path, "must be at most %d characters long" % self.max_length))
-        if self.pattern and not re.search(self.pattern, value):
+        if self.pattern_re and not self.pattern_re.search(value):
             issues.append(SpecIssue(path, "%r %s" % (value, self.pattern_help or "must match %s" % self.pattern)))
         return value
 
@@ -135,15 +164,19 @@ class Node:
         if isinstance(value, bool) or not isinstance(value, kinds):
             return self._wrong_type(value, path, issues, expected)
         if self.minimum is not None and value < self.minimum:
-            issues.append(SpecIssue(path, "must be >= %s, got %s" % (self.minimum, value)))
+            issues.append(SpecIssue(path, "must be >= %s, got %s" % (self.minimum, _number_text(value))))
         if self.maximum is not None and value > self.maximum:
-            issues.append(SpecIssue(path, "must be <= %s, got %s" % (self.maximum, value)))
+            issues.append(SpecIssue(path, "must be <= %s, got %s" % (self.maximum, _number_text(value))))
         return value
 
     def _check_integer(self, value, path, issues):
         return self._check_number_like(value, path, issues, int, "an integer")
 
     def _check_number(self, value, path, issues):
+        if isinstance(value, float) and not math.isfinite(value):
+            # YAML's .inf / .nan: JSON (health.json, the API server) has no such number.
+            issues.append(SpecIssue(path, "must be a finite number, got %s" % value))
+            return _MISSING
         return self._check_number_like(value, path, issues, (int, float), "a number")
 
     def _check_boolean(self, value, path, issues):
@@ -154,7 +187,7 @@ class Node:
     def _check_int_or_string(self, value, path, issues):
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             return self._wrong_type(value, path, issues, "an integer or a string")
-        if isinstance(value, str) and self.pattern and not re.search(self.pattern, value):
+        if isinstance(value, str) and self.pattern_re and not self.pattern_re.search(value):
             issues.append(SpecIssue(path, "%r %s" % (value, self.pattern_help or "must match %s" % self.pattern)))
         return value
 
@@ -191,6 +224,11 @@ class Node:
             if not isinstance(key, str):
                 issues.append(SpecIssue(path, "keys must be strings, got %r" % (key,)))
                 continue
+            if self.keys is not None:
+                # Reported at the key's own path. The CRD cannot say it (no propertyNames in a structural schema).
+                key_issues = []
+                self.keys.validate(key, child_path(path, key), key_issues)
+                issues.extend(SpecIssue(i.path, "key " + i.message) for i in key_issues)
             out[key] = self.values.validate(item, child_path(path, key), issues)
         return out
 

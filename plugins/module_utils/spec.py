@@ -14,12 +14,18 @@ __metaclass__ = type
 import copy
 import ipaddress
 import re
+from types import SimpleNamespace
 
 from ansible_collections.soperator.slurm.plugins.module_utils import model as m
+from ansible_collections.soperator.slurm.plugins.module_utils.constants import CHECKS_PARTITION
+from ansible_collections.soperator.slurm.plugins.module_utils import names as n
+from ansible_collections.soperator.slurm.plugins.module_utils.config_syntax import (
+    CONFIG_KEY_PATTERN, SLURM_VALUE_PATTERN, value_problem)
+from ansible_collections.soperator.slurm.plugins.module_utils.cron import SCHEDULE_PATTERN, schedule_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.quantity import (
-    QUANTITY_PATTERN, QuantityError, is_quantity, to_cpus, to_mib)
+    QUANTITY_PATTERN, QuantityError, is_quantity, parse_quantity, to_cpus, to_mib)
 from ansible_collections.soperator.slurm.plugins.module_utils.schema import (
-    AnyObj, Arr, Bool, Int, IntOrStr, Map, Num, Obj, SpecError, SpecIssue, Str, child_path)
+    AnyObj, Arr, Bool, Int, IntOrStr, Map, Num, Obj, SpecError, SpecIssue, Str, child_path, compile_pattern)
 
 DEFAULT_REGISTRY = "ghcr.io/soperator-slurm"
 DEFAULT_TAG = "22.05.8-0.1.0"
@@ -31,8 +37,37 @@ K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 K8S_NAME_HELP = "must be a lowercase DNS subdomain name"
 SLURM_WORD = r"^[A-Za-z0-9_][-A-Za-z0-9_.]*$"
 SLURM_WORD_HELP = "may hold only letters, digits, '_', '-' and '.'"
-GRES_PATTERN = r"^[a-z][a-z0-9_]*(:[A-Za-z0-9_.-]+)?:[0-9]+$"
-CRON_PATTERN = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|(\S+\s+){4}\S+)$"
+# At most 18 digits: a count is an int64 in Slurm, and int() of thousands of digits is an error in Python.
+GRES_PATTERN = r"^[a-z][a-z0-9_]*(:[A-Za-z0-9_.-]+)?:[0-9]{1,18}$"
+# A Kubernetes label value (also a nodeSelector value and a toleration value).
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+LABEL_VALUE_HELP = "is not a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending " \
+                   "with a letter or digit)"
+# Qualified names (label, annotation, resource and toleration keys): [DNS subdomain prefix/]name.
+QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                  r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+QUALIFIED_NAME_HELP = "is not a qualified name ([prefix/]name: a DNS subdomain prefix, a name of at most 63 " \
+                      "letters, digits, '-', '_' or '.')"
+# An image reference as containerd takes it: printable, no white space (the API server refuses surrounding spaces).
+IMAGE = r"^[!-~]+$"
+IMAGE_HELP = "is not an image reference (printable characters, no spaces)"
+# A host name or an IPv4/IPv6 address (StorageHost of slurmdbd.conf).
+HOST = r"^[A-Za-z0-9:]([-A-Za-z0-9_.:]*[A-Za-z0-9_.])?$"
+HOST_HELP = "is not a host name or an IP address"
+# Commands and scripts reach exec/sh through JSON: a NUL byte is refused by exec (and by the programs we run).
+NO_NUL = "^[^\\x00]*$"
+
+INT32_MAX = 2 ** 31 - 1
+INT64_MAX = 2 ** 63 - 1
+UINT16_MAX = 2 ** 16 - 1
+UINT32_MAX = 2 ** 32 - 1
+# The most nodes one NodeName hostlist range holds: Slurm's hostlist refuses gpu-[0-65536] ("Invalid hostlist").
+MAX_NODE_RANGE = 65536
+# Kubernetes: all annotations of one object together (keys and values) hold at most 256 KiB.
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+# Kubernetes: a CronJob's name leaves 11 characters for the names of its Jobs.
+MAX_CRONJOB_NAME = 52
+MAX_DNS_NAME = 253
 
 # slurm.conf keys we own: letting `slurmConfig` set them would break the cluster's wiring.
 MANAGED_SLURM_KEYS = {
@@ -48,6 +83,20 @@ MANAGED_SLURM_KEYS = {
     "statesavelocation": "the controller spool volume",
     "slurmdspooldir": "the rendered workers",
     "authtype": "munge (always on)",
+    "authinfo": "munge (the backends set its socket)",
+    "authalttypes": "munge (always on)",
+    "authaltparameters": "munge (always on)",
+    "credtype": "munge (always on: cred/none would let anyone forge job credentials)",
+    "slurmuser": "the images (slurmctld and slurmdbd run as the slurm user)",
+    "slurmduser": "the images (slurmd runs as root to start jobs as their users)",
+    "slurmctldaddr": "the rendered controller",
+    "slurmctldpidfile": "the backends (they find slurmctld by it)",
+    "slurmdpidfile": "the backends (they find slurmd by it)",
+    "slurmctldlogfile": "the backends (they read and collect it)",
+    "slurmdlogfile": "the backends (they read and collect it)",
+    "downnodes": "scontrol (slurm_drain) at run time",
+    "frontendname": "NodeSet resources (front end nodes are not used)",
+    "include": "spec.slurmConfig itself (files of its own are not shipped)",
     "gpusandtypes": "NodeSet gres",
     "grestypes": "NodeSet gres",
     "accountingstoragetype": "spec.accounting.enabled",
@@ -66,13 +115,104 @@ MANAGED_PARTITION_KEYS = {"partitionname": "spec.partitions[].name", "nodes": "s
 NODE_STATES = ["ANY", "ALLOC", "IDLE", "MIXED"]
 
 
-def _quantity(description, **kw):
+def _quantity_check(minimum):
+    """The value of a quantity within bounds: `minimum` "positive" (sizes: Kubernetes refuses zero) or 0."""
+    def check(value):
+        if isinstance(value, str) and not compile_pattern(QUANTITY_PATTERN).search(value):
+            return None                 # the pattern reports it
+        try:
+            amount = parse_quantity(value)
+        except QuantityError as e:
+            return str(e)
+        if minimum == "positive" and amount <= 0:
+            return "must be more than 0, got %s" % (value,)
+        if amount < 0:
+            return "must not be negative, got %s" % (value,)
+        return None
+    return check
+
+
+def _quantity(description, minimum=0, **kw):
     return IntOrStr(description, pattern=QUANTITY_PATTERN,
-                    pattern_help="is not a quantity (a number with an optional suffix like Mi, Gi, m, k)", **kw)
+                    pattern_help="is not a quantity (a number with an optional suffix like Mi, Gi, m, k)",
+                    checks=[_quantity_check(minimum)], **kw)
+
+
+STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+def _resource_name_problem(name):
+    """Kubernetes takes cpu, memory, ephemeral-storage, hugepages-<size> and extended resources (domain/name)."""
+    if name in STANDARD_RESOURCES or (name.startswith("hugepages-") and is_quantity(name[len("hugepages-"):])):
+        return None
+    if "/" in name and compile_pattern(QUALIFIED_NAME).search(name) and _qualified_name_problem(name) is None:
+        return None
+    return "%r is not a Kubernetes resource name (cpu, memory, ephemeral-storage, hugepages-<size> or " \
+           "domain/name, like nvidia.com/gpu)" % (name,)
+
+
+def _extended_resources_are_whole(resources):
+    for name, value in resources.items():
+        if "/" in name and is_quantity(value) and parse_quantity(value) != parse_quantity(value).to_integral_value():
+            return "%s: Kubernetes takes only whole numbers of an extended resource, got %s" % (name, value)
+    return None
 
 
 def _resources(description):
-    return Map(_quantity("Amount of this resource."), description)
+    return Map(_quantity("Amount of this resource."), description,
+               keys=Str(checks=[_resource_name_problem]), checks=[_extended_resources_are_whole])
+
+
+def _qualified_name_problem(key):
+    """Kubernetes' rule for label and annotation keys: [prefix/]name, prefix <= 253, name <= 63 characters."""
+    if not isinstance(key, str):
+        return None
+    if not compile_pattern(QUALIFIED_NAME).search(key):
+        return "%r %s" % (key, QUALIFIED_NAME_HELP)
+    prefix, _sep, name = key.rpartition("/")
+    if len(prefix) > MAX_DNS_NAME or len(name) > 63:
+        return "%r is too long (prefix at most %d, name at most 63 characters)" % (key, MAX_DNS_NAME)
+    return None
+
+
+def _labels(description, **kw):
+    return Map(Str(pattern=LABEL_VALUE, pattern_help=LABEL_VALUE_HELP, max_length=63), description,
+               keys=Str(checks=[_qualified_name_problem]), **kw)
+
+
+def _annotations_size(annotations):
+    size = sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) for k, v in annotations.items()
+               if isinstance(k, str) and isinstance(v, str))
+    if size > MAX_ANNOTATIONS_BYTES:
+        return "the annotations hold %d bytes; Kubernetes takes at most %d (256 KiB) in all" \
+               % (size, MAX_ANNOTATIONS_BYTES)
+    return None
+
+
+def _annotations(description, **kw):
+    return Map(Str(), description, keys=Str(checks=[_qualified_name_problem]), checks=[_annotations_size], **kw)
+
+
+def _slurm_value(value):
+    """A free-form value of a Slurm config file: one the file's parser reads back as exactly this value."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX:
+        return "is too large for Slurm (at most 2^63-1)"
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        return value_problem(value, spaces=True)
+    return None
+
+
+def _slurm_config(description, **kw):
+    """spec.slurmConfig, partition config, cgroupConfig, mpi.config: keys are plain words; values are what
+    config_syntax writes and the file reads back (the CRD says the same with SLURM_VALUE_PATTERN)."""
+    return Map(IntOrStr(checks=[_slurm_value], openapi_extra={"pattern": SLURM_VALUE_PATTERN}), description,
+               keys=Str(pattern=CONFIG_KEY_PATTERN,
+                        pattern_help="is not a configuration key (a letter, then letters, digits and '_')"), **kw)
+
+
+def _schedule(description, **kw):
+    return Str(description, pattern=SCHEDULE_PATTERN, pattern_help="is not a cron schedule",
+               checks=[schedule_problem], **kw)
 
 
 def _cidr(value):
@@ -95,43 +235,54 @@ def _no_managed_keys(managed):
 
 def _scheduling_fields():
     return {
-        "nodeSelector": Map(Str(), "Kubernetes node labels the pods must match.", default={}),
+        "nodeSelector": _labels("Kubernetes node labels the pods must match.", default={}),
         "tolerations": Arr(Obj("A Kubernetes toleration.", {
-            "key": Str("Taint key; empty with operator Exists matches every taint."),
+            "key": Str("Taint key; empty with operator Exists matches every taint.", max_length=317,
+                       checks=[lambda k: _qualified_name_problem(k) if k else None]),
             "operator": Str("How key and value are compared.", enum=["Exists", "Equal"], default="Equal"),
-            "value": Str("Taint value (operator Equal)."),
+            "value": Str("Taint value (operator Equal).", pattern=LABEL_VALUE, pattern_help=LABEL_VALUE_HELP,
+                         max_length=63),
             "effect": Str("Taint effect to tolerate; empty means all.",
                           enum=["NoSchedule", "PreferNoSchedule", "NoExecute"]),
-            "tolerationSeconds": Int("How long a NoExecute taint is tolerated.", minimum=0),
+            "tolerationSeconds": Int("How long a NoExecute taint is tolerated.", minimum=0, maximum=INT64_MAX),
         }), "Kubernetes tolerations of the pods.", default=[]),
         "affinity": AnyObj("A Kubernetes affinity, passed through to the pods.", optional=True),
         "priorityClassName": Str("Kubernetes PriorityClass of the pods.", pattern=K8S_NAME,
-                                 pattern_help=K8S_NAME_HELP),
+                                 pattern_help=K8S_NAME_HELP, max_length=MAX_DNS_NAME),
     }
 
 
+def _storage_class(description):
+    return Str(description, pattern=K8S_NAME, pattern_help=K8S_NAME_HELP, max_length=MAX_DNS_NAME)
+
+
+def _image_ref(description, **kw):
+    return Str(description, pattern=IMAGE, pattern_help=IMAGE_HELP, max_length=4096, **kw)
+
+
 IMAGES = Obj("Container images. Each unset component image is <registry>/<component>:<tag>.", {
-    "registry": Str("Registry and path prefix of the default images.", default=DEFAULT_REGISTRY),
-    "tag": Str("Tag of the default images.", default=DEFAULT_TAG),
+    "registry": _image_ref("Registry and path prefix of the default images.", default=DEFAULT_REGISTRY),
+    "tag": Str("Tag of the default images.", default=DEFAULT_TAG, pattern=r"^[A-Za-z0-9_][-A-Za-z0-9_.]*$",
+               pattern_help="is not an image tag (letters, digits, '_', '.' and '-')", max_length=128),
     "pullPolicy": Str("Image pull policy of every container.", enum=["Always", "IfNotPresent", "Never"],
                       default="IfNotPresent"),
-    "pullSecrets": Arr(Str(pattern=K8S_NAME, pattern_help=K8S_NAME_HELP), "Names of image pull Secrets.",
-                       default=[]),
-    "controller": Str("slurmctld image."),
-    "worker": Str("slurmd image (also the default of every NodeSet)."),
-    "login": Str("Login (sshd) image."),
-    "populateJail": Str("Image whose root filesystem fills the jail."),
-    "accounting": Str("slurmdbd image."),
-    "mariadb": Str("MariaDB image of the in-cluster accounting database.", default=DEFAULT_MARIADB_IMAGE),
-    "remediation": Str("Ansible runner image of the remediation CronJob."),
+    "pullSecrets": Arr(Str(pattern=K8S_NAME, pattern_help=K8S_NAME_HELP, max_length=MAX_DNS_NAME),
+                       "Names of image pull Secrets.", default=[]),
+    "controller": _image_ref("slurmctld image."),
+    "worker": _image_ref("slurmd image (also the default of every NodeSet)."),
+    "login": _image_ref("Login (sshd) image."),
+    "populateJail": _image_ref("Image whose root filesystem fills the jail."),
+    "accounting": _image_ref("slurmdbd image."),
+    "mariadb": _image_ref("MariaDB image of the in-cluster accounting database.", default=DEFAULT_MARIADB_IMAGE),
+    "remediation": _image_ref("Ansible runner image of the remediation CronJob."),
 })
 
 JAIL = Obj("The jail: one shared root filesystem that login and worker nodes present to users as /.", {
     "volume": Obj("Where the jail lives: an existing ReadWriteMany claim, or a new one of this size.", {
         "existingClaim": Str("Name of an existing PersistentVolumeClaim.", pattern=K8S_NAME,
-                             pattern_help=K8S_NAME_HELP),
-        "size": _quantity("Size of the PersistentVolumeClaim we create."),
-        "storageClassName": Str("StorageClass of the claim we create (must support ReadWriteMany)."),
+                             pattern_help=K8S_NAME_HELP, max_length=MAX_DNS_NAME),
+        "size": _quantity("Size of the PersistentVolumeClaim we create.", minimum="positive"),
+        "storageClassName": _storage_class("StorageClass of the claim we create (must support ReadWriteMany)."),
         "accessModes": Arr(Str(enum=["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany"]),
                            "Access modes of the claim we create.", default=["ReadWriteMany"], min_items=1),
     }, checks=[lambda v: None if bool(v.get("existingClaim")) != bool(v.get("size"))
@@ -139,32 +290,32 @@ JAIL = Obj("The jail: one shared root filesystem that login and worker nodes pre
         cel=[("has(self.existingClaim) != has(self.size)", "set exactly one of existingClaim or size")],
         required=()),
     "populate": Obj("How the jail is filled the first time.", {
-        "image": Str("Image whose root filesystem is copied into the jail (default: images.populateJail)."),
+        "image": _image_ref("Image whose root filesystem is copied into the jail (default: images.populateJail)."),
         "overwrite": Str("never: fill only a jail that was never populated; if_empty: fill an empty jail; "
                          "always: refill on every run.", enum=["never", "if_empty", "always"], default="never"),
-        "backoffLimit": Int("Retries of the populate Job.", minimum=0, default=3),
+        "backoffLimit": Int("Retries of the populate Job.", minimum=0, maximum=INT32_MAX, default=3),
     }),
 })
 
 CONTROLLER = Obj("slurmctld.", dict({
     "resources": _resources("Requests of the controller container (memory is also its limit)."),
     "spool": Obj("The controller's StateSaveLocation volume.", {
-        "size": _quantity("Size.", default="10Gi"),
-        "storageClassName": Str("StorageClass."),
+        "size": _quantity("Size.", default="10Gi", minimum="positive"),
+        "storageClassName": _storage_class("StorageClass."),
     }),
     "port": Int("SlurmctldPort.", minimum=1, maximum=65535, default=6817),
 }, **_scheduling_fields()))
 
 LOGIN = Obj("Login nodes: sshd in the jail.", dict({
-    "replicas": Int("Number of login pods.", minimum=0, default=2),
+    "replicas": Int("Number of login pods.", minimum=0, maximum=INT32_MAX, default=2),
     "service": Obj("The SSH Service.", {
         "type": Str("Service type.", enum=["LoadBalancer", "NodePort", "ClusterIP"], default="LoadBalancer"),
         "port": Int("SSH port of the Service.", minimum=1, maximum=65535, default=22),
         "nodePort": Int("Fixed node port (type NodePort or LoadBalancer).", minimum=30000, maximum=32767),
         "sourceRanges": Arr(Str(checks=[_cidr]), "CIDR ranges allowed to connect (LoadBalancer).", default=[]),
-        "annotations": Map(Str(), "Annotations of the Service (cloud load balancer settings).", default={}),
+        "annotations": _annotations("Annotations of the Service (cloud load balancer settings).", default={}),
     }),
-    "sshRootPublicKeys": Arr(Str(pattern=r"^(ssh|ecdsa|sk)-[A-Za-z0-9@.-]+ [A-Za-z0-9+/=]+( .*)?$",
+    "sshRootPublicKeys": Arr(Str(pattern=r"^(ssh|ecdsa|sk)-[A-Za-z0-9@.-]+ [A-Za-z0-9+/=]+( [ -~]*)?$",
                                  pattern_help="is not an OpenSSH public key line"),
                              "Public keys allowed to log in as root.", default=[]),
     "resources": _resources("Requests of the login container (memory is also its limit)."),
@@ -176,19 +327,22 @@ ACCOUNTING = Obj("slurmdbd and its database.", {
     "resources": _resources("Requests of the slurmdbd container."),
     "database": Obj("The MariaDB/MySQL database: in the cluster (default) or external.", {
         "inCluster": Obj("A MariaDB StatefulSet we run.", {
-            "storage": _quantity("Size of its volume.", default="20Gi"),
-            "storageClassName": Str("StorageClass of its volume."),
+            "storage": _quantity("Size of its volume.", default="20Gi", minimum="positive"),
+            "storageClassName": _storage_class("StorageClass of its volume."),
             "resources": _resources("Requests of the MariaDB container."),
         }, optional=True),
         "external": Obj("A database you run.", {
-            "host": Str("Host name or address."),
+            "host": Str("Host name or address.", pattern=HOST, pattern_help=HOST_HELP, max_length=MAX_DNS_NAME),
             "port": Int("Port.", minimum=1, maximum=65535, default=3306),
-            "user": Str("User."),
-            "database": Str("Database name.", default="slurm_acct_db", pattern=r"^[A-Za-z0-9_]+$",
+            "user": Str("User.", pattern=r"^[A-Za-z0-9_][-A-Za-z0-9_.]*$", max_length=80,
+                        pattern_help="may hold only letters, digits, '_', '-' and '.'"),
+            "database": Str("Database name.", default="slurm_acct_db", pattern=r"^[A-Za-z0-9_]+$", max_length=64,
                             pattern_help="may hold only letters, digits and '_'"),
             "passwordSecret": Obj("Secret holding the password.", {
-                "name": Str("Secret name.", pattern=K8S_NAME, pattern_help=K8S_NAME_HELP),
-                "key": Str("Key in the Secret.", default="password"),
+                "name": Str("Secret name.", pattern=K8S_NAME, pattern_help=K8S_NAME_HELP, max_length=MAX_DNS_NAME),
+                "key": Str("Key in the Secret.", default="password", pattern=r"^[-._A-Za-z0-9]+$",
+                           pattern_help="is not a Secret key (letters, digits, '-', '_' and '.')",
+                           max_length=MAX_DNS_NAME),
             }, required=("name",)),
         }, optional=True, required=("host", "user", "passwordSecret")),
     }, checks=[lambda v: "set at most one of inCluster or external"
@@ -196,19 +350,29 @@ ACCOUNTING = Obj("slurmdbd and its database.", {
         cel=[("!(has(self.inCluster) && has(self.external))", "set at most one of inCluster or external")]),
 })
 
+def _partition_name_problem(name):
+    # PartitionName=DEFAULT sets defaults of every partition instead of making one; the checks partition is ours.
+    if isinstance(name, str) and name.lower() in ("default", CHECKS_PARTITION):
+        return "%r is reserved (Slurm reads DEFAULT as defaults for every partition; %s is the active checks' " \
+               "partition)" % (name, CHECKS_PARTITION)
+    return None
+
+
 PARTITION = Obj("A Slurm partition.", {
-    "name": Str("PartitionName.", pattern=SLURM_WORD, pattern_help=SLURM_WORD_HELP),
+    "name": Str("PartitionName.", pattern=SLURM_WORD, pattern_help=SLURM_WORD_HELP, max_length=63,
+                checks=[_partition_name_problem]),
     "nodeSets": Arr(Str(pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP), "NodeSets whose nodes it holds.",
                     min_items=1),
     "default": Bool("The default partition.", default=False),
-    "config": Map(IntOrStr(), "Extra partition keys (MaxTime, OverSubscribe, Hidden, ...).", default={},
-                  checks=[_no_managed_keys(MANAGED_PARTITION_KEYS)]),
+    "config": _slurm_config("Extra partition keys (MaxTime, OverSubscribe, Hidden, ...).", default={},
+                            checks=[_no_managed_keys(MANAGED_PARTITION_KEYS)]),
 }, required=("name", "nodeSets"))
 
 HEALTH_CHECKS = Obj("Passive (HealthCheckProgram) and active (scheduled job) checks.", {
     "passive": Obj("Slurm's HealthCheckProgram on every worker.", {
         "enabled": Bool("Run it.", default=True),
-        "interval": Int("HealthCheckInterval in seconds (0 disables).", minimum=0, default=120),
+        "interval": Int("HealthCheckInterval in seconds (0 disables).", minimum=0, maximum=UINT16_MAX,
+                        default=120),
         "nodeStates": Arr(Str(enum=NODE_STATES), "HealthCheckNodeState.", default=["ANY"], min_items=1),
         "cycle": Bool("Spread the checks over the interval (CYCLE).", default=False),
         "gpu": Bool("Check GPUs are visible and their count matches GRES.", default=True),
@@ -218,7 +382,7 @@ HEALTH_CHECKS = Obj("Passive (HealthCheckProgram) and active (scheduled job) che
                                   default=5),
         "custom": Arr(Obj("A custom check: a command that fails (non-zero) when the node is bad.", {
             "name": Str("Its name, used in the drain reason.", pattern=SLURM_WORD, pattern_help=SLURM_WORD_HELP),
-            "command": Str("Shell command."),
+            "command": Str("Shell command.", pattern=NO_NUL, pattern_help="holds a NUL byte"),
             "timeoutSeconds": Int("Time limit.", minimum=1, maximum=60, default=5),
         }, required=("name", "command")), "Custom checks.", default=[], unique_key="name"),
     }),
@@ -226,11 +390,11 @@ HEALTH_CHECKS = Obj("Passive (HealthCheckProgram) and active (scheduled job) che
         "name": Str("Its name, used in the drain reason.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP,
                     max_length=40),
         "type": Str("What it runs.", enum=["gpuBurn", "ncclAllReduce", "storage", "sbatch"]),
-        "schedule": Str("Cron schedule.", pattern=CRON_PATTERN, pattern_help="is not a cron schedule"),
+        "schedule": _schedule("Cron schedule."),
         "nodeSets": Arr(Str(pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),
                         "NodeSets to check (default: all).", default=[]),
-        "script": Str("sbatch script (type sbatch)."),
-        "timeoutSeconds": Int("Time limit of the job.", minimum=1, default=600),
+        "script": Str("sbatch script (type sbatch).", pattern=NO_NUL, pattern_help="holds a NUL byte"),
+        "timeoutSeconds": Int("Time limit of the job.", minimum=1, maximum=INT32_MAX, default=600),
         "minBusBandwidthGBs": Num("ncclAllReduce: minimum bus bandwidth in GB/s.", minimum=0),
         "minWriteMBs": Num("storage: minimum write speed in MB/s.", minimum=0),
         "minReadMBs": Num("storage: minimum read speed in MB/s.", minimum=0),
@@ -243,20 +407,19 @@ HEALTH_CHECKS = Obj("Passive (HealthCheckProgram) and active (scheduled job) che
 
 REMEDIATION = Obj("The in-cluster remediation loop.", {
     "enabled": Bool("Render the remediation CronJob.", default=True),
-    "schedule": Str("Cron schedule of the remediation playbook.", pattern=CRON_PATTERN,
-                    pattern_help="is not a cron schedule", default="*/5 * * * *"),
+    "schedule": _schedule("Cron schedule of the remediation playbook.", default="*/5 * * * *"),
     "drainReasonPrefix": Str("Prefix of every drain reason we set; drains without it are left alone.",
                              pattern=r"^[A-Za-z0-9_.:/\[\]-]+$",
                              pattern_help="may hold only letters, digits and _.:/[]-", default="soperator:"),
     "replaceDrainedNodes": Bool("Delete the pod of a node we drained so Kubernetes recreates it.", default=True),
     "cordonKubernetesNode": Bool("Also cordon the Kubernetes node that pod ran on.", default=False),
-    "successfulJobsHistoryLimit": Int("CronJob history.", minimum=0, default=3),
-    "failedJobsHistoryLimit": Int("CronJob history.", minimum=0, default=3),
+    "successfulJobsHistoryLimit": Int("CronJob history.", minimum=0, maximum=INT32_MAX, default=3),
+    "failedJobsHistoryLimit": Int("CronJob history.", minimum=0, maximum=INT32_MAX, default=3),
 })
 
 CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets.", {
     "clusterDomain": Str("DNS domain of the Kubernetes cluster.", default="cluster.local", pattern=K8S_NAME,
-                         pattern_help=K8S_NAME_HELP),
+                         pattern_help=K8S_NAME_HELP, max_length=MAX_DNS_NAME),
     "images": IMAGES,
     "jail": JAIL,
     "controller": CONTROLLER,
@@ -264,18 +427,18 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
     "accounting": ACCOUNTING,
     "partitions": Arr(PARTITION, "Partitions. Empty: one default partition 'main' holding every NodeSet.",
                       default=[], unique_key="name"),
-    "slurmConfig": Map(IntOrStr(), "Extra slurm.conf keys, merged over our defaults.", default={},
-                       checks=[_no_managed_keys(MANAGED_SLURM_KEYS)]),
-    "cgroupConfig": Map(IntOrStr(), "Extra cgroup.conf keys, merged over our defaults.", default={}),
+    "slurmConfig": _slurm_config("Extra slurm.conf keys, merged over our defaults.", default={},
+                                 checks=[_no_managed_keys(MANAGED_SLURM_KEYS)]),
+    "cgroupConfig": _slurm_config("Extra cgroup.conf keys, merged over our defaults.", default={}),
     "mpi": Obj("MPI.", {
         "default": Str("MpiDefault.", enum=["none", "pmix", "pmi2"], default="none"),
-        "config": Map(IntOrStr(), "mpi.conf keys.", default={}),
+        "config": _slurm_config("mpi.conf keys.", default={}),
     }),
     "topology": Obj("topology.conf (topology/tree).", {
         "enabled": Bool("Use topology/tree. With no switches: one leaf switch per NodeSet under one root.",
                         default=False),
         "switches": Arr(Obj("A switch.", {
-            "name": Str("SwitchName.", pattern=SLURM_WORD, pattern_help=SLURM_WORD_HELP),
+            "name": Str("SwitchName.", pattern=SLURM_WORD, pattern_help=SLURM_WORD_HELP, max_length=63),
             "nodeSets": Arr(Str(pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP), "NodeSets attached to it.",
                             default=[]),
             "switches": Arr(Str(pattern=SLURM_WORD, pattern_help=SLURM_WORD_HELP), "Child switches.",
@@ -288,26 +451,29 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
 
 NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict({
     "clusterName": Str("The SlurmCluster this NodeSet belongs to.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),
-    "replicas": Int("Number of running workers.", minimum=0, default=1),
+    "replicas": Int("Number of running workers.", minimum=0, maximum=MAX_NODE_RANGE, default=1),
     "maxReplicas": Int("Nodes defined in slurm.conf (default: replicas). Scaling up to it needs no slurm.conf "
-                       "change; beyond it, slurmctld must restart.", minimum=0),
+                       "change; beyond it, slurmctld must restart. At most 65536: one Slurm hostlist range.",
+                       minimum=0, maximum=MAX_NODE_RANGE),
     "resources": _resources("Kubernetes resources of each worker (requests = limits). cpu and memory are required; "
                             "they also give Slurm's CPUs and RealMemory."),
     "slurmNode": Obj("Overrides of the Slurm node definition.", {
-        "cpus": Int("CPUs (default: resources.cpu).", minimum=1),
-        "realMemory": Int("RealMemory in MiB (default: resources.memory).", minimum=1),
-        "sockets": Int("Sockets.", minimum=1),
-        "coresPerSocket": Int("CoresPerSocket.", minimum=1),
-        "threadsPerCore": Int("ThreadsPerCore.", minimum=1),
-        "weight": Int("Weight (lower is scheduled first).", minimum=1, default=1),
+        "cpus": Int("CPUs (default: resources.cpu; Slurm holds it in 16 bits).", minimum=1, maximum=UINT16_MAX),
+        "realMemory": Int("RealMemory in MiB (default: resources.memory).", minimum=1, maximum=INT64_MAX),
+        "sockets": Int("Sockets.", minimum=1, maximum=UINT16_MAX),
+        "coresPerSocket": Int("CoresPerSocket.", minimum=1, maximum=UINT16_MAX),
+        "threadsPerCore": Int("ThreadsPerCore.", minimum=1, maximum=UINT16_MAX),
+        "weight": Int("Weight (lower is scheduled first; 32 bits, 4294967295 is Slurm's INFINITE).", minimum=1,
+                      maximum=UINT32_MAX - 1, default=1),
     }),
     "gres": Arr(Str(pattern=GRES_PATTERN, pattern_help="is not a GRES (name[:type]:count, like gpu:h100:8)"),
                 "Generic resources of each node.", default=[]),
     "features": Arr(Str(pattern=r"^[A-Za-z0-9_.]+$", pattern_help="may hold only letters, digits, '_' and '.'"),
                     "Slurm node features.", default=[]),
-    "maxUnavailable": Int("Workers Kubernetes may evict at once (PodDisruptionBudget).", minimum=1, default=1),
-    "image": Str("Worker image (default: the cluster's images.worker)."),
-    "sharedMemory": _quantity("Size of /dev/shm (NCCL needs a large one)."),
+    "maxUnavailable": Int("Workers Kubernetes may evict at once (PodDisruptionBudget).", minimum=1,
+                          maximum=INT32_MAX, default=1),
+    "image": _image_ref("Worker image (default: the cluster's images.worker)."),
+    "sharedMemory": _quantity("Size of /dev/shm (NCCL needs a large one).", minimum="positive"),
 }, **_scheduling_fields()), required=("clusterName", "resources"),
     checks=[lambda v: "maxReplicas (%s) must be >= replicas (%s)" % (v["maxReplicas"], v["replicas"])
             if isinstance(v.get("maxReplicas"), int) and isinstance(v.get("replicas"), int)
@@ -315,10 +481,10 @@ NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict
     cel=[("!has(self.maxReplicas) || self.maxReplicas >= self.replicas", "maxReplicas must be >= replicas")])
 
 METADATA = Obj("Object metadata.", {
-    "name": Str("Name.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),
-    "namespace": Str("Namespace.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP, default="default"),
-    "labels": Map(Str(), default={}),
-    "annotations": Map(Str(), default={}),
+    "name": Str("Name.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP, max_length=63),
+    "namespace": Str("Namespace.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP, default="default", max_length=63),
+    "labels": _labels("Labels.", default={}),
+    "annotations": _annotations("Annotations.", default={}),
     # Server-populated fields, allowed so a CR read back from the cluster validates as it is.
     "uid": Str(), "resourceVersion": Str(), "generation": Int(), "creationTimestamp": Str(),
     "managedFields": Arr(AnyObj()), "finalizers": Arr(Str()),
@@ -328,7 +494,8 @@ METADATA = Obj("Object metadata.", {
 MAX_CLUSTER_NAME = 30
 MAX_NODESET_NAME = 40
 # `all` means every node in a Slurm partition; `<cluster>-...` would collide with the cluster's own objects.
-RESERVED_NODESET_NAMES = ("all",)
+# `default` (NodeName=DEFAULT / NodeSet=DEFAULT) sets defaults instead of naming nodes.
+RESERVED_NODESET_NAMES = ("all", "default")
 
 
 def _document_schema(kind, spec_schema):
@@ -460,10 +627,60 @@ def _cross_checks(cluster, node_sets):
     for i, switch in enumerate(switches):
         unknown_refs(_get(switch, "nodeSets"), "spec.topology.switches[%d].nodeSets" % i, "NodeSet", seen)
         unknown_refs(_get(switch, "switches"), "spec.topology.switches[%d].switches" % i, "switch", switch_names)
+    issues.extend(_switch_cycles(label, switches))
+    if isinstance(name, str):
+        issues.extend(_object_name_checks(label, name, namespace, spec))
     if _get(spec, "login", "service", "nodePort") is not None \
             and _get(spec, "login", "service", "type") == "ClusterIP":
         issues.append(SpecIssue("%s spec.login.service.nodePort" % label,
                                 "needs service type NodePort or LoadBalancer, not ClusterIP"))
+    return issues
+
+
+def _switch_cycles(label, switches):
+    """A switch that is its own ancestor makes topology/tree loop; reported at the first switch of each cycle."""
+    children = dict((sw.get("name"), [c for c in sw.get("switches") or [] if isinstance(c, str)])
+                    for sw in switches if isinstance(sw, dict) and isinstance(sw.get("name"), str))
+    index = dict((sw.get("name"), i) for i, sw in enumerate(switches) if isinstance(sw, dict))
+    issues, done, reported = [], set(), set()
+
+    def visit(name, path):
+        if name in path:
+            cycle = path[path.index(name):] + [name]
+            if not reported.intersection(cycle):
+                reported.update(cycle)
+                first = min(cycle[:-1], key=lambda s: index[s])
+                issues.append(SpecIssue("%s spec.topology.switches[%d].switches" % (label, index[first]),
+                                        "switches form a cycle: %s" % " -> ".join(cycle)))
+            return
+        if name in done or name not in children:
+            return
+        for child in children[name]:
+            visit(child, path + [name])
+        done.add(name)
+
+    for name in sorted(children):
+        visit(name, [])
+    return issues
+
+
+def _object_name_checks(label, name, namespace, spec):
+    """Names of objects we create that Kubernetes would refuse: CronJob names over 52 characters, and pod DNS
+    names over 253 (slurm.conf names hosts by them)."""
+    issues = []
+    cluster = SimpleNamespace(name=name, namespace=namespace or "default",
+                              cluster_domain=_get(spec, "clusterDomain", default="cluster.local"))
+    for i, check in enumerate(_get(spec, "healthChecks", "active", default=[])):
+        check_name = _get(check, "name")
+        if isinstance(check_name, str) and len(n.active_check_name(cluster, check_name)) > MAX_CRONJOB_NAME:
+            issues.append(SpecIssue(
+                "%s spec.healthChecks.active[%d].name" % (label, i),
+                "the CronJob %r would be longer than Kubernetes allows (%d characters); shorten the check's or "
+                "the cluster's name" % (n.active_check_name(cluster, check_name), MAX_CRONJOB_NAME)))
+    host = "%s-accounting-db-0.%s-accounting-db.%s.svc.%s" % (name, name, cluster.namespace, cluster.cluster_domain)
+    if isinstance(cluster.cluster_domain, str) and len(host) > MAX_DNS_NAME:
+        issues.append(SpecIssue("%s spec.clusterDomain" % label,
+                                "pod DNS names like %r would be longer than %d characters" % (host, MAX_DNS_NAME)))
     return issues
 
 
@@ -480,8 +697,12 @@ def _nodeset_resource_checks(label, spec):
                                     % (key, "CPUs" if key == "cpu" else "RealMemory")))
     if "cpu" in resources and is_quantity(resources["cpu"]) and not slurm_node.get("cpus"):
         try:
-            if to_cpus(resources["cpu"]) < 1:
+            cpus = to_cpus(resources["cpu"])
+            if cpus < 1:
                 issues.append(SpecIssue(child_path(path, "cpu"), "must be at least 1 CPU"))
+            elif cpus > UINT16_MAX:
+                issues.append(SpecIssue(child_path(path, "cpu"), "%d CPUs: Slurm's CPUs holds at most %d (set "
+                                        "slurmNode.cpus to what Slurm should see)" % (cpus, UINT16_MAX)))
         except QuantityError as e:
             issues.append(SpecIssue(child_path(path, "cpu"), str(e)))
     if "memory" in resources and is_quantity(resources["memory"]) and not slurm_node.get("realMemory"):
@@ -489,7 +710,7 @@ def _nodeset_resource_checks(label, spec):
             issues.append(SpecIssue(child_path(path, "memory"), "must be at least 1Mi"))
     gres = [g for g in spec.get("gres") or [] if isinstance(g, str)]
     gpus = sum(int(g.rsplit(":", 1)[1]) for g in gres
-               if isinstance(g, str) and re.match(GRES_PATTERN, g) and g.split(":", 1)[0] == "gpu")
+               if isinstance(g, str) and compile_pattern(GRES_PATTERN).search(g) and g.split(":", 1)[0] == "gpu")
     requested = resources.get("nvidia.com/gpu")
     if requested is not None and is_quantity(requested):
         try:
@@ -500,9 +721,14 @@ def _nodeset_resource_checks(label, spec):
             if count != gpus:
                 issues.append(SpecIssue(child_path(path, "nvidia.com/gpu"),
                                         "%d GPUs requested but gres declares %d (they must match)" % (count, gpus)))
-    names = [g.split(":", 1)[0] for g in gres]
-    for name in set(n for n in names if names.count(n) > 1):
+    gres_names = [g.split(":", 1)[0] for g in gres]
+    for name in set(x for x in gres_names if gres_names.count(x) > 1):
         issues.append(SpecIssue("%s spec.gres" % label, "GRES %r is declared more than once" % name))
+    for i, g in enumerate(spec.get("gres") or []):
+        if isinstance(g, str) and compile_pattern(GRES_PATTERN).search(g) and g.split(":", 1)[0] == "gpu" \
+                and int(g.rsplit(":", 1)[1]) > MAX_NODE_RANGE:
+            # gres.conf names the device files as one hostlist: /dev/nvidia[0-N].
+            issues.append(SpecIssue("%s spec.gres[%d]" % (label, i), "at most %d GPUs per node" % MAX_NODE_RANGE))
     return issues
 
 
@@ -692,10 +918,76 @@ def documents_from(src=None, definition=None):
     return list(definition)
 
 
+# An integer literal longer than this is refused while loading: Python's int() refuses over 4300 digits, and no
+# field takes a number anywhere near it.
+MAX_YAML_INT_DIGITS = 100
+
+
+def _yaml_scalar(node, key):
+    """The scalar value under `key` of a YAML mapping node, or None."""
+    import yaml
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+                return value_node
+    return None
+
+
+def _yaml_label(node, index):
+    import yaml
+    kind, meta = _yaml_scalar(node, "kind"), _yaml_scalar(node, "metadata")
+    name = _yaml_scalar(meta, "name") if meta is not None else None
+    if isinstance(kind, yaml.ScalarNode) and isinstance(name, yaml.ScalarNode):
+        return "%s/%s" % (kind.value, name.value)
+    return "document[%d]" % index
+
+
+def _yaml_issues(node, label, path, issues, seen):
+    """What PyYAML would load silently or crash on: a key given twice (the last one silently wins), an alias that
+    contains itself (validation would recurse forever), an integer of thousands of digits (int() raises)."""
+    import yaml
+    where = ("%s %s" % (label, path)) if path else label
+    line = "line %d" % (node.start_mark.line + 1)
+    if id(node) in seen:
+        if seen[id(node)] is None:
+            issues.append(SpecIssue(where, "a YAML alias refers to a node that contains it (%s)" % line))
+        return
+    seen[id(node)] = None               # in progress: meeting it again below is a cycle
+    if isinstance(node, yaml.ScalarNode):
+        if node.tag == "tag:yaml.org,2002:int" and len(node.value) > MAX_YAML_INT_DIGITS:
+            issues.append(SpecIssue(where, "a number of %d digits is too large (%s)" % (len(node.value), line)))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _yaml_issues(item, label, child_path(path, i), issues, seen)
+    elif isinstance(node, yaml.MappingNode):
+        first = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is not None and key_node.tag != "tag:yaml.org,2002:merge":
+                if (key_node.tag, key) in first:
+                    issues.append(SpecIssue("%s %s" % (label, child_path(path, key)),
+                                            "duplicate key %r (line %d; first given at line %d): YAML would keep "
+                                            "only the last one" % (key, key_node.start_mark.line + 1,
+                                                                  first[(key_node.tag, key)])))
+                else:
+                    first[(key_node.tag, key)] = key_node.start_mark.line + 1
+            _yaml_issues(value_node, label, child_path(path, key) if isinstance(key, str) else path, issues, seen)
+    seen[id(node)] = True
+
+
 def load_documents(text):
-    """Parse a multi-document YAML spec (SlurmCluster + NodeSets); empty documents are skipped."""
+    """Parse a multi-document YAML spec (SlurmCluster + NodeSets); empty documents are skipped.
+
+    The text is composed first and checked (duplicate keys, self-containing aliases, huge integers) with the field
+    path of each problem, then constructed with PyYAML's safe constructor."""
     import yaml
     try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        nodes = [node for node in yaml.compose_all(text, Loader=yaml.SafeLoader) if node is not None]
+        issues = []
+        for index, node in enumerate(nodes):
+            _yaml_issues(node, _yaml_label(node, index), "", issues, {})
+        if issues:
+            raise SpecError(issues)
+        return [doc for doc in (yaml.SafeLoader("").construct_document(node) for node in nodes) if doc is not None]
     except yaml.YAMLError as e:
         raise SpecError([SpecIssue("", "the spec is not valid YAML: %s" % e)])

@@ -8,7 +8,7 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, load_documents
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BASE_FILES = {"slurm.conf", "cgroup.conf", "gres.conf", "plugstack.conf", "mpi.conf", "topology.conf", "health.json"}
@@ -419,11 +419,11 @@ def test_topology_with_no_node_at_all_turns_the_plugin_off():
 
 
 def test_topology_cycle_is_refused():
-    model = model_of(
-        cluster_doc(topology={"enabled": True, "switches": [{"name": "a", "switches": ["b"]},
-                                                            {"name": "b", "switches": ["a"], "nodeSets": ["cpu"]}]}))
-    with pytest.raises(ValueError, match="cycle"):
-        render_slurm_configs(model)
+    # A spec error with the field path, before anything is rendered (render_slurm keeps its own assertion).
+    with pytest.raises(SpecError, match=r"SlurmCluster/demo spec.topology.switches\[0\].switches: switches form a "
+                                        r"cycle: a -> b -> a"):
+        model_of(cluster_doc(topology={"enabled": True, "switches": [
+            {"name": "a", "switches": ["b"]}, {"name": "b", "switches": ["a"], "nodeSets": ["cpu"]}]}))
 
 
 # --- accounting ----------------------------------------------------------------------------------------------------
