@@ -38,7 +38,9 @@ import signal
 import socket
 import stat
 import subprocess
+import struct
 import sys
+import tempfile
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import active_check
@@ -73,12 +75,36 @@ PACKAGES = {
     "sshd": "openssh-server", "unshare": "util-linux", "mount": "mount",
 }
 _SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
-# Process names (/proc/PID/comm) our daemons and their helpers run as; the sweep in stop() looks only at these.
-_DAEMON_COMMS = ("munged", "slurmctld", "slurmd", "slurmstepd", "slurmdbd", "mariadbd", "slurmscriptd")
+
+# The marker that makes a directory a local cluster's state directory: written when LocalCluster creates it. Only a
+# directory with it (or an earlier version's directory that proves it is one, see LocalCluster.ownership) is stopped
+# or purged.
+MARKER = ".soperator-local-cluster.json"
+MARKER_KIND = "soperator.slurm/local-cluster"
+LOCK_FILE = ".lock"
+# What LocalCluster creates in a state directory; purge removes these (and the marker, the lock) and nothing else.
+STATE_ENTRIES = ("etc", "bin", "secrets", "run", "log", "ctld", "spool", "db", "login", "checks", "cluster.json")
+_TMP_ENTRY = re.compile(r"\A(cluster\.json|%s)\.tmp\.\d+\Z" % re.escape(MARKER))
+# Paths written into slurm.conf, plugstack.conf, slurmdbd.conf and the health-check shell wrapper: a character
+# outside this set could split a line or a word (space, newline, '#', '=', ',', ':'), be expanded by Slurm ('%') or
+# the shell ('$', quotes, backslash).
+_SAFE_PATH = re.compile(r"\A/[A-Za-z0-9_./+@-]*\Z")
+# Machine-wide port claims of local clusters (one file per user: a sticky lock directory lets nobody else replace it).
+PORT_REGISTRY_DIRS = ("/run/lock", "/var/lock")
 
 
 class LocalClusterError(RuntimeError):
     pass
+
+
+def check_path(what, path):
+    """Refuse a path that would not read back as one word from the files it is written to (see _SAFE_PATH)."""
+    if not isinstance(path, str) or not _SAFE_PATH.match(os.path.abspath(path)) or "\n" in path:
+        raise LocalClusterError(
+            "%s %r cannot be used: it is written into slurm.conf, plugstack.conf and a shell wrapper, so it may hold "
+            "only letters, digits and / . _ - + @ (no space, newline, '#', '=', ',', ':', '%%', '$', quotes or "
+            "backslash)" % (what, path))
+    return os.path.abspath(path)
 
 
 def default_state_dir(cluster_name):
@@ -239,6 +265,7 @@ def adapt_configs(configs, model, state_dir, base_port, user=None, db_password=N
     user = user or _current_user()
     if have_pmix is None:
         have_pmix = pmix_available()
+    check_path("state_dir", state_dir)
     lay = Layout(state_dir)
     ports = node_ports(model, base_port)
     out = dict(configs)
@@ -435,10 +462,9 @@ def _adapt_gres_conf(text):
 
 
 def _plugstack_word(path, what):
-    if not os.path.isabs(path) or re.search(r"\s", path):
-        raise LocalClusterError("%s must be an absolute path without whitespace (plugstack.conf), got %r"
-                                % (what, path))
-    return os.path.normpath(path)
+    if not os.path.isabs(path):
+        raise LocalClusterError("%s must be an absolute path (plugstack.conf), got %r" % (what, path))
+    return os.path.normpath(check_path(what, path))
 
 
 def _adapt_plugstack_conf(text, lay, jail_dir=None, spank_chroot=None):
@@ -626,9 +652,13 @@ def _tail(path, lines=25):
 
 
 def _port_free(port):
+    """Whether a daemon could listen on 127.0.0.1:port now. SO_REUSEADDR as Slurm, sshd and MariaDB set it: a port
+    left in TIME_WAIT by our own stopped daemon counts as free, one another socket is bound to does not."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind((LOOPBACK, port))
+        s.listen(1)
         return True
     except OSError:
         return False
@@ -646,14 +676,235 @@ def find_free_base_port(count, start=DEFAULT_BASE_PORT, stop=60000, step=None):
 
 
 def _atomic_write(path, data, mode=0o644):
+    """Write `path` by a rename: the temporary file is created new (O_EXCL, no link followed), a symlink at `path`
+    is replaced, never written through."""
     tmp = "%s.tmp.%d" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        os.write(fd, data if isinstance(data, bytes) else data.encode("utf-8"))
+        os.unlink(tmp)                 # a leftover of a killed run of this pid; unlink never follows a link
+    except OSError as e:
+        if e.errno != errno.ENOENT:
+            raise
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        data = data if isinstance(data, bytes) else data.encode("utf-8")
+        while data:
+            data = data[os.write(fd, data):]
+        os.fchmod(fd, mode)
     finally:
         os.close(fd)
-    os.chmod(tmp, mode)
     os.replace(tmp, path)
+
+
+def _read_own_file(path, limit=1 << 20):
+    """Bytes of a regular file owned by us, opened without following a link; None when it is not that."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > limit:
+            return None
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def read_marker(state_dir):
+    """The marker of a state directory LocalCluster created ({'kind', 'id', 'cluster', ...}), or None."""
+    data = _read_own_file(os.path.join(state_dir, MARKER))
+    try:
+        marker = json.loads(data.decode("utf-8")) if data is not None else None
+    except ValueError:
+        return None
+    if not isinstance(marker, dict) or marker.get("kind") != MARKER_KIND or not isinstance(marker.get("id"), str):
+        return None
+    return marker
+
+
+def _is_real_dir(path):
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _saved_base(layout):
+    data = _read_own_file(layout.cluster_file)
+    try:
+        base = json.loads(data.decode("utf-8")).get("base_port") if data is not None else None
+    except (ValueError, AttributeError):
+        return None
+    return base if isinstance(base, int) and not isinstance(base, bool) else None
+
+
+def _legacy_state_dir(layout):
+    """Whether a directory without a marker was made by an earlier version for this very path: only our entries,
+    our cluster.json, and an etc/slurm.conf that adapt_configs wrote for this state directory (its
+    StateSaveLocation is <state_dir>/ctld). Nothing less proves it is ours."""
+    try:
+        entries = set(os.listdir(layout.state_dir))
+    except OSError:
+        return False
+    if not entries or not entries <= set(STATE_ENTRIES) | {LOCK_FILE}:
+        return False
+    if _saved_base(layout) is None or not _is_real_dir(layout.etc):
+        return False
+    conf = _read_own_file(layout.slurm_conf)
+    return conf is not None and ("\nStateSaveLocation=%s\n" % layout.ctld_state).encode() in b"\n" + conf
+
+
+def _nested_markers(state_dir):
+    """Markers of other local clusters below `state_dir` (no link followed)."""
+    found = []
+    for root, dirs, files in os.walk(state_dir, followlinks=False):
+        if root != state_dir and MARKER in files:
+            found.append(root)
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+    return found
+
+
+def _marked_ancestor(state_dir):
+    """The nearest directory above `state_dir` that is another local cluster's state directory, or None."""
+    current = os.path.dirname(state_dir)
+    while True:
+        if read_marker(current) is not None:
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
+def _remove_entry(path):
+    """Remove a file, link or directory tree without following any link (rmtree works on directory fds)."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return
+        raise
+    if stat.S_ISDIR(st.st_mode):
+        if not shutil.rmtree.avoids_symlink_attacks:
+            raise LocalClusterError("this platform's shutil.rmtree can follow links: not deleting %s" % path)
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+# ------------------------------------------------------------------------------------------------- port claims
+
+def _registry_paths():
+    for directory in PORT_REGISTRY_DIRS + (tempfile.gettempdir(),):
+        if os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK):
+            base = os.path.join(directory, "soperator-slurm-ports.%d" % os.geteuid())
+            return base + ".lock", base + ".json"
+    raise LocalClusterError("no writable directory for the port claims of local clusters (tried %s)"
+                            % ", ".join(PORT_REGISTRY_DIRS + (tempfile.gettempdir(),)))
+
+
+def _flock(fd, timeout, what):
+    deadline = time.time() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError:
+            if time.time() > deadline:
+                raise LocalClusterError("another operation holds %s (waited %ss)" % (what, timeout))
+            time.sleep(0.1)
+
+
+class PortClaims:
+    """The blocks of loopback ports local clusters of this user have chosen, machine-wide, in one JSON file
+    guarded by a lock file (both in /run/lock, /var/lock or the temp directory). Choosing a block and recording it
+    happen under that lock, so two runs never choose the same block; a claim counts while the state directory it
+    names still carries the marker with the claim's id (a purged or foreign directory frees it)."""
+
+    def __init__(self, timeout=60.0):
+        self.lock_path, self.path = _registry_paths()
+        self.timeout = timeout
+
+    def read(self):
+        """{state_dir: {'id', 'base', 'count'}} of live claims (read only; no lock needed for a plan)."""
+        data = _read_own_file(self.path)
+        try:
+            claims = json.loads(data.decode("utf-8")).get("claims", {}) if data else {}
+        except (ValueError, AttributeError):
+            claims = {}
+        live = {}
+        for state_dir, claim in claims.items() if isinstance(claims, dict) else ():
+            if not isinstance(claim, dict) or not all(isinstance(claim.get(k), int) for k in ("base", "count")):
+                continue
+            marker = read_marker(state_dir)
+            if marker is not None and marker["id"] == claim.get("id"):
+                live[state_dir] = claim
+        return live
+
+    @contextlib.contextmanager
+    def locked(self):
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise LocalClusterError("%s is not a regular file of ours: not using it to claim ports"
+                                        % self.lock_path)
+            _flock(fd, self.timeout, self.lock_path)
+            yield self
+        finally:
+            os.close(fd)
+
+    def write(self, claims):
+        _atomic_write(self.path, json.dumps({"claims": claims}, indent=1, sort_keys=True) + "\n", 0o600)
+
+
+def block_problems(base, count, claims, state_dir, own_ports=()):
+    """Why the ports base .. base+count-1 cannot be the block of the cluster in `state_dir`: [str], [] if it can.
+    Every port is probed with a bind on 127.0.0.1, except `own_ports` (held by this cluster's running daemons)."""
+    problems = []
+    if base < 1024 or base + count > 65536:
+        return ["ports %d-%d are outside 1024-65535" % (base, base + count - 1)]
+    for other, claim in sorted(claims.items()):
+        if other != state_dir and base < claim["base"] + claim["count"] and claim["base"] < base + count:
+            problems.append("ports %d-%d are claimed by the local cluster in %s"
+                            % (claim["base"], claim["base"] + claim["count"] - 1, other))
+    held = [p for p in range(base, base + count) if p not in own_ports and not _port_free(p)]
+    if held:
+        problems.append("port%s %s %s in use by another process" % (
+            "s" if len(held) > 1 else "", ", ".join(str(p) for p in held[:5]) + (", ..." if len(held) > 5 else ""),
+            "are" if len(held) > 1 else "is"))
+    return problems
+
+
+def find_free_block(count, claims, state_dir, start=DEFAULT_BASE_PORT, stop=60000):
+    """The first block from `start` free of claims and listeners (call it under PortClaims.locked())."""
+    step = max(count, 50)
+    for base in range(start, stop - count, step):
+        if not block_problems(base, count, claims, state_dir):
+            return base
+    raise LocalClusterError("no %d free consecutive ports on %s between %d and %d" % (count, LOOPBACK, start, stop))
+
+
+# ------------------------------------------------------------------------------------------------ step daemons
+
+def _socket_peer(path):
+    """(pid, uid) of the process listening on the unix socket `path` (SO_PEERCRED), or None."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect(path)
+        pid, uid, _gid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          struct.calcsize("3i")))
+        return pid, uid
+    except OSError:
+        return None
+    finally:
+        s.close()
 
 
 def _digest(*texts):
@@ -702,6 +953,7 @@ class LocalCluster:
         self.login = bool(login)
         self.login_authorized_keys = tuple(login_authorized_keys or ())
         self._children = {}            # pid -> Popen of daemons this object started (reaped when they end)
+        self._notes = []               # what taking the state directory did (created, adopted), for changes
 
     # --- public ------------------------------------------------------------------------------------------------
 
@@ -723,12 +975,21 @@ class LocalCluster:
             self.model = model
         if self.model is None:
             raise LocalClusterError("ensure_started needs a ClusterModel")
+        self.check_paths()
         self._check_binaries(self.model)
-        with self._locked():
+        with self._locked(create=True):
             return self._ensure_started(self.model)
 
+    def check_paths(self):
+        """Refuse paths that would inject into the files they are written to; before anything is written."""
+        check_path("state_dir", self.layout.state_dir)
+        for what in ("jail_dir", "spank_chroot"):
+            if getattr(self, what) is not None:
+                check_path(what, getattr(self, what))
+
     def _ensure_started(self, model):
-        changes = []
+        changes = self._notes
+        self._notes = []
         self._prepare_dirs(changes)
         base_port = self._base_port(model, changes)
         self._check_path_lengths(model)
@@ -741,7 +1002,7 @@ class LocalCluster:
             changes.append("installed %s" % os.path.join(self.layout.bin, name))
 
         self._ensure_daemon("munged", self._munged_argv(), changes, digest=_digest(*self._munged_argv()),
-                            ready=self._munge_ready)
+                            ready=self._munge_ready, ports=())
         if model.accounting.enabled:
             self._ensure_accounting(base_port, configs, changes)
         else:
@@ -750,8 +1011,8 @@ class LocalCluster:
                     self._stop_daemon(name)
                     changes.append("stopped %s (accounting disabled)" % name)
         self._ensure_daemon("slurmctld", [find_binary("slurmctld"), "-D"], changes, digest=slurm_hash,
-                            ready=self._ctld_ready)
-        self._converge_nodes(model, slurm_hash, changes)
+                            ready=self._ctld_ready, ports=[base_port + CTLD_OFFSET])
+        self._converge_nodes(model, slurm_hash, base_port, changes)
         self._ensure_login(model, base_port, changes)
         return {"changed": bool(changes), "changes": changes}
 
@@ -774,17 +1035,91 @@ class LocalCluster:
     def stop(self, purge=False):
         """Stop every process of this cluster (cancelling its jobs first); verify by pid that none is left.
 
-        Keeps the state directory (configs, key, Slurm state, database) unless `purge`. Returns
-        {'changed': bool, 'stopped': [names]}.
+        Only processes this cluster recorded (pid + start time) and their children are signalled, and only in a
+        directory that is ours (ownership()); anything else fails before a signal. Keeps the state directory
+        (configs, key, Slurm state, database) unless `purge`: then what the local backend created there is deleted,
+        under the lock (purge_plan()). Returns {'changed': bool, 'stopped': [names]}.
         """
         stopped = []
-        if os.path.isdir(self.layout.state_dir):
-            with self._locked():
-                self._stop_all(stopped)
-        if purge and os.path.exists(self.layout.state_dir):
-            shutil.rmtree(self.layout.state_dir)
-            stopped.append("purged %s" % self.layout.state_dir)
+        kind = self.ownership()
+        if kind == "absent":
+            return {"changed": False, "stopped": stopped}
+        if purge:
+            self.purge_plan()                          # refuses before any signal
+        if kind == "empty":
+            if purge:
+                for name in os.listdir(self.layout.state_dir):      # at most our own .lock
+                    os.unlink(os.path.join(self.layout.state_dir, name))
+                os.rmdir(self.layout.state_dir)
+                stopped.append("purged %s" % self.layout.state_dir)
+            return {"changed": bool(stopped), "stopped": stopped}
+        with self._locked():
+            stopped += self._notes
+            self._notes = []
+            self._stop_all(stopped)
+            if purge:
+                self.purge_plan()                      # again, under the lock
+                stopped.append(self._purge())
         return {"changed": bool(stopped), "stopped": stopped}
+
+    def ownership(self):
+        """What `state_dir` is: 'absent', 'empty' (nothing but our lock file), 'marked' (it carries our marker) or
+        'legacy' (made by a version before the marker: only our entries, our cluster.json and an etc/slurm.conf that
+        adapt_configs wrote for this very path; it gets the marker on the next operation). Anything else - a folder
+        without the marker, a parent of clusters, a Slurm install prefix - raises LocalClusterError: it is not ours."""
+        path = self.layout.state_dir
+        try:
+            st = os.lstat(path)
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                return "absent"
+            raise LocalClusterError("state_dir %s: %s" % (path, e))
+        if stat.S_ISLNK(st.st_mode):
+            raise LocalClusterError("state_dir %s is a symbolic link: pass the directory it points to" % path)
+        if not stat.S_ISDIR(st.st_mode):
+            raise LocalClusterError("state_dir %s is not a directory" % path)
+        if read_marker(path) is not None:
+            return "marked"
+        if set(os.listdir(path)) <= {LOCK_FILE}:
+            return "empty"
+        if _legacy_state_dir(self.layout):
+            return "legacy"
+        raise LocalClusterError(
+            "%s is not the state directory of a local cluster: it has no %s (the marker the local backend writes "
+            "when it creates one) and is not a state directory of an earlier version (only the local backend's "
+            "folders, its cluster.json and an etc/slurm.conf written for this path); nothing was stopped or deleted"
+            % (path, MARKER))
+
+    def purge_plan(self):
+        """What purge would delete ([paths]); raises LocalClusterError (nothing deleted) where purge is refused: a
+        directory that is not ours, or one holding another local cluster's state directory."""
+        path = self.layout.state_dir
+        kind = self.ownership()
+        if kind == "absent":
+            return []
+        nested = _nested_markers(path)
+        if nested:
+            raise LocalClusterError("refusing to purge %s: it holds the state directory of other local clusters "
+                                    "(%s); nothing was deleted" % (path, ", ".join(nested)))
+        names = set(os.listdir(path))
+        ours = [n for n in sorted(names) if n in STATE_ENTRIES or n in (MARKER, LOCK_FILE) or _TMP_ENTRY.match(n)]
+        return [os.path.join(path, n) for n in ours]
+
+    def _purge(self):
+        """Delete what the local backend created (under the lock, processes stopped); the directory itself when
+        nothing else is left in it. A link is removed, never followed."""
+        path = self.layout.state_dir
+        for entry in self.purge_plan():
+            if os.path.basename(entry) not in (MARKER, LOCK_FILE):
+                _remove_entry(entry)
+        _remove_entry(os.path.join(path, MARKER))      # last but the lock: a half-done purge stays ours
+        os.unlink(os.path.join(path, LOCK_FILE))       # we still hold it (our fd): a waiter sees it gone
+        left = sorted(os.listdir(path))
+        if left:
+            return "purged %s (kept the directory: it also holds %s, which the local backend did not create)" % (
+                path, ", ".join(left))
+        os.rmdir(path)
+        return "purged %s" % path
 
     def _stop_all(self, stopped):
         if self._stop_login():                         # sessions first: they may submit jobs
@@ -801,31 +1136,56 @@ class LocalCluster:
         for name in sorted(self._records()):          # anything else we ever recorded
             if self._stop_daemon(name):
                 stopped.append(name)
-        leftovers = self._sweep_leftovers()
-        stopped += ["%s[%d] (leftover)" % (comm, pid) for pid, comm in leftovers]
-        alive = [n for n, r in self._records().items() if _pid_alive(r["pid"], r.get("start_time"))]
-        alive += ["%s[%d]" % (comm, pid) for pid, comm in self._find_our_processes()]
+        steps = self._step_daemons()                   # of jobs that could not be cancelled (no slurmctld)
+        self._stop_pids([(pid, start) for pid, start, _path in steps])
+        stopped += ["slurmstepd[%d] (leftover of %s)" % (pid, os.path.basename(path)) for pid, _s, path in steps]
+        alive = ["%s[%d]" % (comm, pid) for pid, comm in self.leftover_processes()]
         if alive:
             raise LocalClusterError("processes still running after stop: %s" % ", ".join(alive))
 
     @contextlib.contextmanager
-    def _locked(self):
-        """One operation at a time per state directory (two playbook runs must not start two slurmctlds)."""
-        os.makedirs(self.layout.state_dir, exist_ok=True)
-        fd = os.open(os.path.join(self.layout.state_dir, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    def _locked(self, create=False):
+        """One operation at a time per state directory (two playbook runs must not start two slurmctlds), and only
+        on a directory that is ours (ownership()). `create`: make the directory (with our marker) when there is
+        none. Yields the lock's fd, or None when there is no state directory (and not `create`)."""
+        lay = self.layout
+        kind = self.ownership()
+        if kind == "absent" and not create:
+            yield None
+            return
+        if kind in ("absent", "empty") and create:
+            other = _marked_ancestor(lay.state_dir)
+            if other is not None:
+                raise LocalClusterError("state_dir %s is inside the state directory of the local cluster in %s"
+                                        % (lay.state_dir, other))
+            if kind == "absent":
+                os.makedirs(lay.state_dir, 0o755)
+                self._notes.append("created state directory %s" % lay.state_dir)
+        lock = os.path.join(lay.state_dir, LOCK_FILE)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
-            deadline = time.time() + max(self.timeout, self.drain_timeout) * 2
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError:
-                    if time.time() > deadline:
-                        raise LocalClusterError("another operation holds %s/.lock" % self.layout.state_dir)
-                    time.sleep(0.2)
-            yield
+            _flock(fd, max(self.timeout, self.drain_timeout) * 2, lock)
+            try:
+                same = os.fstat(fd).st_ino == os.lstat(lock).st_ino
+            except OSError:
+                same = False
+            if not same:
+                raise LocalClusterError("%s was purged by another operation meanwhile" % lay.state_dir)
+            kind = self.ownership()                    # again, now that nobody else acts on it
+            if kind == "legacy" or (kind == "empty" and create):
+                self._write_marker(adopted=kind == "legacy")
+                if kind == "legacy":
+                    self._notes.append("marked %s as this cluster's state directory (made by an earlier version)"
+                                       % lay.state_dir)
+            yield fd
         finally:
             os.close(fd)
+
+    def _write_marker(self, adopted=False):
+        marker = {"kind": MARKER_KIND, "id": secrets.token_hex(16), "state_dir": self.layout.state_dir,
+                  "cluster": self.model.name if self.model is not None else None, "adopted": adopted,
+                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        _atomic_write(os.path.join(self.layout.state_dir, MARKER), json.dumps(marker, indent=1) + "\n", 0o644)
 
     def status(self):
         """{'state_dir', 'processes': {name: {pid, running}}, 'nodes': [sinfo --json nodes] or None, 'env'}."""
@@ -853,8 +1213,12 @@ class LocalCluster:
         return {"host": LOOPBACK, "port": base + LOGIN_OFFSET, "user": LOGIN_USER} if base else None
 
     def leftover_processes(self):
-        """(pid, name) of Slurm/munge/MariaDB processes still using the state directory (empty after stop())."""
-        return self._find_our_processes()
+        """(pid, name) of this cluster's processes still alive (empty after stop()): the daemons it recorded and the
+        slurmstepds listening on step sockets in its spool. Found by what we recorded and created, never by a
+        command line or an open file."""
+        found = [(r["pid"], n) for n, r in sorted(self._records().items()) if _pid_alive(r["pid"], r.get("start_time"))]
+        found += [(pid, "slurmstepd") for pid, _start, _path in self._step_daemons()]
+        return found
 
     def pid(self, name):
         rec = self._records().get(name)
@@ -873,7 +1237,7 @@ class LocalCluster:
                 raise LocalClusterError("no slurmd of node %s was started in %s" % (node, self.state_dir))
             old_pid = self.pid(name)
             self._stop_daemon(name)
-            self._start_daemon(name, rec["argv"], rec.get("digest"), ready=None)
+            self._start_daemon(name, rec["argv"], rec.get("digest"), ready=None, ports=rec.get("ports") or ())
             return {"node": node, "old_pid": old_pid, "new_pid": self.pid(name)}
 
     # --- Slurm clients -----------------------------------------------------------------------------------------
@@ -937,24 +1301,83 @@ class LocalCluster:
 
     def _prepare_dirs(self, changes):
         lay = self.layout
-        if not os.path.isdir(lay.state_dir):
-            changes.append("created state directory %s" % lay.state_dir)
         for path, mode in ((lay.state_dir, 0o755), (lay.etc, 0o755), (lay.secrets, 0o700), (lay.run, 0o755),
                            (lay.log, 0o755), (lay.ctld_state, 0o700), (lay.spool, 0o755)):
-            os.makedirs(path, exist_ok=True)
+            if os.path.lexists(path) and not _is_real_dir(path):
+                raise LocalClusterError("%s is not a directory (a link?): not writing through it" % path)
+            if not os.path.lexists(path):
+                os.mkdir(path, mode)
             os.chmod(path, mode)
 
-    def _base_port(self, model, changes):
-        saved = {}
-        if os.path.exists(self.layout.cluster_file):
-            with open(self.layout.cluster_file) as f:
-                saved = json.load(f)
-        base = self._requested_base_port or saved.get("base_port")
+    def _own_ports(self):
+        """Ports this cluster's running daemons listen on (from their records)."""
+        ports = set()
+        for rec in self._running_records().values():
+            ports.update(rec.get("ports") or ())
+        return ports
+
+    def _running_records(self):
+        return dict((n, r) for n, r in self._records().items() if _pid_alive(r["pid"], r.get("start_time")))
+
+    def plan_ports(self, model):
+        """(base port a run would use or None when it would choose one, [what it would do]); reads only. Raises
+        like a run would when the stored block is no longer usable while the cluster runs."""
+        saved = _saved_base(self.layout)
+        base = self._requested_base_port or saved
         if base is None:
-            base = find_free_base_port(ports_needed(model))
-        if saved.get("base_port") != base:
-            _atomic_write(self.layout.cluster_file, json.dumps({"base_port": base}, indent=1) + "\n")
-            changes.append("ports from %d" % base)
+            return None, []
+        claims = PortClaims(self.timeout).read()
+        problems = block_problems(base, ports_needed(model), claims, self.layout.state_dir,
+                                  self._own_ports() if base == saved else ())
+        if not problems:
+            return base, []
+        self._refuse_block(base, model, problems)
+        return None, ["would move the ports from %d to a free block: %s" % (base, "; ".join(problems))]
+
+    def _refuse_block(self, base, model, problems):
+        """A block with problems: an error for a requested base port, or while a daemon of this cluster runs (moving
+        would restart everything under clients that use the ports); a stopped cluster moves to a new block."""
+        block = "%d-%d" % (base, base + ports_needed(model) - 1)
+        if self._requested_base_port:
+            raise LocalClusterError("base_port %d cannot be used for %s (ports %s): %s"
+                                    % (base, self.layout.state_dir, block, "; ".join(problems)))
+        running = sorted(self._running_records())
+        if running:
+            raise LocalClusterError(
+                "the ports of the local cluster in %s (%s) are no longer all its own: %s. Its daemons %s still run "
+                "on them; stop it (state=absent / teardown.yml) and run it again: a stopped cluster moves to a free "
+                "block" % (self.layout.state_dir, block, "; ".join(problems), ", ".join(running)))
+
+    def _base_port(self, model, changes):
+        """The cluster's block of ports, chosen and recorded under the machine-wide PortClaims lock: kept while it is
+        still this cluster's alone (every port not held by our daemons binds, no other live claim overlaps); a
+        stopped cluster whose block is taken moves to a free one (configs and daemons follow, as on any port change);
+        a running one fails with the reason (_refuse_block)."""
+        saved = _saved_base(self.layout)
+        marker = read_marker(self.layout.state_dir)
+        count = ports_needed(model)
+        registry = PortClaims(self.timeout)
+        with registry.locked():
+            claims = registry.read()
+            base = self._requested_base_port or saved
+            if base is not None:
+                problems = block_problems(base, count, claims, self.layout.state_dir,
+                                          self._own_ports() if base == saved else ())
+                if problems:
+                    self._refuse_block(base, model, problems)
+                    new = find_free_block(count, claims, self.layout.state_dir)
+                    changes.append("moved the ports from %d to %d: %s" % (base, new, "; ".join(problems)))
+                    base = new
+            else:
+                base = find_free_block(count, claims, self.layout.state_dir)
+            claim = {"id": marker["id"], "base": base, "count": count}
+            if claims.get(self.layout.state_dir) != claim:
+                claims[self.layout.state_dir] = claim
+                registry.write(claims)
+            if saved != base:
+                _atomic_write(self.layout.cluster_file, json.dumps({"base_port": base}, indent=1) + "\n")
+                if saved is None:
+                    changes.append("ports from %d" % base)
         return base
 
     def _check_path_lengths(self, model):
@@ -1086,7 +1509,8 @@ class LocalCluster:
                 raise LocalClusterError("mariadb-install-db failed: %s" % proc.stdout[-2000:])
             changes.append("initialized the accounting database")
         self._ensure_daemon("mariadbd", self._mariadb_argv(base_port), changes,
-                            digest=_digest(*self._mariadb_argv(base_port)), ready=self._db_ready)
+                            digest=_digest(*self._mariadb_argv(base_port)), ready=self._db_ready,
+                            ports=[base_port + DB_OFFSET])
         with open(lay.db_password) as f:
             password = f.read().strip()
         marker = os.path.join(lay.db, ".soperator-user")
@@ -1113,7 +1537,8 @@ class LocalCluster:
             _atomic_write(marker, user_digest, 0o600)
             changes.append("created the accounting database user")
         self._ensure_daemon("slurmdbd", [find_binary("slurmdbd"), "-D"], changes,
-                            digest=_digest(configs[c.SLURMDBD_CONF]), ready=lambda: self._dbd_ready(base_port))
+                            digest=_digest(configs[c.SLURMDBD_CONF]), ready=lambda: self._dbd_ready(base_port),
+                            ports=[base_port + DBD_OFFSET])
         self._ensure_cluster_registered(changes)
 
     def _dbd_ready(self, base_port):
@@ -1167,7 +1592,8 @@ class LocalCluster:
             _jail_mount_point(jail, point)
         argv = self._login_argv(sshd, lay.sshd_config, jail, binds)
         self._ensure_daemon(LOGIN_DAEMON, argv, changes, digest=_digest(config, *argv),
-                            ready=lambda: self._login_ready(base_port + LOGIN_OFFSET))
+                            ready=lambda: self._login_ready(base_port + LOGIN_OFFSET),
+                            ports=[base_port + LOGIN_OFFSET])
 
     def plan_login(self, model):
         """What ensure_started() would do about the login sshd, as 'would ...' actions. Reads only."""
@@ -1270,34 +1696,48 @@ class LocalCluster:
             return False
 
     def _stop_login(self):
-        """Stop the login sshd and its sessions (sshd leaves running sessions alone). True if it ran."""
-        pid = self.pid(LOGIN_DAEMON)
-        sessions = _descendants(pid) if pid else []
-        stopped = self._stop_daemon(LOGIN_DAEMON)
-        for child in sessions:
-            self._signal(child, signal.SIGTERM)
-        deadline = time.time() + 10
-        for child in sessions:
-            while _pid_alive(child) and time.time() < deadline:
-                time.sleep(0.05)
-            if _pid_alive(child):
-                self._signal(child, signal.SIGKILL)
-        return stopped
+        """Stop the login sshd and its sessions (sshd leaves running sessions alone; _stop_daemon stops the
+        children it had). True if it ran."""
+        return self._stop_daemon(LOGIN_DAEMON)
 
     # --- nodes -------------------------------------------------------------------------------------------------
 
-    def _converge_nodes(self, model, slurm_hash, changes):
+    def _ctld_instance(self):
+        """[pid, start time] of the running slurmctld, or None."""
+        rec = self._records().get("slurmctld")
+        if rec and _pid_alive(rec["pid"], rec.get("start_time")):
+            return [rec["pid"], rec.get("start_time")]
+        return None
+
+    def slurmds_behind(self):
+        """Running slurmds started before the running slurmctld (or while none ran). A slurmd registers once, when it
+        starts: a slurmctld started after it - e.g. after one that refused its configuration - keeps its node FUTURE
+        until the slurmd starts again. ensure_started() restarts these; their jobs' slurmstepds keep running."""
+        ctld = self._ctld_instance()
+        return sorted((n for n, r in self._running_records().items()
+                       if n.startswith("slurmd-") and (ctld is None or r.get("ctld") != ctld)), key=_natural)
+
+    def _converge_nodes(self, model, slurm_hash, base_port, changes):
         lay = self.layout
         desired = [ns.node_name(i) for ns in model.node_sets for i in range(ns.replicas)]
         all_nodes = set(ns.node_name(i) for ns in model.node_sets for i in range(ns.max_replicas))
         records = self._records()
         running = set(n[len("slurmd-"):] for n, r in records.items()
                       if n.startswith("slurmd-") and _pid_alive(r["pid"], r.get("start_time")))
-        # 1. workers to have: start missing slurmds, restart those on an old configuration.
+        ports = node_ports(model, base_port)
+        behind = set(self.slurmds_behind())
+        # 1. workers to have: start missing slurmds, restart those on an old configuration or registered with an
+        #    earlier slurmctld.
         for node in desired:
-            os.makedirs(lay.node_spool(node), exist_ok=True)
-            self._ensure_daemon("slurmd-%s" % node, [find_binary("slurmd"), "-D", "-N", node], changes,
-                                digest=slurm_hash, ready=None)
+            spool = lay.node_spool(node)
+            if os.path.lexists(spool) and not _is_real_dir(spool):
+                raise LocalClusterError("%s is not a directory (a link?): not using it as a spool" % spool)
+            if not os.path.lexists(spool):
+                os.mkdir(spool, 0o755)
+            name = "slurmd-%s" % node
+            self._ensure_daemon(name, [find_binary("slurmd"), "-D", "-N", node], changes, digest=slurm_hash,
+                                ready=None, ports=[ports[node]],
+                                stale="slurmctld restarted: the node registers again" if name in behind else None)
         # 2. nodes to remove: running slurmds not wanted, and nodes slurmctld still lists (recovered state).
         visible = dict((n["name"], n) for n in self.sinfo_nodes())
         remove = sorted((running | set(visible)) - set(desired), key=_natural)
@@ -1400,24 +1840,31 @@ class LocalCluster:
     def _running(self, name):
         return self.pid(name) is not None
 
-    def _ensure_daemon(self, name, argv, changes, digest, ready):
-        """Start `name` unless it runs with the same digest (configuration); restart it when the digest changed.
-
-        Returns True when it was (re)started.
+    def _ensure_daemon(self, name, argv, changes, digest, ready, ports, stale=None):
+        """Start `name` unless it runs with the same digest (configuration); restart it when the digest changed or
+        `stale` (the reason) says it must. Returns True when it was (re)started.
         """
         rec = self._records().get(name)
         if rec and _pid_alive(rec["pid"], rec.get("start_time")):
-            if rec.get("digest") == digest:
+            if rec.get("digest") == digest and not stale:
                 return False
             self._stop_daemon(name)
-            changes.append("restarted %s (configuration changed)" % name)
+            changes.append("restarted %s (%s)" % (name, "configuration changed" if rec.get("digest") != digest
+                                                  else stale))
         else:
             changes.append("started %s" % name)
-        self._start_daemon(name, argv, digest, ready)
+        self._start_daemon(name, argv, digest, ready, ports)
         return True
 
-    def _start_daemon(self, name, argv, digest, ready):
+    def _start_daemon(self, name, argv, digest, ready, ports=()):
         lay = self.layout
+        held = [p for p in ports if not _port_free(p)]
+        if held:
+            raise LocalClusterError("cannot start %s of %s: port %s on %s is in use by another process (not a daemon "
+                                    "of this cluster)" % (name, lay.state_dir, ", ".join(map(str, held)), LOOPBACK))
+        extra = {"ports": list(ports)}
+        if name.startswith("slurmd-"):
+            extra["ctld"] = self._ctld_instance()       # the slurmctld it registers with (slurmds_behind)
         env = dict(os.environ)
         env.update(self.env())
         out_path = os.path.join(lay.log, "%s.out" % name)
@@ -1431,8 +1878,9 @@ class LocalCluster:
             if start_time is not None or proc.poll() is not None:
                 break
             time.sleep(0.01)
-        _atomic_write(lay.record(name), json.dumps({"pid": proc.pid, "start_time": start_time, "argv": argv,
-                                                    "digest": digest}) + "\n")
+        record = {"pid": proc.pid, "start_time": start_time, "argv": argv, "digest": digest}
+        record.update(extra)
+        _atomic_write(lay.record(name), json.dumps(record) + "\n")
         if ready is None:
             time.sleep(0.05)
             if proc.poll() is not None:
@@ -1465,13 +1913,22 @@ class LocalCluster:
         if rec is None:
             return False
         pid, start = rec["pid"], rec.get("start_time")
-        was_alive = _pid_alive(pid, start)
+        if start is None:
+            # no start time was recorded: nothing proves the pid is still ours, so it is never signalled
+            was_alive = False
+        else:
+            was_alive = _pid_alive(pid, start)
         if was_alive:
+            # Its children (slurmscriptd, login sessions, helpers) are ours too: taken with their start times while
+            # it is verified alive; those that outlive it are stopped after it.
+            family = [(child, _proc_start_time(child)) for child in _descendants(pid)]
+            family = [(child, t) for child, t in family if t is not None and _pid_alive(pid, start)]
             self._signal(pid, sig)
             if not self._wait_gone(pid, start, self.timeout):
                 self._signal(pid, signal.SIGKILL)
                 if not self._wait_gone(pid, start, 10):
                     raise LocalClusterError("%s (pid %d) does not exit even on SIGKILL" % (name, pid))
+            self._stop_pids(family)
         try:
             os.remove(path)
         except OSError as e:
@@ -1515,63 +1972,49 @@ class LocalCluster:
         except LocalClusterError:
             return
 
-    def _find_our_processes(self):
-        """(pid, comm) of Slurm/munge/MariaDB processes that use this state directory (cwd, open files, argv)."""
-        root = self.layout.state_dir + os.sep
-        me = os.getpid()
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == me:
-                continue
-            pid = int(entry)
-            try:
-                with open("/proc/%d/comm" % pid) as f:
-                    comm = f.read().strip()
-            except (IOError, OSError):
-                continue
-            if comm not in _DAEMON_COMMS and not comm.startswith("slurmstepd"):
-                continue
-            if _proc_start_time(pid) is None:
-                continue
-            if self._uses_dir(pid, root):
-                found.append((pid, comm))
-        return found
+    def _stop_pids(self, procs):
+        """SIGTERM, then SIGKILL after 10s, the (pid, start time) still alive with that start time."""
+        procs = [(pid, t) for pid, t in procs if t is not None and _pid_alive(pid, t)]
+        for pid, t in procs:
+            if _pid_alive(pid, t):
+                self._signal(pid, signal.SIGTERM)
+        for pid, t in procs:
+            if not self._wait_gone(pid, t, 10) and _pid_alive(pid, t):
+                self._signal(pid, signal.SIGKILL)
+                self._wait_gone(pid, t, 10)
 
-    @staticmethod
-    def _uses_dir(pid, root):
+    def _step_daemons(self):
+        """(pid, start time, socket) of the slurmstepds of this cluster's jobs: the processes of our user listening
+        on the step sockets (<node>_<job>.<step>) in this cluster's spool directories (SO_PEERCRED)."""
+        found = []
+        spool = self.layout.spool
         try:
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                if root.encode() in f.read():
-                    return True
-        except (IOError, OSError):
-            pass
-        paths = []
-        try:
-            paths.append(os.readlink("/proc/%d/cwd" % pid))
+            nodes = sorted(os.listdir(spool))
         except OSError:
-            pass
-        try:
-            for fd in os.listdir("/proc/%d/fd" % pid):
+            return found
+        for node in nodes:
+            directory = os.path.join(spool, node)
+            if not _is_real_dir(directory):
+                continue
+            try:
+                names = sorted(os.listdir(directory))
+            except OSError:
+                continue
+            for name in names:
+                path = os.path.join(directory, name)
                 try:
-                    paths.append(os.readlink("/proc/%d/fd/%s" % (pid, fd)))
+                    st = os.lstat(path)
                 except OSError:
                     continue
-        except OSError:
-            pass
-        return any((p + os.sep).startswith(root) for p in paths)
-
-    def _sweep_leftovers(self):
-        """Kill what stopping the recorded daemons left: slurmstepds of cancelled jobs, slurmscriptd, ..."""
-        found = self._find_our_processes()
-        for pid, _comm in found:
-            self._signal(pid, signal.SIGTERM)
-        deadline = time.time() + 10
-        for pid, _comm in found:
-            while _pid_alive(pid) and time.time() < deadline:
-                time.sleep(0.05)
-            if _pid_alive(pid):
-                self._signal(pid, signal.SIGKILL)
-                self._wait_gone(pid, None, 10)
+                if not stat.S_ISSOCK(st.st_mode) or not name.startswith(node + "_"):
+                    continue
+                peer = _socket_peer(path)
+                if peer is None or peer[1] != os.geteuid():
+                    continue
+                start = _proc_start_time(peer[0])
+                comm = _read_text("/proc/%d/comm" % peer[0]) or ""
+                if start is not None and comm.startswith("slurmstepd"):
+                    found.append((peer[0], start, path))
         return found
 
 

@@ -110,11 +110,27 @@ options:
         pid records, accounting database). Slurm's unix sockets live under it, so keep it short (the error says how
         short when it is too long).
       - Defaults to C($XDG_STATE_HOME/soperator/<cluster name>), that is C(~/.local/state/soperator/<cluster name>).
+      - The path may hold only letters, digits and C(/ . _ - + @) (it is written into slurm.conf, plugstack.conf and
+        a shell wrapper); anything else is refused before any write.
+      - A state directory carries the marker C(.soperator-local-cluster.json), written when the module creates it.
+        O(state=present) takes only a new or empty directory, or one with that marker; O(state=absent) acts only on
+        one with that marker. A directory made by a version before the marker is taken (and marked) only when it
+        proves it is one - nothing but the local backend's folders, its C(cluster.json) and an C(etc/slurm.conf)
+        whose C(StateSaveLocation) is C(<state_dir>/ctld) -; any other directory (a parent folder of clusters, a
+        Slurm install prefix) fails the task before a process is signalled or a file written or deleted.
+      - Only processes the cluster started and recorded (pid and start time), their children, and the slurmstepds
+        listening on step sockets in its spool are ever signalled.
+      - Each cluster's loopback ports are chosen and claimed under a machine-wide lock (a claims file in
+        C(/run/lock), C(/var/lock) or the temp directory), so clusters started at the same time get distinct blocks.
+        When a port of the stored block is taken by another process or claimed by another cluster, a stopped cluster
+        moves to a free block (its configs follow) and a running one fails, naming the port.
     type: path
   purge:
     description:
-      - With O(state=absent), also delete O(state_dir) once every process is stopped. Destructive, opt-in; the module
-        refuses to delete a directory that does not look like a local cluster's state directory.
+      - With O(state=absent), also delete what the local backend created in O(state_dir) (its folders, files, marker
+        and lock; the directory itself when nothing else is left in it), under the cluster's lock once every process
+        is stopped. Destructive, opt-in. Refused, with nothing deleted, for a directory without the marker (see
+        O(state_dir)) or one that holds another local cluster's state directory.
     type: bool
     default: false
   wait_timeout:
@@ -401,7 +417,6 @@ errors:
   sample: [{path: "NodeSet/gpu spec.replicas", message: "must be >= 0, got -1"}]
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -482,21 +497,10 @@ def _read(path):
         return None
 
 
-def _saved_base_port(layout):
-    text = _read(layout.cluster_file)
-    if text is None:
-        return None
-    try:
-        return json.loads(text).get("base_port")
-    except ValueError:
-        return None
-
-
 def _plan_configs(cluster, model):
     """(actions, slurm_changed, dbd_changed): which config files under state_dir/etc a run would write."""
     lay = cluster.layout
-    actions = []
-    base_port = _saved_base_port(lay)
+    base_port, actions = cluster.plan_ports(model)
     if base_port is None:
         actions.append("would choose %d free loopback ports and write the Slurm configs to %s"
                        % (lb.ports_needed(model), lay.etc))
@@ -531,7 +535,12 @@ def _plan_configs(cluster, model):
 def _plan_present(cluster, model, status):
     """What ensure_started() would do, from LocalCluster.status() and the files under state_dir; changes nothing."""
     lay = cluster.layout
-    if not os.path.isdir(lay.state_dir):
+    kind = cluster.ownership()           # a directory that is not ours fails here, as the run would
+    if kind == "legacy":
+        pre = ["would mark %s as this cluster's state directory (made by an earlier version)" % lay.state_dir]
+    else:
+        pre = []
+    if kind == "absent":
         actions = ["would create state directory %s" % lay.state_dir, "would generate munge key"]
         if model.accounting.enabled:
             actions += ["would initialize the accounting database"]
@@ -539,16 +548,22 @@ def _plan_present(cluster, model, status):
         actions += ["would start %s" % d for d in _daemon_order(_desired_daemons(model))]
         return actions + cluster.plan_login(model)
     actions, slurm_changed, dbd_changed = _plan_configs(cluster, model)
+    actions = pre + actions
     if not os.path.exists(lay.munge_key):
         actions.append("would generate munge key")
     running = set(_running(status))
     changed_by = {"slurmctld": slurm_changed, "slurmdbd": dbd_changed}
     desired = _desired_daemons(model)
+    # a slurmd registers once: one started before the slurmctld that will run restarts (LocalCluster.slurmds_behind)
+    new_ctld = "slurmctld" not in running or slurm_changed
+    behind = set(cluster.slurmds_behind())
     for name in _daemon_order(desired):
         if name not in running:
             actions.append("would start %s" % name)
         elif changed_by.get(name, slurm_changed if name.startswith("slurmd-") else False):
             actions.append("would restart %s (configuration changed)" % name)
+        elif name.startswith("slurmd-") and (new_ctld or name in behind):
+            actions.append("would restart %s (slurmctld restarted: the node registers again)" % name)
     if not model.accounting.enabled:
         actions += ["would stop %s (accounting disabled)" % n for n in ("slurmdbd", "mariadbd") if n in running]
     listed = set(n["name"] for n in (status["nodes"] or []))
@@ -574,24 +589,6 @@ def _stop_order(names):
     return login + slurmds + fixed + sorted(n for n in names if n not in slurmds + fixed + login)
 
 
-def _ppid(pid):
-    text = _read("/proc/%d/stat" % pid)
-    if not text:
-        return None
-    try:
-        return int(text[text.rindex(")") + 2:].split()[1])
-    except (ValueError, IndexError):
-        return None
-
-
-def _looks_like_state_dir(layout):
-    if not os.path.isdir(layout.state_dir):
-        return True
-    entries = set(os.listdir(layout.state_dir))
-    return not entries or os.path.exists(layout.cluster_file) or os.path.exists(layout.slurm_conf) or \
-        entries <= {".lock", "etc", "secrets", "run", "log", "ctld", "spool", "db", "login"}
-
-
 def _local(module):
     params = module.params
     state = params["state"]
@@ -610,6 +607,8 @@ def _local(module):
     if model is not None:
         result["cluster"] = _summary(model)
     try:
+        if state == "present":
+            cluster.check_paths()            # before any write, in check mode too
         before = cluster.status()
         if state == "present":
             _present(module, cluster, model, before, result)
@@ -646,19 +645,27 @@ def _present(module, cluster, model, before, result):
 def _absent(module, cluster, before, result):
     purge = module.params["purge"]
     lay = cluster.layout
-    if purge and not _looks_like_state_dir(lay):
-        module.fail_json(msg="refusing to purge %s: it does not look like a local cluster's state directory "
-                         "(no cluster.json or etc/slurm.conf)" % lay.state_dir, **result)
+    try:
+        # Only a directory that is ours is stopped or purged; anything else fails here, before a signal or a delete.
+        kind = cluster.ownership()
+        doomed = cluster.purge_plan() if purge else []
+    except lb.LocalClusterError as e:
+        module.fail_json(msg="refusing to %s %s: %s" % ("purge" if purge else "stop", lay.state_dir, e), **result)
     running = _running(before)
     if module.check_mode:
         actions = ["would stop %s" % n for n in _stop_order(running)]
-        if os.path.isdir(lay.state_dir):
+        if kind == "legacy":
+            actions.insert(0, "would mark %s as this cluster's state directory (made by an earlier version)"
+                           % lay.state_dir)
+        if kind != "absent":
             ours = set(before["processes"][n]["pid"] for n in running)
-            # a leftover whose parent is one of our daemons (slurmscriptd, slurmstepd) ends with it
             actions += ["would stop %s[%d] (leftover)" % (comm, pid) for pid, comm in cluster.leftover_processes()
-                        if pid not in ours and _ppid(pid) not in ours]
-        if purge and os.path.exists(lay.state_dir):
-            actions.append("would delete %s" % lay.state_dir)
+                        if pid not in ours]
+        if purge and kind != "absent":
+            kept = sorted(set(os.listdir(lay.state_dir)) - set(os.path.basename(p) for p in doomed))
+            actions.append("would delete %s" % lay.state_dir if not kept else
+                           "would delete %s in %s (kept: %s)" % (", ".join(os.path.basename(p) for p in doomed),
+                                                                 lay.state_dir, ", ".join(kept)))
     else:
         done = cluster.stop(purge=purge)
         actions = [s if s.startswith("purged ") else "stopped %s" % s for s in done["stopped"]]
