@@ -26,7 +26,7 @@ import re
 # A key of a Slurm config file as we write it: a plain word (Slurm's own regex also allows '.', which no key has).
 CONFIG_KEY_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 # The same rule as value_problem, for the CRD's openapi pattern: printable ASCII but `"`, `#` and `\`.
-SLURM_VALUE_PATTERN = r"^[ !$-\[\]-~]+$"
+SLURM_VALUE_PATTERN = r"^[ !\x24-\[\]-~]+$"  # \x24: "$"
 
 _CONFIG_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _SSHD_KEYWORD = re.compile(r"[A-Za-z][A-Za-z0-9]*\Z")

@@ -516,9 +516,14 @@ def _doc_label(doc, index):
     kind = doc.get("kind") if isinstance(doc, dict) else None
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None
-    if isinstance(kind, str) and isinstance(name, str):
+    if _printable_word(kind) and _printable_word(name):
         return "%s/%s" % (kind, name)
     return "document[%d]" % index
+
+
+def _printable_word(text):
+    """A kind or name fit for an error message's label (one that holds a newline would split the message)."""
+    return isinstance(text, str) and text != "" and all(" " < ch <= "~" for ch in text)
 
 
 def _prefixed(label, issues):
@@ -937,7 +942,8 @@ def _yaml_label(node, index):
     import yaml
     kind, meta = _yaml_scalar(node, "kind"), _yaml_scalar(node, "metadata")
     name = _yaml_scalar(meta, "name") if meta is not None else None
-    if isinstance(kind, yaml.ScalarNode) and isinstance(name, yaml.ScalarNode):
+    if isinstance(kind, yaml.ScalarNode) and isinstance(name, yaml.ScalarNode) and _printable_word(kind.value) \
+            and _printable_word(name.value):
         return "%s/%s" % (kind.value, name.value)
     return "document[%d]" % index
 
