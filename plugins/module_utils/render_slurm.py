@@ -335,7 +335,8 @@ def _render_gres_conf(model):
 
 def _render_plugstack_conf(model):
     lines = _header(model, "plugstack.conf")
-    lines += ["", comment("Runs every job step chrooted into the jail, the root filesystem shared by login and workers."),
+    lines += ["", comment("Runs every job step chrooted into the jail, the root filesystem shared by login and "
+                          "workers."),
               plugstack_line("required", c.SPANK_CHROOT_PLUGIN, ["jail=%s" % c.JAIL_MOUNT])]
     return _text(lines)
 

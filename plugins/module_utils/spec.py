@@ -13,7 +13,6 @@ __metaclass__ = type
 
 import copy
 import ipaddress
-import re
 from types import SimpleNamespace
 
 from ansible_collections.soperator.slurm.plugins.module_utils import model as m
@@ -349,6 +348,7 @@ ACCOUNTING = Obj("slurmdbd and its database.", {
                if v.get("inCluster") is not None and v.get("external") is not None else None],
         cel=[("!(has(self.inCluster) && has(self.external))", "set at most one of inCluster or external")]),
 })
+
 
 def _partition_name_problem(name):
     # PartitionName=DEFAULT sets defaults of every partition instead of making one; the checks partition is ours.
@@ -971,10 +971,10 @@ def _yaml_issues(node, label, path, issues, seen):
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
             if key is not None and key_node.tag != "tag:yaml.org,2002:merge":
                 if (key_node.tag, key) in first:
+                    lines = (key_node.start_mark.line + 1, first[(key_node.tag, key)])
                     issues.append(SpecIssue("%s %s" % (label, child_path(path, key)),
                                             "duplicate key %r (line %d; first given at line %d): YAML would keep "
-                                            "only the last one" % (key, key_node.start_mark.line + 1,
-                                                                  first[(key_node.tag, key)])))
+                                            "only the last one" % ((key,) + lines)))
                 else:
                     first[(key_node.tag, key)] = key_node.start_mark.line + 1
             _yaml_issues(value_node, label, child_path(path, key) if isinstance(key, str) else path, issues, seen)
