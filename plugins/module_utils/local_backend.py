@@ -636,8 +636,15 @@ def _proc_start_time(pid):
 
 
 def _pid_alive(pid, start_time=None):
+    """Whether a live process has this pid (and, given one, this start time)."""
     now = _proc_start_time(pid)
     return now is not None and (start_time is None or now == start_time)
+
+
+def _record_alive(rec):
+    """Whether the process of a record still runs: the pid with the recorded start time. A record without a start
+    time proves nothing (the pid may be another process by now): not alive, never signalled."""
+    return rec.get("start_time") is not None and _pid_alive(rec["pid"], rec["start_time"])
 
 
 def _tail(path, lines=25):
@@ -667,10 +674,12 @@ def _port_free(port):
 
 
 def find_free_base_port(count, start=DEFAULT_BASE_PORT, stop=60000, step=None):
-    """First base port from `start` whose `count` consecutive loopback ports are all free."""
+    """First base port from `start` whose `count` consecutive loopback ports are all free and claimed by no local
+    cluster (a hint for a caller's base_port; LocalCluster claims its block itself, see PortClaims)."""
     step = step or max(count, 50)
+    claims = PortClaims().read()
     for base in range(start, stop - count, step):
-        if all(_port_free(p) for p in range(base, base + count)):
+        if not block_problems(base, count, claims, None):
             return base
     raise LocalClusterError("no %d free consecutive ports on %s between %d and %d" % (count, LOOPBACK, start, stop))
 
@@ -1042,17 +1051,11 @@ class LocalCluster:
         """
         stopped = []
         kind = self.ownership()
-        if kind == "absent":
+        if kind in ("absent", "empty"):
+            # nothing of a cluster there (an empty folder without our marker is not ours to delete either)
             return {"changed": False, "stopped": stopped}
         if purge:
             self.purge_plan()                          # refuses before any signal
-        if kind == "empty":
-            if purge:
-                for name in os.listdir(self.layout.state_dir):      # at most our own .lock
-                    os.unlink(os.path.join(self.layout.state_dir, name))
-                os.rmdir(self.layout.state_dir)
-                stopped.append("purged %s" % self.layout.state_dir)
-            return {"changed": bool(stopped), "stopped": stopped}
         with self._locked():
             stopped += self._notes
             self._notes = []
@@ -1191,7 +1194,7 @@ class LocalCluster:
         """{'state_dir', 'processes': {name: {pid, running}}, 'nodes': [sinfo --json nodes] or None, 'env'}."""
         procs = {}
         for name, rec in sorted(self._records().items()):
-            procs[name] = {"pid": rec["pid"], "running": _pid_alive(rec["pid"], rec.get("start_time"))}
+            procs[name] = {"pid": rec["pid"], "running": _record_alive(rec)}
         nodes = None
         if procs.get("slurmctld", {}).get("running"):
             try:
@@ -1216,13 +1219,13 @@ class LocalCluster:
         """(pid, name) of this cluster's processes still alive (empty after stop()): the daemons it recorded and the
         slurmstepds listening on step sockets in its spool. Found by what we recorded and created, never by a
         command line or an open file."""
-        found = [(r["pid"], n) for n, r in sorted(self._records().items()) if _pid_alive(r["pid"], r.get("start_time"))]
+        found = [(r["pid"], n) for n, r in sorted(self._records().items()) if _record_alive(r)]
         found += [(pid, "slurmstepd") for pid, _start, _path in self._step_daemons()]
         return found
 
     def pid(self, name):
         rec = self._records().get(name)
-        if rec and _pid_alive(rec["pid"], rec.get("start_time")):
+        if rec and _record_alive(rec):
             return rec["pid"]
         return None
 
@@ -1309,15 +1312,23 @@ class LocalCluster:
                 os.mkdir(path, mode)
             os.chmod(path, mode)
 
-    def _own_ports(self):
-        """Ports this cluster's running daemons listen on (from their records)."""
+    def _own_ports(self, model, base):
+        """Ports this cluster's running daemons listen on: from their records, or for a record of an earlier
+        version (no 'ports') from the block `base` they were started on."""
+        fixed = {"slurmctld": CTLD_OFFSET, "slurmdbd": DBD_OFFSET, "mariadbd": DB_OFFSET, LOGIN_DAEMON: LOGIN_OFFSET}
+        nodes = node_ports(model, base)
         ports = set()
-        for rec in self._running_records().values():
-            ports.update(rec.get("ports") or ())
+        for name, rec in self._running_records().items():
+            if "ports" in rec:
+                ports.update(rec["ports"])
+            elif name in fixed:
+                ports.add(base + fixed[name])
+            elif name.startswith("slurmd-") and name[len("slurmd-"):] in nodes:
+                ports.add(nodes[name[len("slurmd-"):]])
         return ports
 
     def _running_records(self):
-        return dict((n, r) for n, r in self._records().items() if _pid_alive(r["pid"], r.get("start_time")))
+        return dict((n, r) for n, r in self._records().items() if _record_alive(r))
 
     def plan_ports(self, model):
         """(base port a run would use or None when it would choose one, [what it would do]); reads only. Raises
@@ -1328,7 +1339,7 @@ class LocalCluster:
             return None, []
         claims = PortClaims(self.timeout).read()
         problems = block_problems(base, ports_needed(model), claims, self.layout.state_dir,
-                                  self._own_ports() if base == saved else ())
+                                  self._own_ports(model, base) if base == saved else ())
         if not problems:
             return base, []
         self._refuse_block(base, model, problems)
@@ -1362,7 +1373,7 @@ class LocalCluster:
             base = self._requested_base_port or saved
             if base is not None:
                 problems = block_problems(base, count, claims, self.layout.state_dir,
-                                          self._own_ports() if base == saved else ())
+                                          self._own_ports(model, base) if base == saved else ())
                 if problems:
                     self._refuse_block(base, model, problems)
                     new = find_free_block(count, claims, self.layout.state_dir)
@@ -1705,7 +1716,7 @@ class LocalCluster:
     def _ctld_instance(self):
         """[pid, start time] of the running slurmctld, or None."""
         rec = self._records().get("slurmctld")
-        if rec and _pid_alive(rec["pid"], rec.get("start_time")):
+        if rec and _record_alive(rec):
             return [rec["pid"], rec.get("start_time")]
         return None
 
@@ -1723,7 +1734,7 @@ class LocalCluster:
         all_nodes = set(ns.node_name(i) for ns in model.node_sets for i in range(ns.max_replicas))
         records = self._records()
         running = set(n[len("slurmd-"):] for n, r in records.items()
-                      if n.startswith("slurmd-") and _pid_alive(r["pid"], r.get("start_time")))
+                      if n.startswith("slurmd-") and _record_alive(r))
         ports = node_ports(model, base_port)
         behind = set(self.slurmds_behind())
         # 1. workers to have: start missing slurmds, restart those on an old configuration or registered with an
@@ -1845,7 +1856,7 @@ class LocalCluster:
         `stale` (the reason) says it must. Returns True when it was (re)started.
         """
         rec = self._records().get(name)
-        if rec and _pid_alive(rec["pid"], rec.get("start_time")):
+        if rec and _record_alive(rec):
             if rec.get("digest") == digest and not stale:
                 return False
             self._stop_daemon(name)

@@ -657,18 +657,18 @@ def _absent(module, cluster, before, result):
         if kind == "legacy":
             actions.insert(0, "would mark %s as this cluster's state directory (made by an earlier version)"
                            % lay.state_dir)
-        if kind != "absent":
+        if kind not in ("absent", "empty"):
             ours = set(before["processes"][n]["pid"] for n in running)
             actions += ["would stop %s[%d] (leftover)" % (comm, pid) for pid, comm in cluster.leftover_processes()
                         if pid not in ours]
-        if purge and kind != "absent":
+        if purge and kind not in ("absent", "empty"):
             kept = sorted(set(os.listdir(lay.state_dir)) - set(os.path.basename(p) for p in doomed))
             actions.append("would delete %s" % lay.state_dir if not kept else
                            "would delete %s in %s (kept: %s)" % (", ".join(os.path.basename(p) for p in doomed),
                                                                  lay.state_dir, ", ".join(kept)))
     else:
         done = cluster.stop(purge=purge)
-        actions = [s if s.startswith("purged ") else "stopped %s" % s for s in done["stopped"]]
+        actions = [s if s.startswith(("purged ", "marked ")) else "stopped %s" % s for s in done["stopped"]]
     result.update(changed=bool(actions), actions=actions)
     if module._diff:
         result["diff"] = {"before": {"daemons": running, "state_dir_exists": os.path.isdir(lay.state_dir)},
