@@ -291,6 +291,11 @@ def test_a_refused_config_then_a_corrected_run_brings_the_cluster_back_with_its_
         cluster.ensure_started()
 
     bad["on"] = False
+    # check mode (slurm_cluster) says what the corrected run will do, slurmds included
+    from ansible_collections.soperator.slurm.plugins.modules import slurm_cluster
+    plan = slurm_cluster._plan_present(cluster, cluster.model, cluster.status())
+    assert "would start slurmctld" in plan
+    assert all(any(a.startswith("would restart slurmd-%s " % n) for a in plan) for n in ("cpu-0", "cpu-1")), plan
     done = cluster.ensure_started()
     assert "started slurmctld" in done["changes"]
     for node in ("cpu-0", "cpu-1"):
@@ -325,7 +330,7 @@ def test_port_blocks_chosen_at_the_same_time_by_processes_are_distinct(tmp_path)
         for proc in procs:
             proc.join(120)
             assert proc.exitcode == 0
-        bases = sorted(queue.get(timeout=10) for _ in procs)
+        bases = sorted(queue.get(timeout=10) for dummy in procs)
         assert all(b2 >= b1 + count for b1, b2 in zip(bases, bases[1:])), bases
         claims = lb.PortClaims().read()
         assert sorted(claims[d]["base"] for d in dirs) == bases
@@ -336,7 +341,7 @@ def test_port_blocks_chosen_at_the_same_time_by_processes_are_distinct(tmp_path)
 
 
 def test_three_clusters_started_at_once_come_up_on_their_own_ports(local_cluster):
-    clusters = [local_cluster(SMALL, base_port=None, start=False) for _ in range(3)]
+    clusters = [local_cluster(SMALL, base_port=None, start=False) for dummy in range(3)]
     errors = []
 
     def start(cluster):

@@ -181,7 +181,7 @@ def test_site_playbook_populates_the_jail_and_runs_the_login_node(jail, plugin, 
     state = tempfile.mkdtemp(prefix="sop-login-", dir="/tmp")
     os.chmod(state, 0o755)
     parent = tempfile.mkdtemp(prefix="soperator-test-", dir="/var/lib")
-    tarball = os.path.join(state, "rootfs.tar")
+    tarball = os.path.join(parent, "rootfs.tar")      # not in state: a cluster takes only a new or empty folder
     with tarfile.open(tarball, "w") as tar:
         tar.add(jail, arcname=".")
     fresh = os.path.join(parent, "jail")
