@@ -462,8 +462,9 @@ def _adapt_gres_conf(text):
 
 
 def _plugstack_word(path, what):
-    if not os.path.isabs(path):
-        raise LocalClusterError("%s must be an absolute path (plugstack.conf), got %r" % (what, path))
+    if not os.path.isabs(path) or re.search(r"\s", path):
+        raise LocalClusterError("%s must be an absolute path without whitespace (plugstack.conf), got %r"
+                                % (what, path))
     return os.path.normpath(check_path(what, path))
 
 
