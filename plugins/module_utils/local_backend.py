@@ -1141,7 +1141,11 @@ class LocalCluster:
             if self._stop_daemon(name):
                 stopped.append(name)
         steps = self._step_daemons()                   # of jobs that could not be cancelled (no slurmctld)
+        # their job's processes (children of a slurmstepd of ours) go with them, taken while it is verified alive
+        family = [(child, _proc_start_time(child)) for pid, start, _path in steps for child in _descendants(pid)
+                  if _pid_alive(pid, start)]
         self._stop_pids([(pid, start) for pid, start, _path in steps])
+        self._stop_pids(family)
         stopped += ["slurmstepd[%d] (leftover of %s)" % (pid, os.path.basename(path)) for pid, _s, path in steps]
         alive = ["%s[%d]" % (comm, pid) for pid, comm in self.leftover_processes()]
         if alive:

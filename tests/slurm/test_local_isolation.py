@@ -195,6 +195,32 @@ def test_stop_signals_only_what_the_cluster_recorded(local_cluster, decoy):
     assert cluster.leftover_processes() == []
 
 
+def test_stop_without_slurmctld_stops_the_job_steps_it_left(local_cluster, tmp_path):
+    cluster = local_cluster(SMALL)
+    pid_file = tmp_path / "task.pid"
+    job = cluster.run(["sbatch", "--parsable", "-w", "cpu-0", "-o", "/dev/null", "--wrap",
+                       "echo $$ > %s; exec sleep 600" % pid_file], timeout=30).stdout.strip()
+    wait_running(cluster, job)
+    deadline = time.time() + JOB_WAIT
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.time() < deadline
+        time.sleep(0.2)
+    task = int(pid_file.read_text())
+    task_start = lb._proc_start_time(task)
+    # slurmctld gone (as after a crash): nothing can cancel the job, its slurmstepd outlives the slurmds
+    ctld, start = ctld_identity(cluster)
+    os.kill(ctld, 9)
+    while lb._pid_alive(ctld, start):
+        time.sleep(0.05)
+    steps = [pid for pid, name in cluster.leftover_processes() if name == "slurmstepd"]
+    assert steps
+    stopped = cluster.stop()["stopped"]
+    assert ["slurmstepd[%d]" % pid for pid in steps] == \
+        [s.split(" ")[0] for s in stopped if s.startswith("slurmstepd[")]
+    assert not lb._pid_alive(task, task_start)
+    assert cluster.leftover_processes() == []
+
+
 def test_purge_of_a_folder_without_our_marker_deletes_nothing(tmp_path):
     # A Slurm install prefix: etc/slurm.conf and friends
     prefix = tmp_path / "prefix"
