@@ -420,7 +420,7 @@ exec %(python)s %(program)s "$@"
 def install_health_programs(lay, python=None):
     """<state_dir>/bin: health_check.py and active_check.py (copies of the module_utils files the images install)
     and `health-check`, the HealthCheckProgram. Returns the names of the files it (re)wrote."""
-    os.makedirs(lay.bin, exist_ok=True)
+    _own_dir(lay.bin)
     python = python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
     files = {}
     # Their source through the import system: in a module run they live inside Ansible's payload zip, not on disk
@@ -789,6 +789,16 @@ def _marked_ancestor(state_dir):
         if parent == current:
             return None
         current = parent
+
+
+def _own_dir(path, mode=0o755):
+    """`path` as a directory of ours: made when missing; a link or anything else there fails (never written
+    through)."""
+    if os.path.lexists(path) and not _is_real_dir(path):
+        raise LocalClusterError("%s is not a directory (a link?): not writing through it" % path)
+    if not os.path.lexists(path):
+        os.mkdir(path, mode)
+    return path
 
 
 def _remove_entry(path):
@@ -1311,11 +1321,7 @@ class LocalCluster:
         lay = self.layout
         for path, mode in ((lay.state_dir, 0o755), (lay.etc, 0o755), (lay.secrets, 0o700), (lay.run, 0o755),
                            (lay.log, 0o755), (lay.ctld_state, 0o700), (lay.spool, 0o755)):
-            if os.path.lexists(path) and not _is_real_dir(path):
-                raise LocalClusterError("%s is not a directory (a link?): not writing through it" % path)
-            if not os.path.lexists(path):
-                os.mkdir(path, mode)
-            os.chmod(path, mode)
+            os.chmod(_own_dir(path, mode), mode)
 
     def _own_ports(self, model, base):
         """Ports this cluster's running daemons listen on: from their records, or for a record of an earlier
@@ -1513,9 +1519,9 @@ class LocalCluster:
     def _ensure_accounting(self, base_port, configs, changes):
         lay = self.layout
         if not os.path.isdir(os.path.join(lay.db, "mysql")):
-            if os.path.isdir(lay.db):
+            if _is_real_dir(lay.db):          # a half-made database of ours; a link there fails in _own_dir
                 shutil.rmtree(lay.db)
-            os.makedirs(lay.db, mode=0o700)
+            _own_dir(lay.db, 0o700)
             argv = [find_binary("mariadb-install-db"), "--no-defaults", "--datadir=%s" % lay.db,
                     "--auth-root-authentication-method=socket", "--skip-test-db"]
             argv += ["--user=root"] if os.getuid() == 0 else ["--auth-root-socket-user=%s" % self.user]
@@ -1588,8 +1594,8 @@ class LocalCluster:
             return
         lay = self.layout
         jail = self._login_jail()
-        os.makedirs(lay.login, exist_ok=True)
-        os.makedirs(lay.authorized_keys, exist_ok=True)
+        _own_dir(lay.login)
+        _own_dir(lay.authorized_keys)
         self._ensure_host_keys(model, changes)
         if self._write_if_changed(os.path.join(lay.authorized_keys, LOGIN_USER), self._root_keys(model), 0o644):
             changes.append("wrote the login's authorized keys of %s" % LOGIN_USER)
@@ -1745,11 +1751,7 @@ class LocalCluster:
         # 1. workers to have: start missing slurmds, restart those on an old configuration or registered with an
         #    earlier slurmctld.
         for node in desired:
-            spool = lay.node_spool(node)
-            if os.path.lexists(spool) and not _is_real_dir(spool):
-                raise LocalClusterError("%s is not a directory (a link?): not using it as a spool" % spool)
-            if not os.path.lexists(spool):
-                os.mkdir(spool, 0o755)
+            _own_dir(lay.node_spool(node))
             name = "slurmd-%s" % node
             self._ensure_daemon(name, [find_binary("slurmd"), "-D", "-N", node], changes, digest=slurm_hash,
                                 ready=None, ports=[ports[node]],
@@ -1884,7 +1886,13 @@ class LocalCluster:
         env = dict(os.environ)
         env.update(self.env())
         out_path = os.path.join(lay.log, "%s.out" % name)
-        with open(out_path, "ab") as out:
+        try:
+            fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise LocalClusterError("%s is a symbolic link: not writing through it" % out_path)
+            raise
+        with os.fdopen(fd, "ab") as out:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     env=env, cwd=lay.state_dir, close_fds=True, start_new_session=True)
         self._children[proc.pid] = proc

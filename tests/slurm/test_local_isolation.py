@@ -293,6 +293,29 @@ def test_purge_keeps_what_the_local_backend_did_not_create(local_cluster):
         shutil.rmtree(outside)
 
 
+def test_links_planted_in_a_state_dir_are_not_written_through(local_cluster, tmp_path):
+    cluster = local_cluster(SMALL)
+    cluster.stop()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "file").write_text("untouched")
+    before = snapshot(str(victim), skip=())
+    # a link where the next run writes: a daemon's output file, then the health programs' folder
+    out = os.path.join(cluster.state_dir, "log", "slurmctld.out")
+    os.unlink(out)
+    os.symlink(str(victim / "file"), out)
+    with pytest.raises(lb.LocalClusterError, match="slurmctld.out is a symbolic link"):
+        cluster.ensure_started()
+    os.unlink(out)
+    cluster.stop()
+    shutil.rmtree(os.path.join(cluster.state_dir, "bin"))
+    os.symlink(str(victim), os.path.join(cluster.state_dir, "bin"))
+    with pytest.raises(lb.LocalClusterError, match="bin is not a directory"):
+        cluster.ensure_started()
+    assert snapshot(str(victim), skip=()) == before
+    os.unlink(os.path.join(cluster.state_dir, "bin"))
+
+
 # -------------------------------------------------------------------------------------------- class 6: recovery
 
 def test_a_refused_config_then_a_corrected_run_brings_the_cluster_back_with_its_job(local_cluster):
