@@ -1172,10 +1172,7 @@ class LocalCluster:
             yield None
             return
         if kind in ("absent", "empty") and create:
-            other = _marked_ancestor(lay.state_dir)
-            if other is not None:
-                raise LocalClusterError("state_dir %s is inside the state directory of the local cluster in %s"
-                                        % (lay.state_dir, other))
+            self._check_not_nested()
             if kind == "absent":
                 os.makedirs(lay.state_dir, 0o755)
                 self._notes.append("created state directory %s" % lay.state_dir)
@@ -1198,6 +1195,20 @@ class LocalCluster:
             yield fd
         finally:
             os.close(fd)
+
+    def _check_not_nested(self):
+        other = _marked_ancestor(self.layout.state_dir)
+        if other is not None:
+            raise LocalClusterError("state_dir %s is inside the state directory of the local cluster in %s"
+                                    % (self.layout.state_dir, other))
+
+    def plan_take(self):
+        """ownership(), and for a new or empty folder the check ensure_started() makes before creating it (not inside
+        another cluster's state directory); reads only, raises as a run would."""
+        kind = self.ownership()
+        if kind in ("absent", "empty"):
+            self._check_not_nested()
+        return kind
 
     def _write_marker(self, adopted=False):
         marker = {"kind": MARKER_KIND, "id": secrets.token_hex(16), "state_dir": self.layout.state_dir,

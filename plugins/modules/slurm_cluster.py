@@ -535,7 +535,7 @@ def _plan_configs(cluster, model):
 def _plan_present(cluster, model, status):
     """What ensure_started() would do, from LocalCluster.status() and the files under state_dir; changes nothing."""
     lay = cluster.layout
-    kind = cluster.ownership()           # a directory that is not ours fails here, as the run would
+    kind = cluster.plan_take()           # a directory that is not ours fails here, as the run would
     if kind == "legacy":
         pre = ["would mark %s as this cluster's state directory (made by an earlier version)" % lay.state_dir]
     else:

@@ -255,8 +255,13 @@ def test_purge_refuses_a_cluster_that_holds_another(tmp_path):
     assert snapshot(str(outer), skip=()) == before
     # and no cluster is made inside another one's state directory
     nested = outer / "etc" / "new"
+    cluster = lb.LocalCluster(str(nested), load_model(SMALL))
     with pytest.raises(lb.LocalClusterError, match="inside the state directory of the local cluster in %s" % outer):
-        lb.LocalCluster(str(nested), load_model(SMALL)).ensure_started()
+        cluster.ensure_started()
+    # check mode (slurm_cluster) says so too
+    from ansible_collections.soperator.slurm.plugins.modules import slurm_cluster
+    with pytest.raises(lb.LocalClusterError, match="inside the state directory of the local cluster in %s" % outer):
+        slurm_cluster._plan_present(cluster, cluster.model, cluster.status())
     assert not nested.exists()
 
 
