@@ -44,6 +44,7 @@ import tempfile
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import active_check
+from ansible_collections.soperator.slurm.plugins.module_utils import config_syntax as cs
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import health_check
 from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
@@ -178,8 +179,9 @@ def _kv(word):
     return key, (value if sep else None)
 
 
-def _set_words(words, updates):
-    """Replace `Key=` words (case-insensitive) by updates {Key: value or None (remove)}; append the missing ones."""
+def _set_words(file_name, words, updates):
+    """Replace `Key=` words (case-insensitive) by updates {Key: value or None (remove)}; append the missing ones.
+    The words we write go through the one writer of config words (config_syntax), like the rendered ones."""
     lower = dict((k.lower(), (k, v)) for k, v in updates.items())
     out, done = [], set()
     for word in words:
@@ -190,10 +192,10 @@ def _set_words(words, updates):
             continue
         done.add(key.lower())
         if hit[1] is not None:
-            out.append("%s=%s" % (key, hit[1]))
+            out.append(cs.slurm_word(file_name, key, hit[1]))
     for low, (key, value) in lower.items():
         if low not in done and value is not None:
-            out.append("%s=%s" % (key, value))
+            out.append(cs.slurm_word(file_name, key, value))
     return out
 
 
@@ -342,7 +344,7 @@ def _adapt_slurm_conf(text, model, lay, base_port, ports, user, have_pmix):
             missing = [n for n in names if n not in ports]
             if missing:
                 raise LocalClusterError("slurm.conf defines nodes no NodeSet has: %s" % hostlist.compress(missing))
-            lines.append(" ".join(_set_words(words, {
+            lines.append(" ".join(_set_words("slurm.conf", words, {
                 "Port": _port_expr([ports[n] for n in names]), "NodeAddr": LOOPBACK, "NodeHostname": LOCAL_HOST})))
             continue
         if len(words) != 1 or value is None:
@@ -355,19 +357,20 @@ def _adapt_slurm_conf(text, model, lay, base_port, ports, user, have_pmix):
                 continue
             ctld_host_done = True
             seen.add("slurmctldhost")
-            lines.append("%s=%s" % ("SlurmctldHost", replace["slurmctldhost"]))
+            lines.append(cs.slurm_word("slurm.conf", "SlurmctldHost", replace["slurmctldhost"]))
         elif low in ("controladdr", "backupcontroller", "backupaddr"):
             lines.append(_LOCAL_NOTE + "one local slurmctld: " + stripped)
         elif low in replace:
-            lines.append("%s=%s" % (key, replace[low]))
+            lines.append(cs.slurm_word("slurm.conf", key, replace[low]))
         elif low in merge:
-            lines.append("%s=%s" % (key, _merge_list(value, merge[low])))
+            lines.append(cs.slurm_word("slurm.conf", key, _merge_list(value, merge[low])))
         elif low in plugins:
             new = plugins[low](value)
-            lines.append("%s=%s" % (key, new) if new else _LOCAL_NOTE + "not supported here: " + stripped)
+            lines.append(cs.slurm_word("slurm.conf", key, new) if new else
+                         _LOCAL_NOTE + "not supported here: " + stripped)
         elif low == "mpidefault" and value.lower().startswith("pmix") and not have_pmix:
             lines.append(_LOCAL_NOTE + "the PMIx library is not installed (Debian: libpmix2): " + stripped)
-            lines.append("%s=none" % key)
+            lines.append(cs.slurm_word("slurm.conf", key, "none"))
         else:
             lines.append(line)
     added = []
@@ -375,7 +378,7 @@ def _adapt_slurm_conf(text, model, lay, base_port, ports, user, have_pmix):
         if key.lower() not in seen:
             low = key.lower()
             value = replace.get(low) or ",".join(merge.get(low, []))
-            added.append("%s=%s" % (key, value))
+            added.append(cs.slurm_word("slurm.conf", key, value))
     if added:
         block = ["", "# --- local backend: settings the rendered file leaves to defaults"] + added + [""]
         at = first_node_line if first_node_line is not None else len(lines)
@@ -457,7 +460,7 @@ def _adapt_gres_conf(text):
                 updates = {"File": None, "Count": str(len(hostlist.expand(value)))}
             elif key.lower() == "autodetect":
                 updates["AutoDetect"] = "off"
-        lines.append(" ".join(_set_words(words, updates)) if updates else line)
+        lines.append(" ".join(_set_words("gres.conf", words, updates)) if updates else line)
     return "\n".join(lines) + "\n"
 
 
@@ -518,10 +521,11 @@ def _adapt_slurmdbd_conf(text, lay, base_port, user, db_password):
         key, value = _kv(stripped)
         if stripped and not stripped.startswith("#") and value is not None and key.lower() in replace:
             seen.add(key.lower())
-            lines.append("%s=%s" % (key, replace[key.lower()]))
+            lines.append(cs.slurm_word("slurmdbd.conf", key, replace[key.lower()]))
         else:
             lines.append(line)
-    added = ["%s=%s" % (k, replace[k.lower()]) for k in order if k.lower() in replace and k.lower() not in seen]
+    added = [cs.slurm_word("slurmdbd.conf", k, replace[k.lower()])
+             for k in order if k.lower() in replace and k.lower() not in seen]
     if added:
         lines += ["", "# --- local backend: the local slurmdbd and its private MariaDB"] + added
     return "\n".join(lines) + "\n"
