@@ -999,17 +999,22 @@ class LocalCluster:
             self.model = model
         if self.model is None:
             raise LocalClusterError("ensure_started needs a ClusterModel")
-        self.check_paths()
+        self.check_inputs()
         self._check_binaries(self.model)
         with self._locked(create=True):
             return self._ensure_started(self.model)
 
-    def check_paths(self):
-        """Refuse paths that would inject into the files they are written to; before anything is written."""
+    def check_inputs(self):
+        """Before anything is written: refuse paths that would inject into the files they are written to, and a
+        cluster the local slurmctld would refuse to start."""
         check_path("state_dir", self.layout.state_dir)
         for what in ("jail_dir", "spank_chroot"):
             if getattr(self, what) is not None:
                 check_path(what, getattr(self, what))
+        if self.model is not None and not any(ns.max_replicas > 0 for ns in self.model.node_sets):
+            # slurmctld 22.05 exits with "read_slurm_conf: no nodes configured"
+            raise LocalClusterError("the local cluster needs at least one node: give a NodeSet maxReplicas >= 1 "
+                                    "(slurmctld does not start without nodes)")
 
     def _ensure_started(self, model):
         changes = self._notes

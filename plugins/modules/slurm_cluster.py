@@ -608,7 +608,7 @@ def _local(module):
         result["cluster"] = _summary(model)
     try:
         if state == "present":
-            cluster.check_paths()            # before any write, in check mode too
+            cluster.check_inputs()           # before any write, in check mode too
         before = cluster.status()
         if state == "present":
             _present(module, cluster, model, before, result)

@@ -273,3 +273,18 @@ def test_state_dir_too_long_for_sockets_is_refused(tmp_path):
     cluster = lb.LocalCluster(str(tmp_path / ("x" * 90)), model)
     with pytest.raises(lb.LocalClusterError, match="too long"):
         cluster._check_path_lengths(model)
+
+
+def test_a_cluster_without_nodes_is_refused_before_any_write(tmp_path):
+    """slurmctld 22.05 exits with 'no nodes configured': say so before a file or a process exists."""
+    from ansible_collections.soperator.slurm.plugins.module_utils import spec
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", SMALL)) as f:
+        docs = spec.load_documents(f.read())
+    for doc in docs:
+        if doc["kind"] == "NodeSet":
+            doc["spec"].update(replicas=0, maxReplicas=0)
+    model = spec.build_model(docs)
+    state = tmp_path / "state"
+    with pytest.raises(lb.LocalClusterError, match="needs at least one node"):
+        lb.LocalCluster(str(state), model).ensure_started()
+    assert not state.exists()
