@@ -120,8 +120,8 @@ class LocalTransport(object):
         except subprocess.TimeoutExpired as e:
             # what it printed before it was stopped usually says why (e.g. a config it could not read)
             said = (e.stderr or b"").decode("utf-8", "replace").strip().splitlines()
-            raise TransientError("%s did not finish within %ss%s" % (argv[0], timeout,
-                                                                   ": %s" % said[-1] if said else ""))
+            last = ": %s" % said[-1] if said else ""
+            raise TransientError("%s did not finish within %ss%s" % (argv[0], timeout, last))
         except (OSError, ValueError) as e:
             # A missing scontrol (or a NUL in an argument) is a setup problem, not a controller that is down: no retry.
             raise SlurmCommandError("cannot run %s: %s" % (argv[0], e))

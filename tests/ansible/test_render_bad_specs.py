@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason
 
 @pytest.mark.parametrize("case", CASES)
 def test_bad_spec_fails_the_play_before_any_write(tmp_path, case):
-    path = os.path.join(BAD_SPECS, case + ".yml")
+    path = os.path.join(BAD_SPECS, case + ".spec")
     with open(path) as f:
         field = f.readline()[len("# expect: "):].rstrip("\n")
     dest = tmp_path / "out"

@@ -1,7 +1,7 @@
-"""Hostile specs: a corpus of bad specs (one defect per file under bad_specs/) fails validation with the field path,
-never another exception; property tests show that every value validation accepts in a field that reaches a config
-file parses back from the rendered files as exactly that value, with no extra line or key, and that values which
-would not read back are refused."""
+"""Hostile specs: a corpus of bad specs (one defect per file under bad_specs/, named *.spec since hostile YAML is no
+lint target) fails validation with the field path, never another exception; property tests show that every value
+validation accepts in a field that reaches a config file parses back from the rendered files as exactly that value,
+with no extra line or key, and that values which would not read back are refused."""
 import glob
 import os
 import re
@@ -16,7 +16,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm impor
 from ansible_collections.soperator.slurm.plugins.module_utils.render_sshd import render_sshd_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BAD_SPECS = sorted(glob.glob(os.path.join(HERE, "bad_specs", "*.yml")))
+BAD_SPECS = sorted(glob.glob(os.path.join(HERE, "bad_specs", "*.spec")))
 
 
 def expectation(path):
@@ -51,7 +51,7 @@ def test_bad_spec_fails_with_its_field_path(path):
 
 def test_base_of_the_corpus_is_valid():
     """The documents the corpus files are made of are valid once the defect is gone: the defect is what fails."""
-    with open(os.path.join(HERE, "bad_specs", "slurmconfig-hash-truncates.yml")) as f:
+    with open(os.path.join(HERE, "bad_specs", "slurmconfig-hash-truncates.spec")) as f:
         text = f.read()
     assert spec.build_model(spec.load_documents(text.replace("#,", ","))).slurm_config == {
         "SchedulerParameters": "bf_interval=30,max_rpc_cnt=150"}
@@ -216,7 +216,7 @@ def _all_pairs(files):
 
 
 def _baseline():
-    model, _ = _model_or_issues()
+    model, dummy = _model_or_issues()
     return _all_pairs(render_slurm_configs(model))
 
 
