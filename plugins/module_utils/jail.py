@@ -88,10 +88,11 @@ def read_sentinel(jail):
     except OSError as e:
         raise JailError("the jail's sentinel %s cannot be read (%s); remove it and populate with overwrite=always"
                         % (path, "it is a symlink" if e.errno == errno.ELOOP else e))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise JailError("the jail's sentinel %s is not a regular file; remove it and populate with overwrite=always"
+                        % path)
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise JailError("the jail's sentinel %s is not a regular file; remove it and populate with "
-                            "overwrite=always" % path)
         data = f.read(SENTINEL_MAX + 1)
     try:
         if len(data) > SENTINEL_MAX:
@@ -453,7 +454,7 @@ class _Writer(object):
             raise JailError("unsafe member %r: a hard link to %r, which is %s, not a regular file"
                             % (member, existing, source.kind))
         parts = self._leaf(member, "a hard link")
-        if source_parts[:len(parts)] == parts:
+        if len(source_parts) > len(parts) and source_parts[:len(parts)] == parts:
             raise JailError("unsafe member %r: a hard link that would replace the directory holding its target %r"
                             % (member, existing))
         parent = self._tree_parent(member, parts, True)
