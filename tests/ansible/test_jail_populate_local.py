@@ -31,6 +31,9 @@ def rootfs(path):
         link = tarfile.TarInfo("bin")
         link.type, link.linkname = tarfile.SYMTYPE, "usr/bin"
         tar.addfile(link)
+        null = tarfile.TarInfo("dev/null")
+        null.type, null.devmajor, null.devminor = tarfile.CHRTYPE, 1, 3
+        tar.addfile(null)
     return str(path)
 
 
@@ -43,10 +46,14 @@ def test_populate_then_unchanged_with_check_mode_and_diff(tmp_path):
 
     done = run_module(diff=True, target="local", source=source, jail_dir=jail, source_label="jail:1")
     assert done["changed"] and done["outcome"] == "populated", done
+    # a device node is not written, and listing it does not make Ansible take the task for skipped
+    assert done["skipped_entries"] == ["dev/null (device node)"] and not done.get("skipped")
+    assert planned["skipped_entries"] == ["dev/null (device node)"] and not planned.get("skipped")
     assert done["sentinel"]["source"] == "jail:1" and done["jail_dir"] == jail
     with open(os.path.join(jail, ".soperator-jail.json")) as f:
         assert json.load(f) == done["sentinel"]
     assert os.readlink(os.path.join(jail, "bin")) == "usr/bin"
+    assert not os.path.lexists(os.path.join(jail, "dev", "null"))
 
     again = run_module(target="local", source=source, jail_dir=jail)
     assert not again["changed"] and again["outcome"] == "unchanged" and again["sentinel"] == done["sentinel"]
@@ -58,3 +65,19 @@ def test_a_jail_we_did_not_populate_is_refused(tmp_path):
     refused = run_module(target="local", source=source, jail_dir=str(jail))
     assert refused["failed"] and refused["outcome"] == "refused" and "overwrite=always" in refused["msg"]
     assert os.listdir(str(jail)) == ["home"]
+
+
+def test_an_unsafe_archive_fails_in_check_mode_and_for_real_naming_the_member(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    source, jail = str(tmp_path / "bad.tar"), tmp_path / "jail"
+    with tarfile.open(source, "w") as tar:
+        link = tarfile.TarInfo("esc")
+        link.type, link.linkname = tarfile.SYMTYPE, str(outside)
+        tar.addfile(link)
+        tar.addfile(tarfile.TarInfo("esc/pwned"))
+    for check in (True, False):
+        failed = run_module(check=check, target="local", source=source, jail_dir=str(jail))
+        assert failed["failed"] and "unsafe member 'esc/pwned': esc is a symlink" in failed["msg"], failed
+        assert "Traceback" not in failed.get("module_stderr", "")
+    assert os.listdir(str(outside)) == [] and not jail.exists()     # refused before the jail is even made
