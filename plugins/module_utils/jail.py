@@ -830,6 +830,8 @@ def populate(jail, source_path, overwrite="never", check_mode=False, run=_run_su
     if not shutil.rmtree.avoids_symlink_attacks:
         raise JailError("this Python's shutil.rmtree may follow symlinks; a jail is populated only on Linux")
     if not os.path.isdir(jail):
+        if summary is not None:
+            check_space(jail, summary)      # no jail is made for a root filesystem that cannot fit
         os.makedirs(jail, 0o755)
     jail_fd = os.open(jail, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

@@ -246,8 +246,9 @@ def snapshot(host):
                 content = os.readlink(path)
             else:
                 content = None
-            state[os.path.relpath(path, str(host))] = (st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_nlink,
-                                                        st.st_mtime_ns, st.st_ctime_ns, content)
+            rel = os.path.relpath(path, str(host))
+            state[rel] = (st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_nlink, st.st_mtime_ns, st.st_ctime_ns,
+                          content)
     return state
 
 
@@ -538,8 +539,10 @@ def test_free_space_is_checked_against_the_jails_filesystem(tmp_path, monkeypatc
         f_frsize, f_bsize, f_bavail, f_files, f_favail = 4096, 4096, (16 << 20) // 4096, 1000, 1000
 
     monkeypatch.setattr(j.os, "statvfs", lambda path: Vfs)
-    with pytest.raises(j.JailError, match=r"needs 16\.0 MiB .* has 16\.0 MiB free"):
-        j.populate(str(tmp_path / "jail"), tar, "never", check_mode=True)
+    for check in (True, False):
+        with pytest.raises(j.JailError, match=r"needs 16\.0 MiB .* has 16\.0 MiB free; nothing was written"):
+            j.populate(str(tmp_path / "jail"), tar, "never", check_mode=check)
+        assert not os.path.exists(str(tmp_path / "jail"))
     Vfs.f_bavail += 100
     assert j.populate(str(tmp_path / "jail"), tar, "never", check_mode=True)["action"] == "populated"
     Vfs.f_favail = 10
