@@ -304,7 +304,11 @@ class _Writer(object):
         if len(parts) > MAX_DEPTH:
             raise JailError("unsafe member %r: %s is deeper than %d directories" % (member, what, MAX_DEPTH))
         for part in parts:
-            if len(os.fsencode(part)) > NAME_MAX:
+            try:
+                size = len(os.fsencode(part))
+            except UnicodeError:
+                raise JailError("unsafe member %r: %s cannot be a file name here" % (member, what))
+            if size > NAME_MAX:
                 raise JailError("unsafe member %r: a name longer than %d bytes in %s" % (member, NAME_MAX, what))
         return parts
 
@@ -424,7 +428,11 @@ class _Writer(object):
     def symlink(self, member, target, meta):
         # the target is not checked further: it is resolved inside the jail once the jail is the root, and nothing
         # here follows a symlink
-        if not target or "\x00" in target or len(os.fsencode(target)) >= PATH_MAX:
+        try:
+            size = len(os.fsencode(target))
+        except UnicodeError:
+            size = PATH_MAX
+        if not target or "\x00" in target or size >= PATH_MAX:
             raise JailError("unsafe member %r: a symlink to %r, which is not a path" % (member, target[:100]))
         parts = self._leaf(member, SYMLINK)
         self._tree_parent(member, parts, True).children[parts[-1]] = _Node(SYMLINK)

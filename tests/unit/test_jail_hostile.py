@@ -558,3 +558,14 @@ def test_a_truncated_archive_is_refused_before_any_write(world, tmp_path):
     with open(cut, "wb") as f:
         f.write(data[:2048])
     run_four_ways(world, cut, r"cannot be read")
+
+
+def test_names_no_file_system_call_takes_are_refused_not_crashed():
+    """A str that has no bytes form (tarfile never makes one today; a directory source cannot): a JailError."""
+    scan = j._Writer()
+    with pytest.raises(j.JailError, match="cannot be a file name"):
+        scan.file("etc/\ud800", None, 0, (0o644, 0, 0, 0))
+    with pytest.raises(j.JailError, match="a symlink to"):
+        scan.symlink("s", "\ud800", (0o777, 0, 0, 0))
+    with pytest.raises(j.JailError, match="cannot be a file name"):
+        scan.hardlink("h", "\ud800")
