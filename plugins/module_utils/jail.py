@@ -862,6 +862,12 @@ def populate(jail, source_path, overwrite="never", check_mode=False, run=_run_su
 
 # --- the populate image's program --------------------------------------------------------------------------------
 
+def _log_text(text):
+    """One log line whatever the archive's member names hold: the Kubernetes side reads the pod's log for the last
+    JSON line, and a name with a line break could otherwise print one of its own."""
+    return json.dumps(str(text))[1:-1]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="jail.py", description="Populate a Slurm jail from a root filesystem.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -882,11 +888,11 @@ def main(argv=None):
         result = populate(args.jail, args.source, args.overwrite, check_mode=args.check, label=args.label,
                           oci_tag=args.oci_tag)
     except (JailError, OSError, tarfile.TarError) as e:
-        sys.stderr.write("jail populate failed: %s\n" % e)
+        sys.stderr.write("jail populate failed: %s\n" % _log_text(e))
         return 1
     for entry in result["skipped_entries"]:
-        sys.stderr.write("skipped %s\n" % entry)
-    sys.stderr.write("%s: %s\n" % (result["action"], result["message"]))
+        sys.stderr.write("skipped %s\n" % _log_text(entry))
+    sys.stderr.write("%s: %s\n" % (result["action"], _log_text(result["message"])))
     sys.stdout.write(json.dumps(dict((k, result[k]) for k in ("action", "changed", "sentinel")),
                                 sort_keys=True) + "\n")
     return 2 if result["action"] == REFUSED else 0

@@ -569,3 +569,26 @@ def test_names_no_file_system_call_takes_are_refused_not_crashed():
         scan.symlink("s", "\ud800", (0o777, 0, 0, 0))
     with pytest.raises(j.JailError, match="cannot be a file name"):
         scan.hardlink("h", "\ud800")
+
+
+def test_member_names_cannot_print_a_result_line_of_their_own(tmp_path):
+    """The populate Job's log is read for its last JSON line: a skipped member's name with a line break and a JSON
+    object in it stays on its 'skipped' line, escaped."""
+    forged = 'dev\n{"action": "unchanged", "changed": false, "sentinel": {"source": "forged"}}'
+    archive = str(tmp_path / "forge.tar")
+    with tarfile.open(archive, "w") as tar:
+        member = tarfile.TarInfo(forged)
+        member.type = tarfile.CHRTYPE
+        tar.addfile(member)
+        member = tarfile.TarInfo("etc")
+        member.type = tarfile.DIRTYPE
+        member.mode = 0o755
+        tar.addfile(member)
+    jail = tmp_path / "jail"
+    proc = subprocess.run([sys.executable, JAIL_PY, "populate", "--source", archive, "--jail", str(jail)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    lines = (proc.stderr + proc.stdout).splitlines()
+    assert not any(line.startswith("{") and "forged" in line for line in lines)
+    assert any(line.startswith("skipped dev\\n{") for line in lines), lines
+    assert json.loads(proc.stdout.splitlines()[-1])["action"] == "populated"
