@@ -32,7 +32,6 @@ import os
 import pwd
 import re
 import secrets
-import shlex
 import shutil
 import signal
 import socket
@@ -576,16 +575,66 @@ def render_login_sshd_config(jail_dir, lay, base_port):
                               set_env={"SLURM_CONF": lay.slurm_conf}, strict_modes=strict, notes=notes)
 
 
+def _open_below(root, path, create=False):
+    """An O_PATH descriptor of the directory `root + path`, walked one component at a time without following a
+    link (and made, when `create`, inside the directory just opened): the jail's content, which its users can
+    change, can never redirect a mkdir or a mount onto a host path, not even between a check and the use."""
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in [p for p in path.split("/") if p not in ("", ".")]:
+            if part == "..":
+                raise LocalClusterError("mount point %s%s climbs out of the jail" % (root, path))
+            if create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            try:
+                child = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as e:
+                raise LocalClusterError("mount point %s%s: %s is not a directory (or is a symbolic link): %s"
+                                        % (root, path, part, e.strerror))
+            os.close(fd)
+            fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _jail_mount_point(jail, path):
-    """Make `jail + path` a directory to mount on; refuse a path that crosses a symbolic link in the jail (the jail's
-    content must not redirect a mount, or a mkdir as root, onto a host path)."""
-    current = jail
+    """Make `jail + path` a directory to mount on; refuse a path that crosses a symbolic link in the jail."""
+    os.close(_open_below(jail, path, create=True))
+
+
+# sshd's mount namespace: every mount goes onto the directory opened without following links (mount(8)
+# --no-canonicalize onto /proc/self/fd/N reaches exactly that directory), then sshd replaces this program.
+# Standard library only; run by the host's Python inside `unshare --mount`.
+_LOGIN_NAMESPACE_PROGRAM = """
+import os, subprocess, sys
+jail, mount, sshd, config = sys.argv[1:5]
+def below(path):
+    fd = os.open(jail, os.O_PATH | os.O_DIRECTORY)
     for part in [p for p in path.split("/") if p]:
-        current = os.path.join(current, part)
-        if os.path.islink(current):
-            raise LocalClusterError("mount point %s%s: %s is a symbolic link" % (jail, path, current))
-        if not os.path.isdir(current):
-            os.mkdir(current, 0o755)
+        child = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    return fd
+def mount_on(path, args, check=True):
+    fd = below(path)
+    try:
+        return subprocess.run([mount, "--no-canonicalize"] + args + ["/proc/self/fd/%d" % fd], pass_fds=(fd,),
+                              stderr=subprocess.DEVNULL if not check else None, check=check).returncode
+    finally:
+        os.close(fd)
+mount_on("/dev", ["--rbind", "/dev"])
+# a fresh procfs, or the host's where the kernel refuses one (masked /proc in a container)
+if mount_on("/proc", ["-t", "proc", "proc"], check=False) != 0:
+    mount_on("/proc", ["--rbind", "/proc"])
+for path in sys.argv[5:]:
+    mount_on(path, ["--bind", path])
+os.execv(sshd, [sshd, "-D", "-e", "-f", config])
+"""
 
 
 def _read_text(path):
@@ -1689,16 +1738,8 @@ class LocalCluster:
     @staticmethod
     def _login_argv(sshd, config, jail, binds):
         """sshd in a mount namespace of its own: the jail's /dev, /proc and the binds exist only there."""
-        mount = find_binary("mount")
-        q = shlex.quote
-        proc = q(jail + "/proc")
-        steps = ["set -e",
-                 "%s --rbind /dev %s" % (mount, q(jail + "/dev")),
-                 # a fresh procfs, or the host's where the kernel refuses one (masked /proc in a container)
-                 "%s -t proc proc %s 2>/dev/null || %s --rbind /proc %s" % (mount, proc, mount, proc)]
-        steps += ["%s --bind %s %s" % (mount, q(path), q(jail + path)) for path in binds]
-        steps.append("exec %s -D -e -f %s" % (sshd, q(config)))
-        return [find_binary("unshare"), "--mount", "--propagation", "private", "/bin/sh", "-c", "\n".join(steps)]
+        return [find_binary("unshare"), "--mount", "--propagation", "private", sys.executable, "-c",
+                _LOGIN_NAMESPACE_PROGRAM, jail, find_binary("mount"), sshd, config] + list(binds)
 
     def _ensure_host_keys(self, model, changes):
         """The login's SSH host keys: generated once (secrets.py, as the Kubernetes Secret), then kept."""

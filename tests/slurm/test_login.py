@@ -232,3 +232,20 @@ def test_a_jail_sshd_cannot_chroot_into_is_refused_before_anything_starts(tmp_pa
     with pytest.raises(lb.LocalClusterError, match=r"cannot chroot into .*not so: /tmp \(owner uid 0, mode 1777\)"):
         cluster.ensure_started()
     assert not (tmp_path / "state").exists()
+
+
+def test_mount_points_are_opened_without_following_the_jails_links(tmp_path):
+    """The jail's content (which its users can change) must not redirect the login's mkdirs or mounts onto host
+    paths: every component is opened with O_NOFOLLOW, and mounts go onto the opened directory."""
+    jail = tmp_path / "jail"
+    host = tmp_path / "host"
+    (jail / "tmp").mkdir(parents=True)
+    host.mkdir()
+    os.symlink(str(host), str(jail / "tmp" / "state"))
+    with pytest.raises(lb.LocalClusterError, match="state is not a directory"):
+        lb._jail_mount_point(str(jail), "/tmp/state/etc")
+    with pytest.raises(lb.LocalClusterError, match="climbs out"):
+        lb._jail_mount_point(str(jail), "/tmp/../../host")
+    assert os.listdir(str(host)) == []
+    lb._jail_mount_point(str(jail), "/var/lib/x")
+    assert (jail / "var" / "lib" / "x").is_dir()
