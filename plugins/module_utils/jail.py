@@ -237,13 +237,20 @@ def _ident(st):
     return (st.st_dev, st.st_ino)
 
 
-def _open_dirs(dir_fd, parts):
+def open_dirs(dir_fd, parts, create=False):
     """A descriptor of the directory parts[0]/parts[1]/... below dir_fd, opened one component at a time with
-    O_NOFOLLOW: a symlink on the way fails (ELOOP or ENOTDIR) instead of being followed."""
+    O_NOFOLLOW: a symlink on the way fails (ELOOP or ENOTDIR) instead of being followed. Missing directories are
+    made (inside the one just opened) when `create`."""
     fd = os.dup(dir_fd)
     try:
         for part in parts:
-            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = child
     except BaseException:
@@ -344,22 +351,7 @@ class _Writer(object):
     def _parent_fd(self, parts, create):
         """Descriptor of the directory holding parts[-1]; missing parents are made when `create` (the checks have
         already said they may be)."""
-        fd = os.dup(self.root_fd)
-        try:
-            for part in parts[:-1]:
-                try:
-                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    if not create:
-                        raise
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = child
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return open_dirs(self.root_fd, parts[:-1], create)
 
     @staticmethod
     def _clear(dir_fd, name):
@@ -714,7 +706,7 @@ def fill(jail, jail_fd, staging, source, run=_run_subprocess):
     if source.kind == "oci":
         _from_oci(source, os.path.join(jail, staging, "rootfs"), run)
         return staging + "/rootfs", []
-    root_fd = _open_dirs(jail_fd, [staging])
+    root_fd = open_dirs(jail_fd, [staging])
     try:
         writer = _Writer(root_fd, preserve_owner=os.geteuid() == 0)
         if source.kind == "tar":
@@ -794,9 +786,9 @@ def _swap(jail, jail_fd, rootfs):
     then drop the old ones."""
     _discard(jail, jail_fd, SENTINEL)   # from here on the jail does not count as populated
     trash = os.path.basename(tempfile.mkdtemp(prefix=TRASH_PREFIX, dir=jail))
-    trash_fd = _open_dirs(jail_fd, [trash])
+    trash_fd = open_dirs(jail_fd, [trash])
     try:
-        rootfs_fd = _open_dirs(jail_fd, rootfs.split("/"))
+        rootfs_fd = open_dirs(jail_fd, rootfs.split("/"))
         try:
             for name in _contents(os.listdir(jail_fd)):
                 os.rename(name, name, src_dir_fd=jail_fd, dst_dir_fd=trash_fd)

@@ -47,6 +47,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import config_synt
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import health_check
 from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils import jail as jail_files
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_nodes import SCALE_DOWN_REASON
 
 DEFAULT_BASE_PORT = 17817
@@ -576,30 +577,20 @@ def render_login_sshd_config(jail_dir, lay, base_port):
 
 
 def _open_below(root, path, create=False):
-    """An O_PATH descriptor of the directory `root + path`, walked one component at a time without following a
-    link (and made, when `create`, inside the directory just opened): the jail's content, which its users can
-    change, can never redirect a mkdir or a mount onto a host path, not even between a check and the use."""
-    fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    """A descriptor of the directory `root + path`, walked one component at a time without following a link (and
+    made, when `create`, inside the directory just opened; jail.py's walker): the jail's content, which its users
+    can change, can never redirect a mkdir or a mount onto a host path, not even between a check and the use."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise LocalClusterError("mount point %s%s climbs out of the jail" % (root, path))
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for part in [p for p in path.split("/") if p not in ("", ".")]:
-            if part == "..":
-                raise LocalClusterError("mount point %s%s climbs out of the jail" % (root, path))
-            if create:
-                try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass
-            try:
-                child = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError as e:
-                raise LocalClusterError("mount point %s%s: %s is not a directory (or is a symbolic link): %s"
-                                        % (root, path, part, e.strerror))
-            os.close(fd)
-            fd = child
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+        return jail_files.open_dirs(root_fd, parts, create)
+    except OSError as e:
+        raise LocalClusterError("mount point %s%s crosses a symbolic link or a file in the jail: %s"
+                                % (root, path, e.strerror))
+    finally:
+        os.close(root_fd)
 
 
 def _jail_mount_point(jail, path):
