@@ -291,3 +291,26 @@ class ClusterModel:
     @property
     def total_workers(self):
         return sum(ns.replicas for ns in self.node_sets)
+
+
+def switch_cycles(children):
+    """Every cycle of a switch tree {switch: [child switches]}, each as [a, b, ..., a], found once: a switch that is
+    its own ancestor makes topology/tree loop (spec reports them with field paths; render refuses them)."""
+    cycles, done, reported = [], set(), set()
+
+    def visit(name, path):
+        if name in path:
+            cycle = path[path.index(name):] + [name]
+            if not reported.intersection(cycle):
+                reported.update(cycle)
+                cycles.append(cycle)
+            return
+        if name in done or name not in children:
+            return
+        for child in children[name]:
+            visit(child, path + [name])
+        done.add(name)
+
+    for name in sorted(children):
+        visit(name, [])
+    return cycles

@@ -21,6 +21,7 @@ import re
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import names
+from ansible_collections.soperator.slurm.plugins.module_utils.model import switch_cycles
 from ansible_collections.soperator.slurm.plugins.module_utils.config_syntax import (
     comment, plugstack_line, slurm_line, slurm_word)
 
@@ -414,20 +415,10 @@ def _topology_switches(model):
 
 
 def _check_no_cycle(children):
-    """A switch that is its own ancestor makes topology/tree loop: refuse it."""
-    done = set()
-
-    def visit(name, path):
-        if name in path:
-            raise ValueError("topology.conf: switches form a cycle: %s" % " -> ".join(path + [name]))
-        if name in done or name not in children:
-            return
-        for child in children[name]:
-            visit(child, path + [name])
-        done.add(name)
-
-    for name in sorted(children):
-        visit(name, [])
+    """A switch that is its own ancestor makes topology/tree loop: refuse it (spec reports it first, with its path)."""
+    cycles = switch_cycles(children)
+    if cycles:
+        raise ValueError("topology.conf: switches form a cycle: %s" % " -> ".join(cycles[0]))
 
 
 def _topology_enabled(model):

@@ -647,25 +647,11 @@ def _switch_cycles(label, switches):
     children = dict((sw.get("name"), [c for c in sw.get("switches") or [] if isinstance(c, str)])
                     for sw in switches if isinstance(sw, dict) and isinstance(sw.get("name"), str))
     index = dict((sw.get("name"), i) for i, sw in enumerate(switches) if isinstance(sw, dict))
-    issues, done, reported = [], set(), set()
-
-    def visit(name, path):
-        if name in path:
-            cycle = path[path.index(name):] + [name]
-            if not reported.intersection(cycle):
-                reported.update(cycle)
-                first = min(cycle[:-1], key=lambda s: index[s])
-                issues.append(SpecIssue("%s spec.topology.switches[%d].switches" % (label, index[first]),
-                                        "switches form a cycle: %s" % " -> ".join(cycle)))
-            return
-        if name in done or name not in children:
-            return
-        for child in children[name]:
-            visit(child, path + [name])
-        done.add(name)
-
-    for name in sorted(children):
-        visit(name, [])
+    issues = []
+    for cycle in m.switch_cycles(children):
+        first = min(cycle[:-1], key=lambda s: index[s])
+        issues.append(SpecIssue("%s spec.topology.switches[%d].switches" % (label, index[first]),
+                                "switches form a cycle: %s" % " -> ".join(cycle)))
     return issues
 
 
