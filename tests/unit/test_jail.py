@@ -1,6 +1,5 @@
 """jail.populate on real directories (root: owners are preserved): a tiny root filesystem built here with tarfile,
 as a directory, a tarball and an OCI image layout (umoci), and tarballs that try to write outside the jail."""
-import io
 import json
 import os
 import shutil
@@ -11,6 +10,7 @@ import tarfile
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import jail as j
+from tar_helpers import make_tar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JAIL_PY = os.path.join(ROOT, "plugins", "module_utils", "jail.py")
@@ -23,18 +23,6 @@ def _info(name, kind=tarfile.REGTYPE, mode=0o644, uid=0, gid=0, **kw):
     for key, value in kw.items():
         setattr(info, key, value)
     return info
-
-
-def make_tar(path, members, compression=""):
-    """members: (TarInfo, bytes or None)."""
-    with tarfile.open(path, "w" + (":" + compression if compression else "")) as tar:
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            else:
-                tar.addfile(info)
-    return str(path)
 
 
 def rootfs_members(marker=b"jail one\n"):
@@ -66,7 +54,7 @@ def rootfs_members(marker=b"jail one\n"):
 
 @pytest.fixture
 def rootfs_tar(tmp_path):
-    return make_tar(tmp_path / "rootfs.tar.gz", rootfs_members(), "gz")
+    return make_tar(tmp_path / "rootfs.tar.gz", rootfs_members(), compression="gz")
 
 
 @pytest.fixture

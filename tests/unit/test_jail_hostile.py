@@ -7,7 +7,6 @@ foreign-owned and hard-linked files, a directory, a symlink, a fifo - and the ja
 snapshotted (bytes, mode, owner, mtime, ctime, link count, the listing): nothing may change. An archive either
 populates the jail or is refused with a JailError naming the member, and then nothing at all is written; check mode
 predicts which, and writes nothing either way."""
-import io
 import json
 import os
 import re
@@ -21,6 +20,7 @@ import tarfile
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import jail as j
+import tar_helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JAIL_PY = os.path.join(ROOT, "plugins", "module_utils", "jail.py")
@@ -70,14 +70,7 @@ def B(name, major=8, minor=0):
 
 
 def make_tar(path, members, fmt=tarfile.GNU_FORMAT):
-    with tarfile.open(path, "w", format=fmt) as tar:
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            else:
-                tar.addfile(info)
-    return path
+    return tar_helpers.make_tar(path, members, fmt)
 
 
 def v(*parts):
