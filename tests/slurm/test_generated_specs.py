@@ -7,7 +7,8 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.soperator.slurm.plugins.module_utils import hostlist, spec
+from ansible_collections.soperator.slurm.plugins.module_utils import spec
+from conftest import assert_nodes_as_specified
 
 RUNS = settings(max_examples=5, deadline=None, derandomize=False,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
@@ -97,20 +98,7 @@ def test_generated_spec_is_accepted_by_slurmctld(local_cluster, documents):
         assert config["SlurmdTimeout"] == "%s sec" % model.slurm_config["SlurmdTimeout"]
         assert config["SchedulerParameters"] == model.slurm_config["SchedulerParameters"]
 
-        defined = [ns for ns in model.node_sets if ns.max_replicas > 0]
-        for ns in defined:
-            cluster.run(["scontrol", "update", "nodename=%s" % ns.node_range, "state=down", "reason=generated"])
-        nodes = dict((n["name"], n) for n in cluster.sinfo_nodes())
-        expected = set()
-        for ns in defined:
-            for name in hostlist.expand(ns.node_range):
-                expected.add(name)
-                node = nodes[name]
-                assert node["cpus"] == ns.cpus and node["real_memory"] == ns.real_memory_mib, name
-                assert sorted(f for f in node["features"].split(",") if f) == sorted(ns.features), name
-                assert sorted(p.name for p in model.partitions if ns.name in p.node_sets) == \
-                    sorted(node["partitions"]), name
-        assert set(nodes) == expected
+        assert_nodes_as_specified(cluster, model, "generated")
         out = cluster.run(["scontrol", "show", "partition", "--oneliner"], timeout=30).stdout
         shown = dict((m.group(1), m.group(0)) for m in re.finditer(r"^PartitionName=(\S+) .*$", out, re.M))
         assert sorted(shown) == sorted(p.name for p in model.partitions)

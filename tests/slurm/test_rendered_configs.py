@@ -10,6 +10,7 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import hostlist, spec
+from conftest import assert_nodes_as_specified
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 EXAMPLE_FILES = sorted(glob.glob(os.path.join(EXAMPLES, "*.yml")) + glob.glob(os.path.join(EXAMPLES, "*.yaml")))
@@ -29,50 +30,7 @@ def test_example_nodes_as_slurmctld_sees_them(local_cluster, path):
     cluster = local_cluster(model=no_workers)
     assert cluster.sinfo_nodes() == []                     # all FUTURE: nothing listed yet
 
-    defined = [ns for ns in model.node_sets if ns.max_replicas > 0]
-    for ns in defined:
-        cluster.run(["scontrol", "update", "nodename=%s" % ns.node_range, "state=down", "reason=config-check"])
-    nodes = dict((n["name"], n) for n in cluster.sinfo_nodes())
-
-    expected_names = set()
-    for ns in defined:
-        names = hostlist.expand(ns.node_range)
-        assert len(names) == ns.max_replicas
-        expected_names.update(names)
-        partitions = sorted(p.name for p in model.partitions if ns.name in p.node_sets)
-        if model.health_checks.active:          # the hidden partition of active checks holds every node
-            partitions = sorted(partitions + [c.CHECKS_PARTITION])
-        for name in names:
-            node = nodes.get(name)
-            assert node is not None, "%s (NodeSet %s) is not listed by sinfo" % (name, ns.name)
-            assert sorted(node["partitions"]) == partitions, name
-            assert node["cpus"] == ns.cpus, name
-            assert node["real_memory"] == ns.real_memory_mib, name
-            if ns.sockets:
-                assert node["sockets"] == ns.sockets, name
-            if ns.cores_per_socket:
-                assert node["cores"] == ns.cores_per_socket, name
-            if ns.threads_per_core:
-                assert node["threads"] == ns.threads_per_core, name
-            assert _gres(node["gres"]) == sorted(str(g) for g in ns.gres if g.count > 0), name
-            assert sorted(f for f in node["features"].split(",") if f) == sorted(ns.features), name
-    assert set(nodes) == expected_names                     # nothing else
-
-    # Every partition of the spec exists, with exactly its NodeSets' nodes.
-    for p in model.partitions:
-        want = sorted(n for ns in defined if ns.name in p.node_sets for n in hostlist.expand(ns.node_range))
-        got = sorted(n for n, node in nodes.items() if p.name in node["partitions"])
-        assert got == want, p.name
-
-
-def _gres(text):
-    """sinfo's gres field ("gpu:h100:8(S:0-1)" or "") as sorted name:type:count strings."""
-    out = []
-    for item in (text or "").split(","):
-        item = item.split("(")[0].strip()
-        if item:
-            out.append(item)
-    return sorted(out)
+    assert_nodes_as_specified(cluster, model, "config-check")
 
 
 # --- the local adaptation changes only what it must (no daemon needed) --------------------------------------------
