@@ -718,15 +718,10 @@ def _port_free(port):
         s.close()
 
 
-def find_free_base_port(count, start=DEFAULT_BASE_PORT, stop=60000, step=None):
+def find_free_base_port(count, start=DEFAULT_BASE_PORT, stop=60000):
     """First base port from `start` whose `count` consecutive loopback ports are all free and claimed by no local
     cluster (a hint for a caller's base_port; LocalCluster claims its block itself, see PortClaims)."""
-    step = step or max(count, 50)
-    claims = PortClaims().read()
-    for base in range(start, stop - count, step):
-        if not block_problems(base, count, claims, None):
-            return base
-    raise LocalClusterError("no %d free consecutive ports on %s between %d and %d" % (count, LOOPBACK, start, stop))
+    return find_free_block(count, PortClaims().read(), None, start, stop)
 
 
 def _atomic_write(path, data, mode=0o644):
