@@ -24,8 +24,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
 
-from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model, load_documents  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.modules import slurm_drain  # noqa: E402
 
 NODES = 1000

@@ -19,9 +19,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
 
-from ansible_collections.soperator.slurm.plugins.module_utils import health_check as hc  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model, load_documents  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents  # noqa: E402
 
 INTERVAL = 10
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "5"))

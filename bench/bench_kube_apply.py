@@ -17,11 +17,11 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 from bench_render import documents  # noqa: E402
 from emulator import KubeEmulator  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_backend import (  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import (  # noqa: E402
     MANAGED_KINDS, KubeCluster)
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import (  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (  # noqa: E402
     KubeClient, api_client_from_params)
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
 
 
 def run_once(kubeconfig, model):

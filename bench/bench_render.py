@@ -11,9 +11,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
 
-from ansible_collections.soperator.slurm.plugins.module_utils.render import render_cluster  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.secrets import ensure_secret_material  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model, load_documents  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.render.secrets import ensure_secret_material  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents  # noqa: E402
 
 
 def documents(workers):

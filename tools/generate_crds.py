@@ -1,4 +1,4 @@
-"""Write crds/*.yaml from plugins/module_utils/crds.py (the schema spec.py validates with). Run after a spec change;
+"""Write crds/*.yaml from plugins/module_utils/spec/crds.py (the schema spec.py validates with). Run after a spec change;
 tests/unit/test_crds.py fails while the files are stale."""
 import os
 import sys
@@ -6,8 +6,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
 
-from ansible_collections.soperator.slurm.plugins.module_utils.crds import crds  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import to_yaml  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.crds import crds  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import to_yaml  # noqa: E402
 
 
 def crd_files():

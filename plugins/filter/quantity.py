@@ -9,7 +9,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.soperator.slurm.plugins.module_utils.quantity import (
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
     QuantityError, parse_quantity, to_cpus, to_mib)
 
 

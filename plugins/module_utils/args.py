@@ -15,7 +15,7 @@ __metaclass__ = type
 
 import copy
 
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import (
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, LocalTransport, SlurmCommandError, SlurmRunner)
 
 try:

@@ -30,13 +30,13 @@ SLURM_RUN_DIR = "/run/slurm"
 HEALTH_CHECK_PROGRAM = "/opt/soperator/bin/health-check"
 # Beside slurm.conf: the health check program's config (render_slurm.health_check_config).
 HEALTH_CONFIG_FILE = "health.json"
-# Runs one active check (plugins/module_utils/active_check.py) from the checks CronJob.
+# Runs one active check (plugins/module_utils/node/active_check.py) from the checks CronJob.
 ACTIVE_CHECK_PROGRAM = "/opt/soperator/bin/active-check"
 # The hidden partition active checks submit their jobs to (rendered only when there are active checks).
 CHECKS_PARTITION = "soperator-checks"
 CHECKS_DIR = "/opt/soperator/checks"
 SPANK_CHROOT_PLUGIN = "/usr/lib/slurm/spank_chroot.so"
-# The populate image (images/populate_jail): its program is plugins/module_utils/jail.py, its jail root
+# The populate image (images/populate_jail): its program is plugins/module_utils/node/jail.py, its jail root
 # filesystem a tarball.
 POPULATE_JAIL_PROGRAM = "/opt/soperator/bin/jail.py"
 POPULATE_JAIL_SOURCE = "/opt/soperator/jail-rootfs.tar"

@@ -229,12 +229,12 @@ import copy
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.soperator.slurm.plugins.module_utils import jail
-from ansible_collections.soperator.slurm.plugins.module_utils import jail_kube as jk
-from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
+from ansible_collections.soperator.slurm.plugins.module_utils.node import jail
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import jail as jk
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, documents_from
-from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import HAS_YAML
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import HAS_YAML
 
 
 def _diff(result):

@@ -422,12 +422,12 @@ import os
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
-from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, documents_from
-from ansible_collections.soperator.slurm.plugins.module_utils.render import (
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
+from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import (
     RenderDestError, read_secret_material, render_cluster, write_rendered)
-from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import HAS_YAML
+from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import HAS_YAML
 
 
 def _documents(module):
@@ -512,7 +512,7 @@ def _plan_configs(cluster, model):
             actions.append("would generate the database password")
             return actions + ["would write the Slurm configs to %s" % lay.etc], True, True
         password = password.strip()
-    from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
     configs = lb.adapt_configs(render_slurm_configs(model), model, lay.state_dir, base_port, user=cluster.user,
                                db_password=password, jail_dir=cluster.jail_dir, spank_chroot=cluster.spank_chroot)
     slurm_changed = dbd_changed = False

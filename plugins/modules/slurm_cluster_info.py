@@ -74,9 +74,9 @@ import copy
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import KubeError
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
 
 # Annotations that describe a past apply, not the spec: carrying them back would only add noise.
 _DROPPED_ANNOTATIONS = ("slurm.soperator.dev/applied", "kubectl.kubernetes.io/last-applied-configuration")

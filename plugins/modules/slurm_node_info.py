@@ -189,8 +189,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.soperator.slurm.plugins.module_utils.args import (
     SLURM_CONNECTION_REQUIRED_IF, runner_from_params, slurm_connection_argument_spec)
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_nodes import DEFAULT_REASON_PREFIX, node_info
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import SlurmError
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import DEFAULT_REASON_PREFIX, node_info
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 
 
 def main():

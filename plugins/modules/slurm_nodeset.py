@@ -170,11 +170,11 @@ import copy
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
-from ansible_collections.soperator.slurm.plugins.module_utils import names
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_apply import APPLIED_ANNOTATION
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, documents_from
-from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import HAS_YAML
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.apply import APPLIED_ANNOTATION
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import HAS_YAML
 
 _OUR_LABELS = (c.LABEL_MANAGED_BY, c.LABEL_INSTANCE, c.LABEL_COMPONENT, c.LABEL_NAME, c.LABEL_NODESET)
 

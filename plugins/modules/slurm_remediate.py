@@ -215,13 +215,13 @@ import os
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import remediation as rm
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC, auth_params, runner_from_params
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import KubeError
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_module import KUBE_API_SPEC, KUBE_TARGET_SPEC
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import SlurmError
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import SpecError, build_model, documents_from
-from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import HAS_YAML
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.module import KUBE_API_SPEC, KUBE_TARGET_SPEC
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import HAS_YAML
 
 
 def _setting(params, option, default):
@@ -229,7 +229,7 @@ def _setting(params, option, default):
 
 
 def _local_parts(params, model):
-    from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
+    from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
     state_dir = params["state_dir"] or lb.default_state_dir(model.name)
     cluster = lb.LocalCluster(state_dir, model)
     slurm_conf = cluster.env()["SLURM_CONF"]
@@ -242,8 +242,8 @@ def _local_parts(params, model):
 
 
 def _kube_parts(params, model):
-    from ansible_collections.soperator.slurm.plugins.module_utils import kube_module as km
-    from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import CR_API_VERSION
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import CR_API_VERSION
     client = km.make_client(params)
     local = params["slurm_transport"] == "local"
     runner = runner_from_params(dict(auth_params(params), transport=params["slurm_transport"],

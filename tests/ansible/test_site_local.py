@@ -13,7 +13,7 @@ import tempfile
 import pytest
 import yaml
 
-from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = os.path.join(ROOT, "examples", "small-cpu.yml")

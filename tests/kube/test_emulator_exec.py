@@ -8,7 +8,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import V4_CHANNEL_PROTOCOL, WSClient, get_websocket_url
 
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import (
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, SlurmCommandError, SlurmRunner, SlurmUnavailable, TransientError, _exec_status_rc)
 from emulator.podexec import ExecStartError
 

@@ -6,8 +6,8 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.soperator.slurm.plugins.module_utils.render import render_cluster
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
 from emu_helpers import make_ns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -8,8 +8,8 @@ import os
 import yaml
 
 from ansible_collections.soperator.slurm.plugins.module_utils import args as module_args
-from ansible_collections.soperator.slurm.plugins.module_utils.remediation import KubeChecker
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_nodes import read_nodes
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation import KubeChecker
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import read_nodes
 from test_slurm_cluster_kube import SMALL, module, spec_docs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

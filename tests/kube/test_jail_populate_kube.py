@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_backend import KubeCluster
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import KubeClient, api_client_from_params
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeClient, api_client_from_params
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
 from test_slurm_cluster_kube import CR, SMALL, module
 
 NS, JOB = "slurm", "small-populate-jail"

@@ -5,9 +5,9 @@ import os
 import pytest
 
 from emulator import KubeEmulator
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_backend import BackendError, KubeCluster
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import KubeClient, api_client_from_params
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import BackendError, KubeCluster
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeClient, api_client_from_params
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -14,7 +14,7 @@ import yaml
 from test_slurm_cluster_kube import SMALL, module, spec_docs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HEALTH_CHECK = os.path.join(ROOT, "plugins", "module_utils", "health_check.py")
+HEALTH_CHECK = os.path.join(ROOT, "plugins", "module_utils", "node", "health_check.py")
 _spec = importlib.util.spec_from_file_location("slurm_fixtures", os.path.join(ROOT, "tests", "slurm", "conftest.py"))
 _slurm_fixtures = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_slurm_fixtures)

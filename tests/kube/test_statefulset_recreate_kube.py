@@ -172,10 +172,10 @@ def test_recreate_keeps_pods_and_claims_and_converges(emu_pods):
 
 
 def test_a_statefulset_held_by_a_finalizer_is_waited_for_a_bounded_time(emu_pods):
-    from ansible_collections.soperator.slurm.plugins.module_utils.kube_backend import BackendError, KubeCluster
-    from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import (
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import BackendError, KubeCluster
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (
         KubeClient as Client, api_client_from_params)
-    from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model, load_documents
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
 
     emu, kubeconfig = emu_pods
     run(kubeconfig, with_spool("10Gi"))

@@ -11,9 +11,9 @@ import tempfile
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
-from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
-from ansible_collections.soperator.slurm.plugins.module_utils import spec
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")

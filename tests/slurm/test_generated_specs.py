@@ -7,7 +7,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.soperator.slurm.plugins.module_utils import spec
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 from conftest import assert_nodes_as_specified
 
 RUNS = settings(max_examples=5, deadline=None, derandomize=False,

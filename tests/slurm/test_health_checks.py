@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils import active_check, health_check
+from ansible_collections.soperator.slurm.plugins.module_utils.node import active_check, health_check
 
 INTERVAL = 5
 # slurmd runs the program at the next interval tick after the fault appears: two intervals and a margin.

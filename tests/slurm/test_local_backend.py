@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 
 SMALL = "examples/small-cpu.yml"
 JOB_WAIT = 60
@@ -267,7 +267,7 @@ def test_missing_binary_names_the_debian_package(monkeypatch):
 
 
 def test_state_dir_too_long_for_sockets_is_refused(tmp_path):
-    from ansible_collections.soperator.slurm.plugins.module_utils import spec
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
     with open(os.path.join(os.path.dirname(__file__), "..", "..", SMALL)) as f:
         model = spec.build_model(spec.load_documents(f.read()))
     cluster = lb.LocalCluster(str(tmp_path / ("x" * 90)), model)
@@ -277,7 +277,7 @@ def test_state_dir_too_long_for_sockets_is_refused(tmp_path):
 
 def test_a_cluster_without_nodes_is_refused_before_any_write(tmp_path):
     """slurmctld 22.05 exits with 'no nodes configured': say so before a file or a process exists."""
-    from ansible_collections.soperator.slurm.plugins.module_utils import spec
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
     with open(os.path.join(os.path.dirname(__file__), "..", "..", SMALL)) as f:
         docs = spec.load_documents(f.read())
     for doc in docs:

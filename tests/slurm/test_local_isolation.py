@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 
 from conftest import DRAIN_TIMEOUT, REQUIRED, ROOT, TIMEOUT, load_model, skip_without
 
@@ -324,7 +324,7 @@ def test_links_planted_in_a_state_dir_are_not_written_through(local_cluster, tmp
 # -------------------------------------------------------------------------------------------- class 6: recovery
 
 def test_a_refused_config_then_a_corrected_run_brings_the_cluster_back_with_its_job(local_cluster):
-    from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
     bad = {"on": False}
 
     def renderer(model):

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
-from ansible_collections.soperator.slurm.plugins.module_utils import spec
+from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 
 from jail_helpers import MARKER, ROOT, build_plugin, make_jail, mounts_under
 

@@ -14,10 +14,10 @@ import time
 import pytest
 import yaml
 
-from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HEALTH_CHECK = os.path.join(ROOT, "plugins", "module_utils", "health_check.py")
+HEALTH_CHECK = os.path.join(ROOT, "plugins", "module_utils", "node", "health_check.py")
 BOUND = 120
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible is not installed")

@@ -9,7 +9,8 @@ import os
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import hostlist, spec
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 from conftest import assert_nodes_as_specified
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
@@ -52,8 +53,8 @@ STATE = "/tmp/sop-adapt"
 
 
 def _render_and_adapt(path, have_pmix=False):
-    from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
-    from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
+    from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
     with open(path) as f:
         model = spec.build_model(spec.load_documents(f.read()))
     rendered = render_slurm_configs(model)
@@ -63,7 +64,7 @@ def _render_and_adapt(path, have_pmix=False):
 
 
 def test_health_json_adaptation():
-    from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
+    from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
     model, rendered, adapted = _render_and_adapt(os.path.join(EXAMPLES, "gpu-accounting.yml"))
     before, after = json.loads(rendered[c.HEALTH_CONFIG_FILE]), json.loads(adapted[c.HEALTH_CONFIG_FILE])
     assert before["passive"]["disk"]["paths"] == [c.JAIL_MOUNT, "/tmp"]

@@ -17,8 +17,9 @@ import time
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
-from ansible_collections.soperator.slurm.plugins.module_utils import render_slurm, spec
+from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.render import slurm_conf as render_slurm
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 
 from jail_helpers import MARKER, PLUGIN_DIR, ROOT, build_plugin, make_jail, mounts_under
 

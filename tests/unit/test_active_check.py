@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils import active_check as ac
+from ansible_collections.soperator.slurm.plugins.module_utils.node import active_check as ac
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "health")
 

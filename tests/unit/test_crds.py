@@ -7,8 +7,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ansible_collections.soperator.slurm.plugins.module_utils import spec as s
-from ansible_collections.soperator.slurm.plugins.module_utils.crds import crds
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as s
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.crds import crds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VERSIONS = ["1.32.0", kubernetes_validate.latest_version()]

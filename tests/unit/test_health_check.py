@@ -6,10 +6,10 @@ import os
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import health_check as hc
-from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import (
+from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc
+from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import (
     health_check_config, render_slurm_configs)
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(ROOT, "tests", "unit", "fixtures", "health")

@@ -9,11 +9,11 @@ import tarfile
 
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils import jail as j
+from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as j
 from tar_helpers import make_tar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-JAIL_PY = os.path.join(ROOT, "plugins", "module_utils", "jail.py")
+JAIL_PY = os.path.join(ROOT, "plugins", "module_utils", "node", "jail.py")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="owners can be preserved only by root")
 
 

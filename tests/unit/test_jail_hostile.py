@@ -19,11 +19,11 @@ import tarfile
 
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils import jail as j
+from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as j
 import tar_helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-JAIL_PY = os.path.join(ROOT, "plugins", "module_utils", "jail.py")
+JAIL_PY = os.path.join(ROOT, "plugins", "module_utils", "node", "jail.py")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the corpus must run as root: chown and setuid paths")
 

@@ -3,7 +3,7 @@ import copy
 
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils import kube_apply as ka
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
 
 STS = {
     "apiVersion": "apps/v1", "kind": "StatefulSet",

@@ -11,12 +11,12 @@ import pytest
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.render_kube import render_manifests  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model, load_documents  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import render_manifests  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents  # noqa: E402
 
 try:
-    from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 except ImportError:  # another part of the project; fall back to fake config text
     render_slurm_configs = None
 

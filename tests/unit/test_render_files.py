@@ -8,7 +8,8 @@ import stat
 import pytest
 import yaml
 
-from ansible_collections.soperator.slurm.plugins.module_utils import render, spec
+from ansible_collections.soperator.slurm.plugins.module_utils.render import cluster as render
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 
 
 def test_secret_files_are_told_by_kind_prefix_not_by_substring():

@@ -7,12 +7,12 @@ import json
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import render_kube as rk
-from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as rk
+from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
 
 try:
-    from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 except ImportError:  # written by another part of the project; the test that needs it is skipped without it
     render_slurm_configs = None
 

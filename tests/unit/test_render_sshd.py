@@ -5,10 +5,10 @@ import subprocess
 
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils import local_backend as lb
-from ansible_collections.soperator.slurm.plugins.module_utils import render_kube as rk
-from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s
-from ansible_collections.soperator.slurm.plugins.module_utils.render_sshd import render_sshd_config
+from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as rk
+from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
+from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
 
 
 def settings(text):

@@ -7,9 +7,9 @@ import os
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import args as slurm_args
-from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
-from ansible_collections.soperator.slurm.plugins.module_utils import slurm_nodes as sn
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import (
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import nodes as sn
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, LocalTransport, SlurmCommandError, SlurmOutputError, SlurmRunner, SlurmUnavailable,
     TransientError, format_command)
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.soperator.slurm.plugins.module_utils import spec as s
-from ansible_collections.soperator.slurm.plugins.module_utils.schema import SpecError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as s
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.yml")))

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.soperator.slurm.plugins.module_utils import config_syntax as cs
-from ansible_collections.soperator.slurm.plugins.module_utils import cron, schema, spec
-from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
-from ansible_collections.soperator.slurm.plugins.module_utils.render_sshd import render_sshd_config
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_syntax as cs
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import cron, schema
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
+from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
+from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BAD_SPECS = sorted(glob.glob(os.path.join(HERE, "bad_specs", "*.spec")))

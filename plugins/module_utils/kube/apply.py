@@ -27,10 +27,10 @@ import json
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import KubeError, describe, object_key
-from ansible_collections.soperator.slurm.plugins.module_utils.quantity import is_quantity, parse_quantity
-from ansible_collections.soperator.slurm.plugins.module_utils.render_kube import KIND_ORDER
-from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import to_yaml
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError, describe, object_key
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import is_quantity, parse_quantity
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import KIND_ORDER
+from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import to_yaml
 
 APPLIED_ANNOTATION = "slurm.soperator.dev/applied"
 HIDDEN = "<hidden>"

@@ -13,8 +13,8 @@ import copy
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC, auth_params, runner_from_params
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_backend import BackendError, KubeCluster
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import (
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import BackendError, KubeCluster
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (
     HAS_KUBERNETES, KubeClient, KubeError, api_client_from_params)
 
 # How API requests are retried and bounded (doc fragment soperator.slurm.kube_target.api).

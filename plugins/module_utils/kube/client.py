@@ -30,7 +30,7 @@ except ImportError as e:  # the modules report it with missing_required_lib
     class ApiException(Exception):
         """Stands in for kubernetes' ApiException, which nothing raises without the client."""
 
-from ansible_collections.soperator.slurm.plugins.module_utils.model import API_GROUP
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import API_GROUP
 
 CR_VERSION = "v1alpha1"
 CR_API_VERSION = "%s/%s" % (API_GROUP, CR_VERSION)

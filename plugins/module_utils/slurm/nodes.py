@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import (
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     SlurmCommandError, SlurmError, SlurmOutputError, TransientError, format_command)
 
 DEFAULT_REASON_PREFIX = "soperator:"

@@ -29,16 +29,16 @@ import re
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import kube_apply as ka
-from ansible_collections.soperator.slurm.plugins.module_utils import kube_scale
-from ansible_collections.soperator.slurm.plugins.module_utils import names
-from ansible_collections.soperator.slurm.plugins.module_utils.crds import crds
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import (
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import scale as kube_scale
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.crds import crds
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (
     CR_API_VERSION, KubeError, NotFound, RESOURCES, object_key)
-from ansible_collections.soperator.slurm.plugins.module_utils.render import render_cluster, secret_material
-from ansible_collections.soperator.slurm.plugins.module_utils.render_kube import (
+from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster, secret_material
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import (
     KIND_ORDER, WORKER, labels as component_labels)
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import (
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     SlurmCommandError, SlurmError, SlurmOutputError)
 
 # Everything we may own, in apply order; the CRs go first so the cluster's own record exists before its parts.

@@ -30,7 +30,7 @@ import sys
 import time
 
 try:
-    from ansible_collections.soperator.slurm.plugins.module_utils import health_check as hc
+    from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc
 except ImportError:  # run as a program from an image or the local backend's bin/: health_check.py lies beside it
     sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
     import health_check as hc

@@ -10,8 +10,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.soperator.slurm.plugins.module_utils import model as m
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import CLUSTER_SPEC, NODESET_SPEC
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import CLUSTER_SPEC, NODESET_SPEC
 
 VERSION = "v1alpha1"
 

@@ -22,10 +22,10 @@ import stat
 import tempfile
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils.render_kube import render_manifests
-from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
-from ansible_collections.soperator.slurm.plugins.module_utils.secrets import ensure_secret_material
-from ansible_collections.soperator.slurm.plugins.module_utils.yaml_dump import to_yaml, yaml
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import render_manifests
+from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
+from ansible_collections.soperator.slurm.plugins.module_utils.render.secrets import ensure_secret_material
+from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import to_yaml, yaml
 
 MANIFESTS_DIR = "manifests"
 SLURM_DIR = "slurm"

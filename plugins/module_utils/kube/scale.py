@@ -14,10 +14,10 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_nodes import (
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes)
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import SlurmError
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 
 
 class ScaleDownError(Exception):

@@ -42,13 +42,13 @@ import sys
 import tempfile
 import time
 
-from ansible_collections.soperator.slurm.plugins.module_utils import active_check
-from ansible_collections.soperator.slurm.plugins.module_utils import config_syntax as cs
+from ansible_collections.soperator.slurm.plugins.module_utils.node import active_check
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_syntax as cs
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import health_check
-from ansible_collections.soperator.slurm.plugins.module_utils import hostlist
-from ansible_collections.soperator.slurm.plugins.module_utils import jail as jail_files
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_nodes import SCALE_DOWN_REASON
+from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as jail_files
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import SCALE_DOWN_REASON
 
 DEFAULT_BASE_PORT = 17817
 LOOPBACK = "127.0.0.1"
@@ -565,7 +565,7 @@ def render_login_sshd_config(jail_dir, lay, base_port):
     """The login nodes' sshd_config (render_sshd, as on Kubernetes) with this cluster's local paths: it listens on
     127.0.0.1:<base_port + LOGIN_OFFSET>, host keys and authorized keys live under state_dir, sessions get
     SLURM_CONF (the cluster's slurm.conf, bound into the jail at the same path)."""
-    from ansible_collections.soperator.slurm.plugins.module_utils.render_sshd import render_sshd_config
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
     notes = ["local backend: the login node of the local cluster in %s (LocalCluster)." % lay.state_dir]
     strict = not unsafe_path_components(lay.authorized_keys)
     if not strict:
@@ -1478,7 +1478,7 @@ class LocalCluster:
     def _render(self, model):
         if self._renderer is not None:
             return self._renderer(model)
-        from ansible_collections.soperator.slurm.plugins.module_utils.render_slurm import render_slurm_configs
+        from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
         return render_slurm_configs(model)
 
     def _write_configs(self, model, base_port, changes):
@@ -1689,7 +1689,7 @@ class LocalCluster:
                 raise LocalClusterError("the login sshd cannot chroot into %s: not so: %s (owned by root, not "
                                         "writable by group or others)" % (jail, ", ".join(bad)))
             actions.append("the jail %s does not exist yet; it must when the cluster starts" % jail)
-        from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s
+        from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
         if not all(os.path.exists(os.path.join(lay.ssh_host_keys, k)) for k in s.SSH_HOST_KEY_FILES):
             actions.append("would generate the login's SSH host keys")
         if _read_text(os.path.join(lay.authorized_keys, LOGIN_USER)) != self._root_keys(model):
@@ -1729,7 +1729,7 @@ class LocalCluster:
 
     def _ensure_host_keys(self, model, changes):
         """The login's SSH host keys: generated once (secrets.py, as the Kubernetes Secret), then kept."""
-        from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s
+        from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
         lay = self.layout
         name = s.ssh_host_keys_secret_name(model)
         existing = {}

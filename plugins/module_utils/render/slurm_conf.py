@@ -20,9 +20,9 @@ import json
 import re
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import names
-from ansible_collections.soperator.slurm.plugins.module_utils.model import switch_cycles
-from ansible_collections.soperator.slurm.plugins.module_utils.config_syntax import (
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import switch_cycles
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_syntax import (
     comment, plugstack_line, slurm_line, slurm_word)
 
 NODE_NAME = re.compile(r"^(.+)-(0|[1-9][0-9]*)$")    # <nodeset>-<ordinal>, as NodeSet.node_name makes them

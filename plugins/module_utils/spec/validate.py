@@ -15,15 +15,15 @@ import copy
 import ipaddress
 from types import SimpleNamespace
 
-from ansible_collections.soperator.slurm.plugins.module_utils import model as m
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
 from ansible_collections.soperator.slurm.plugins.module_utils.constants import CHECKS_PARTITION
-from ansible_collections.soperator.slurm.plugins.module_utils import names as n
-from ansible_collections.soperator.slurm.plugins.module_utils.config_syntax import (
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import names as n
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_syntax import (
     CONFIG_KEY_PATTERN, SLURM_VALUE_PATTERN, value_problem)
-from ansible_collections.soperator.slurm.plugins.module_utils.cron import SCHEDULE_PATTERN, schedule_problem
-from ansible_collections.soperator.slurm.plugins.module_utils.quantity import (
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.cron import SCHEDULE_PATTERN, schedule_problem
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
     QUANTITY_PATTERN, QuantityError, is_quantity, parse_quantity, to_cpus, to_mib)
-from ansible_collections.soperator.slurm.plugins.module_utils.schema import (
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import (
     AnyObj, Arr, Bool, Int, IntOrStr, Map, Num, Obj, SpecError, SpecIssue, Str, child_path, compile_pattern)
 
 DEFAULT_REGISTRY = "ghcr.io/soperator-slurm"

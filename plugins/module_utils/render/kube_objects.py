@@ -24,10 +24,10 @@ import copy
 import hashlib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import secrets as s
-from ansible_collections.soperator.slurm.plugins.module_utils.render_sshd import SSHD_CONFIG, render_sshd_config
-from ansible_collections.soperator.slurm.plugins.module_utils.model import API_GROUP, MANAGED_BY
-from ansible_collections.soperator.slurm.plugins.module_utils.names import (  # noqa: F401 (re-exported)
+from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
+from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import SSHD_CONFIG, render_sshd_config
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import API_GROUP, MANAGED_BY
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (  # noqa: F401 (re-exported)
     slurm_configs_name, slurmdbd_config_name, authorized_keys_name, sshd_config_name, jail_claim_name,
     controller_name, login_name, login_headless_name, accounting_name,
     accounting_db_name, populate_jail_name, remediation_name, remediation_cluster_role_name, active_check_name,
@@ -411,7 +411,7 @@ def _services(model):
 
 
 def _populate_job(model, overwrite=None):
-    """The populate image's program is plugins/module_utils/jail.py: it fills the jail from the root filesystem
+    """The populate image's program is plugins/module_utils/node/jail.py: it fills the jail from the root filesystem
     tarball in the image, under the overwrite rule, and prints the jail's sentinel as a JSON line."""
     container = _container(
         model, "populate-jail", model.jail.populate_image, command=["python3", c.POPULATE_JAIL_PROGRAM],

@@ -25,12 +25,12 @@ import json
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import jail
-from ansible_collections.soperator.slurm.plugins.module_utils import kube_backend as kb
-from ansible_collections.soperator.slurm.plugins.module_utils import names
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_apply import owner_selector
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import CR_API_VERSION
-from ansible_collections.soperator.slurm.plugins.module_utils.render_kube import LOGIN, WORKER, populate_job
+from ansible_collections.soperator.slurm.plugins.module_utils.node import jail
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import backend as kb
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.apply import owner_selector
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import CR_API_VERSION
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import LOGIN, WORKER, populate_job
 
 STATUS_FIELD_MANAGER = c.FIELD_MANAGER + "-jail"
 STARTED = "started"
@@ -239,7 +239,7 @@ class KubeJail(object):
 
 def model_from_cluster(client, name, namespace):
     """The ClusterModel of the SlurmCluster `name` and its NodeSets as they are in the cluster."""
-    from ansible_collections.soperator.slurm.plugins.module_utils.spec import build_model
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
     cluster = client.get("SlurmCluster", name, namespace)
     if cluster is None:
         raise JailKubeError("SlurmCluster %s/%s does not exist: apply the cluster first (soperator.slurm."

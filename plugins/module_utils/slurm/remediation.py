@@ -34,10 +34,10 @@ import subprocess
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils.kube_backend import wait_for
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_nodes import (
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import wait_for
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes, set_state)
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_runner import (
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, SlurmError, TransientError)
 
 REPLACED, RECHECKED, RESUMED, LEFT_DRAINED = "replaced", "rechecked", "resumed", "left-drained"
@@ -152,7 +152,7 @@ class KubeReplacer(object):
         self.clock = clock
 
     def replace(self, node, check_mode=False):
-        from ansible_collections.soperator.slurm.plugins.module_utils.kube_client import KubeError
+        from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
         try:
             pod = self.client.get("Pod", node, self.namespace)
             info = {"pod": "%s/%s" % (self.namespace, node)}
