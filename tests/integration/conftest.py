@@ -3,8 +3,10 @@ import os
 
 import pytest
 
-REASON = ("KUBECONFIG is not set: the real-cluster integration suite (tests/integration) is SKIPPED; "
-          "set KUBECONFIG to run it against a real Kubernetes cluster")
+from ci_skips import environmental
+
+REASON = environmental("KUBECONFIG is not set: the real-cluster integration suite (tests/integration) is SKIPPED; "
+                       "set KUBECONFIG to run it against a real Kubernetes cluster")
 
 
 def pytest_report_header(config):
