@@ -10,30 +10,16 @@ import pytest
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
-from ansible_collections.soperator.slurm.plugins.module_utils import constants as c  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import render_manifests  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents  # noqa: E402
-
-try:
-    from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
-except ImportError:  # another part of the project; fall back to fake config text
-    render_slurm_configs = None
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.yml")))
 OLDEST = "1.32"
 NEWEST = kubernetes_validate.utils.latest_version()
 VERSIONS = sorted(set([OLDEST, NEWEST]))
-
-
-def _configs(model):
-    if render_slurm_configs is not None:
-        return render_slurm_configs(model)
-    configs = dict((name, "# %s\n" % name) for name in c.SLURM_CONFIG_FILES)
-    if model.accounting.enabled:
-        configs[c.SLURMDBD_CONF] = "StorageUser=slurm\nStorageLoc=slurm_acct_db\n"
-    return configs
 
 
 def _fake_material(model):
@@ -79,7 +65,7 @@ def _cases():
 
 def _render(documents):
     model = build_model(documents)
-    return render_manifests(model, _configs(model), _fake_material(model))
+    return render_manifests(model, render_slurm_configs(model), _fake_material(model))
 
 
 def _version(text):
