@@ -421,9 +421,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.local import plan
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import (
     RenderDestError, read_secret_material, render_cluster, write_rendered)
@@ -483,112 +483,6 @@ def _running(status):
     return sorted(name for name, p in status["processes"].items() if p["running"])
 
 
-def _desired_daemons(model):
-    names = ["munged", "slurmctld"] + (["mariadbd", "slurmdbd"] if model.accounting.enabled else [])
-    names += ["slurmd-%s" % ns.node_name(i) for ns in model.node_sets for i in range(ns.replicas)]
-    return sorted(names)
-
-
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except (IOError, OSError):
-        return None
-
-
-def _plan_configs(cluster, model):
-    """(actions, slurm_changed, dbd_changed): which config files under state_dir/etc a run would write."""
-    lay = cluster.layout
-    base_port, actions = cluster.plan_ports(model)
-    if base_port is None:
-        actions.append("would choose %d free loopback ports and write the Slurm configs to %s"
-                       % (lb.ports_needed(model), lay.etc))
-        return actions, True, True
-    password = None
-    if model.accounting.enabled:
-        password = _read(lay.db_password)
-        if password is None:
-            actions.append("would generate the database password")
-            return actions + ["would write the Slurm configs to %s" % lay.etc], True, True
-        password = password.strip()
-    from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
-    configs = lb.adapt_configs(render_slurm_configs(model), model, lay.state_dir, base_port, user=cluster.user,
-                               db_password=password, jail_dir=cluster.jail_dir, spank_chroot=cluster.spank_chroot)
-    slurm_changed = dbd_changed = False
-    for name, text in sorted(configs.items()):
-        old = _read(os.path.join(lay.etc, name))
-        if old != text:
-            actions.append("would %s %s" % ("update" if old is not None else "write", name))
-            if name == c.SLURMDBD_CONF:
-                dbd_changed = True
-            else:
-                slurm_changed = True
-    if os.path.isdir(lay.etc):
-        for name in sorted(os.listdir(lay.etc)):
-            if name not in configs and not name.startswith("."):
-                actions.append("would remove %s" % name)
-                slurm_changed = True
-    return actions, slurm_changed, dbd_changed
-
-
-def _plan_present(cluster, model, status):
-    """What ensure_started() would do, from LocalCluster.status() and the files under state_dir; changes nothing."""
-    lay = cluster.layout
-    kind = cluster.plan_take()           # a directory that is not ours fails here, as the run would
-    if kind == "legacy":
-        pre = ["would mark %s as this cluster's state directory (made by an earlier version)" % lay.state_dir]
-    else:
-        pre = []
-    if kind == "absent":
-        actions = ["would create state directory %s" % lay.state_dir, "would generate munge key"]
-        if model.accounting.enabled:
-            actions += ["would initialize the accounting database"]
-        actions += ["would write the Slurm configs to %s" % lay.etc]
-        actions += ["would start %s" % d for d in _daemon_order(_desired_daemons(model))]
-        return actions + cluster.plan_login(model)
-    actions, slurm_changed, dbd_changed = _plan_configs(cluster, model)
-    actions = pre + actions
-    if not os.path.exists(lay.munge_key):
-        actions.append("would generate munge key")
-    running = set(_running(status))
-    changed_by = {"slurmctld": slurm_changed, "slurmdbd": dbd_changed}
-    desired = _desired_daemons(model)
-    # a slurmd registers once: one started before the slurmctld that will run restarts (LocalCluster.slurmds_behind)
-    new_ctld = "slurmctld" not in running or slurm_changed
-    behind = set(cluster.slurmds_behind())
-    for name in _daemon_order(desired):
-        if name not in running:
-            actions.append("would start %s" % name)
-        elif changed_by.get(name, slurm_changed if name.startswith("slurmd-") else False):
-            actions.append("would restart %s (configuration changed)" % name)
-        elif name.startswith("slurmd-") and (new_ctld or name in behind):
-            actions.append("would restart %s (slurmctld restarted: the node registers again)" % name)
-    if not model.accounting.enabled:
-        actions += ["would stop %s (accounting disabled)" % n for n in ("slurmdbd", "mariadbd") if n in running]
-    listed = set(n["name"] for n in (status["nodes"] or []))
-    remove = (set(n[len("slurmd-"):] for n in running if n.startswith("slurmd-")) | listed) - \
-        set(d[len("slurmd-"):] for d in desired if d.startswith("slurmd-"))
-    for node in sorted(remove, key=lb._natural):
-        actions.append("would drain %s, wait for its jobs, stop its slurmd and remove it from Slurm" % node)
-    return actions + cluster.plan_login(model)
-
-
-def _daemon_order(names):
-    """Start order: munged, accounting, slurmctld, then the slurmds."""
-    fixed = [n for n in ("munged", "mariadbd", "slurmdbd", "slurmctld") if n in names]
-    return fixed + sorted((n for n in names if n not in fixed), key=lb._natural)
-
-
-def _stop_order(names):
-    """The order LocalCluster.stop() stops daemons in: the login sshd, the slurmds, then slurmctld, accounting,
-    munged."""
-    login = [n for n in names if n == lb.LOGIN_DAEMON]
-    slurmds = sorted((n for n in names if n.startswith("slurmd-")), key=lb._natural)
-    fixed = [n for n in ("slurmctld", "slurmdbd", "mariadbd", "munged") if n in names]
-    return login + slurmds + fixed + sorted(n for n in names if n not in slurmds + fixed + login)
-
-
 def _local(module):
     params = module.params
     state = params["state"]
@@ -622,9 +516,9 @@ def _local(module):
 
 def _present(module, cluster, model, before, result):
     if module.check_mode:
-        actions = _plan_present(cluster, model, before)
-        after_daemons = sorted(_desired_daemons(model) + ([lb.LOGIN_DAEMON] if cluster.wants_login() else []))
-        after_nodes = sorted((d[len("slurmd-"):] for d in after_daemons if d.startswith("slurmd-")), key=lb._natural)
+        actions = cluster.plan_present(model, before)
+        after_daemons = sorted(plan.start_order(model) + ([lb.LOGIN_DAEMON] if cluster.wants_login() else []))
+        after_nodes = sorted(plan.wanted_nodes(model), key=plan.natural_key)
         result["nodes"] = _nodes(before["nodes"])
     else:
         done = cluster.ensure_started(model)
@@ -645,28 +539,18 @@ def _present(module, cluster, model, before, result):
 def _absent(module, cluster, before, result):
     purge = module.params["purge"]
     lay = cluster.layout
+    running = _running(before)
     try:
         # Only a directory that is ours is stopped or purged; anything else fails here, before a signal or a delete.
-        kind = cluster.ownership()
-        doomed = cluster.purge_plan() if purge else []
+        if module.check_mode:
+            actions = cluster.plan_absent(purge, before)
+        else:
+            cluster.ownership()
+            if purge:
+                cluster.purge_plan()
     except lb.LocalClusterError as e:
         module.fail_json(msg="refusing to %s %s: %s" % ("purge" if purge else "stop", lay.state_dir, e), **result)
-    running = _running(before)
-    if module.check_mode:
-        actions = ["would stop %s" % n for n in _stop_order(running)]
-        if kind == "legacy":
-            actions.insert(0, "would mark %s as this cluster's state directory (made by an earlier version)"
-                           % lay.state_dir)
-        if kind not in ("absent", "empty"):
-            ours = set(before["processes"][n]["pid"] for n in running)
-            actions += ["would stop %s[%d] (leftover)" % (comm, pid) for pid, comm in cluster.leftover_processes()
-                        if pid not in ours]
-        if purge and kind not in ("absent", "empty"):
-            kept = sorted(set(os.listdir(lay.state_dir)) - set(os.path.basename(p) for p in doomed))
-            actions.append("would delete %s" % lay.state_dir if not kept else
-                           "would delete %s in %s (kept: %s)" % (", ".join(os.path.basename(p) for p in doomed),
-                                                                 lay.state_dir, ", ".join(kept)))
-    else:
+    if not module.check_mode:
         done = cluster.stop(purge=purge)
         actions = [s if s.startswith(("purged ", "marked ")) else "stopped %s" % s for s in done["stopped"]]
     result.update(changed=bool(actions), actions=actions)

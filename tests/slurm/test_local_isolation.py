@@ -258,10 +258,9 @@ def test_purge_refuses_a_cluster_that_holds_another(tmp_path):
     cluster = lb.LocalCluster(str(nested), load_model(SMALL))
     with pytest.raises(lb.LocalClusterError, match="inside the state directory of the local cluster in %s" % outer):
         cluster.ensure_started()
-    # check mode (slurm_cluster) says so too
-    from ansible_collections.soperator.slurm.plugins.modules import slurm_cluster
+    # check mode (slurm_cluster reports LocalCluster.plan_present) says so too
     with pytest.raises(lb.LocalClusterError, match="inside the state directory of the local cluster in %s" % outer):
-        slurm_cluster._plan_present(cluster, cluster.model, cluster.status())
+        cluster.plan_present(cluster.model, cluster.status())
     assert not nested.exists()
 
 
@@ -345,9 +344,8 @@ def test_a_refused_config_then_a_corrected_run_brings_the_cluster_back_with_its_
         cluster.ensure_started()
 
     bad["on"] = False
-    # check mode (slurm_cluster) says what the corrected run will do, slurmds included
-    from ansible_collections.soperator.slurm.plugins.modules import slurm_cluster
-    plan = slurm_cluster._plan_present(cluster, cluster.model, cluster.status())
+    # check mode (slurm_cluster reports LocalCluster.plan_present) says what the corrected run will do, slurmds included
+    plan = cluster.plan_present(cluster.model, cluster.status())
     assert "would start slurmctld" in plan
     assert all(any(a.startswith("would restart slurmd-%s " % n) for a in plan) for n in ("cpu-0", "cpu-1")), plan
     done = cluster.ensure_started()

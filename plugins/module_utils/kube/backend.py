@@ -7,7 +7,7 @@ One run, in order:
 1. read what we own: one list per managed kind (labels managed-by + instance), plus the namespace;
 2. render from the spec, keeping the Secret material that is already live (generated once, never rotated);
 3. remove workers safely: nodes that a smaller or deleted NodeSet loses are drained, waited for and taken out of
-   Slurm before anything else changes (kube_scale);
+   Slurm before anything else changes (slurm/removal.py);
 4. apply what changed (kube_apply), the populate Job before the workloads that mount the jail (waiting for it when
    wait=true), then prune what is no longer rendered;
 5. reload Slurm: a changed slurm.conf reaches slurmctld with `scontrol reconfigure`, once the controller pod sees the
@@ -30,7 +30,7 @@ import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
-from ansible_collections.soperator.slurm.plugins.module_utils.kube import scale as kube_scale
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.crds import crds
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (
@@ -429,14 +429,14 @@ class KubeCluster(object):
             if key[0] != "StatefulSet" or _component(obj) != WORKER:
                 continue
             target = _replicas(wanted[key]) if key in wanted else 0
-            nodes += kube_scale.removed_nodes(key[2], _replicas(obj), target)
+            nodes += removal.removed_nodes(key[2], _replicas(obj), target)
         if not nodes:
             return
         try:
-            self.actions += kube_scale.remove_nodes(
+            self.actions += removal.remove_nodes(
                 self.runner, nodes, self.prefix, self.drain_timeout, force=self.force, check_mode=self.check_mode,
                 sleep=self.sleep, clock=self.clock, poll=self.poll)
-        except kube_scale.ScaleDownError as e:
+        except removal.ScaleDownError as e:
             self.actions += e.actions
             raise BackendError(str(e))
         except SlurmError as e:

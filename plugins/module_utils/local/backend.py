@@ -28,7 +28,6 @@ import hashlib
 import inspect
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -45,9 +44,15 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as jail_files
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import SCALE_DOWN_REASON
+from ansible_collections.soperator.slurm.plugins.module_utils import wait
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
+    SCALE_DOWN_REASON, full_reason, read_sinfo, update_nodes_argv)
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import LocalTransport, SlurmError, SlurmRunner
 from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import (  # noqa: F401 (re-exported)
     adapt_configs, local_slurm_configs, pmix_available)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
+    LocalPlan, natural_key as _natural, nodes_to_remove, stop_order, wanted_nodes)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (  # noqa: F401 (re-exported)
     CTLD_OFFSET, DBD_OFFSET, DB_OFFSET, DB_NAME, DB_USER, DEFAULT_BASE_PORT, LOCAL_HOST, LOCAL_JOBACCT, LOCAL_PROCTRACK,
     LOCAL_TASK_PLUGIN, LOCK_FILE, LOGIN_DAEMON, LOGIN_OFFSET, LOGIN_USER, LOOPBACK, MARKER, MARKER_KIND, MAX_SOCKET_PATH,
@@ -490,15 +495,14 @@ def _registry_paths():
 
 
 def _flock(fd, timeout, what):
-    deadline = time.time() + timeout
-    while True:
+    def locked():
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
+            return True, ""
         except OSError:
-            if time.time() > deadline:
-                raise LocalClusterError("another operation holds %s (waited %ss)" % (what, timeout))
-            time.sleep(0.1)
+            return False, what
+    wait.wait_until(locked, what, timeout, poll=0.1, timeout_error=lambda _w: LocalClusterError(
+        "another operation holds %s (waited %ss)" % (what, timeout)))
 
 
 class PortClaims:
@@ -598,7 +602,7 @@ def _digest(*texts):
 
 # ---------------------------------------------------------------------------------------------------- cluster
 
-class LocalCluster:
+class LocalCluster(LocalPlan):
     """A ClusterModel as local processes over `state_dir`.
 
     `ensure_started()` converges (idempotent), `scale()` changes replicas, `stop()` stops everything it started,
@@ -645,6 +649,11 @@ class LocalCluster:
     def env(self):
         """Environment for Slurm clients of this cluster (merge it over os.environ)."""
         return {"SLURM_CONF": self.layout.slurm_conf}
+
+    def slurm(self, timeout=30):
+        """The collection's one Slurm runner (slurm/runner.py) for this cluster's clients; no retries: every
+        caller here waits with its own bounded loop."""
+        return SlurmRunner(LocalTransport(slurm_conf=self.layout.slurm_conf), retries=0, timeout=timeout)
 
     def ensure_started(self, model=None):
         """Bring the cluster to `model` (or the one given before). Returns {'changed': bool, 'changes': [str]}.
@@ -806,14 +815,7 @@ class LocalCluster:
             stopped.append(LOGIN_DAEMON)
         if self._running("slurmctld"):
             self._cancel_all_jobs()
-        for name in sorted(self._records()):
-            if name.startswith("slurmd-"):
-                if self._stop_daemon(name):
-                    stopped.append(name)
-        for name in ("slurmctld", "slurmdbd", "mariadbd", "munged"):
-            if self._stop_daemon(name):
-                stopped.append(name)
-        for name in sorted(self._records()):          # anything else we ever recorded
+        for name in stop_order(self._records()):      # the order plan_absent() reports
             if self._stop_daemon(name):
                 stopped.append(name)
         steps = self._step_daemons()                   # of jobs that could not be cancelled (no slurmctld)
@@ -938,7 +940,8 @@ class LocalCluster:
     # --- Slurm clients -----------------------------------------------------------------------------------------
 
     def run(self, argv, timeout=None, check=True, stdin_text=None):
-        """Run a Slurm client command against this cluster; returns CompletedProcess (text)."""
+        """Run a command (srun, sbatch...) as a client of this cluster, for callers and tests; the backend itself
+        goes through slurm(). Returns CompletedProcess (text)."""
         env = dict(os.environ)
         env.update(self.env())
         try:
@@ -952,27 +955,13 @@ class LocalCluster:
         return proc
 
     def sinfo_nodes(self):
-        """Nodes as `sinfo --json` lists them (FUTURE nodes are not listed)."""
-        proc = self.run([find_binary("sinfo"), "--json"], timeout=30)
+        """Nodes sinfo lists (FUTURE nodes are not), as {name, state (lower case), state_flags, reason, partitions}."""
         try:
-            return json.loads(proc.stdout).get("nodes", [])
-        except ValueError:
-            raise LocalClusterError("sinfo --json printed no JSON: %s" % proc.stdout[:200])
-
-    def jobs_on(self, nodes):
-        """{node: [job ids]} of jobs running or completing on these nodes."""
-        result = dict((n, []) for n in nodes)
-        if not nodes:
-            return result
-        proc = self.run([find_binary("squeue"), "-h", "-t", "RUNNING,COMPLETING,SUSPENDED,CONFIGURING",
-                         "-o", "%A %N", "-w", ",".join(nodes)], timeout=30)
-        for line in proc.stdout.splitlines():
-            parts = line.split()
-            if len(parts) == 2:
-                for n in hostlist.expand(parts[1]):
-                    if n in result:
-                        result[n].append(parts[0])
-        return result
+            records = read_sinfo(self.slurm())
+        except SlurmError as e:
+            raise LocalClusterError(str(e))
+        return [{"name": r.name, "state": r.base_state.lower(), "state_flags": list(r.flags), "reason": r.reason,
+                 "partitions": list(r.partitions)} for r in records.values()]
 
     # --- pieces of ensure_started ------------------------------------------------------------------------------
 
@@ -1163,10 +1152,10 @@ class LocalCluster:
 
     def _ctld_ready(self):
         try:
-            proc = self.run([find_binary("scontrol"), "ping"], timeout=15, check=False)
-        except LocalClusterError:
+            result, _ = self.slurm(timeout=15).run(["scontrol", "ping"], check=False)
+        except SlurmError:
             return False
-        return proc.returncode == 0 and "is UP" in proc.stdout
+        return result.rc == 0 and "is UP" in result.stdout
 
     # --- accounting --------------------------------------------------------------------------------------------
 
@@ -1256,10 +1245,14 @@ class LocalCluster:
         sacctmgr = shutil.which("sacctmgr") or "/usr/bin/sacctmgr"
         if not os.path.exists(sacctmgr):
             return
-        proc = self.run([sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"], timeout=30, check=False)
-        if proc.returncode == 0 and self.model.name in proc.stdout.split():
-            return
-        self.run([sacctmgr, "-i", "add", "cluster", self.model.name], timeout=30, check=False)
+        runner = self.slurm()
+        try:
+            listed, _ = runner.run([sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"], check=False)
+            if listed.rc == 0 and self.model.name in listed.stdout.split():
+                return
+            runner.run([sacctmgr, "-i", "add", "cluster", self.model.name], check=False)
+        except SlurmError as e:
+            raise LocalClusterError("cannot register cluster %s in accounting: %s" % (self.model.name, e))
         changes.append("registered cluster %s in accounting" % self.model.name)
 
     # --- login -------------------------------------------------------------------------------------------------
@@ -1410,7 +1403,7 @@ class LocalCluster:
 
     def _converge_nodes(self, model, slurm_hash, base_port, changes):
         lay = self.layout
-        desired = [ns.node_name(i) for ns in model.node_sets for i in range(ns.replicas)]
+        desired = wanted_nodes(model)
         all_nodes = set(ns.node_name(i) for ns in model.node_sets for i in range(ns.max_replicas))
         records = self._records()
         running = set(n[len("slurmd-"):] for n, r in records.items()
@@ -1427,7 +1420,7 @@ class LocalCluster:
                                 stale="slurmctld restarted: the node registers again" if name in behind else None)
         # 2. nodes to remove: running slurmds not wanted, and nodes slurmctld still lists (recovered state).
         visible = dict((n["name"], n) for n in self.sinfo_nodes())
-        remove = sorted((running | set(visible)) - set(desired), key=_natural)
+        remove = nodes_to_remove(model, running, visible)   # the order plan_present() reports
         if remove:
             self._scale_down(remove, visible, changes)
         # Records of nodes that left the model entirely.
@@ -1438,74 +1431,64 @@ class LocalCluster:
         self._wait_nodes_up(desired, changes)
 
     def _scale_down(self, nodes, visible, changes):
-        prefix = self.model.remediation.drain_reason_prefix
-        reason = "%s %s" % (prefix, SCALE_DOWN_REASON) if prefix else SCALE_DOWN_REASON
-        scontrol = find_binary("scontrol")
-        to_drain = [n for n in nodes if n in visible and not _drained(visible[n])]
-        if to_drain:
-            self.run([scontrol, "update", "nodename=%s" % hostlist.compress(to_drain), "state=DRAIN",
-                      "reason=%s" % reason])
-            changes.append("drained %s" % hostlist.compress(to_drain))
-        watched = [n for n in nodes if n in visible]
-        deadline = time.time() + self.drain_timeout
-        busy = self.jobs_on(watched)
-        while any(busy.values()):
-            if time.time() > deadline:
-                left = dict((n, j) for n, j in busy.items() if j)
-                raise LocalClusterError(
-                    "scale-down: nodes still run jobs after %ss (they stay drained; run again to finish): %s"
-                    % (self.drain_timeout, ", ".join("%s (jobs %s)" % (n, ",".join(j))
-                                                     for n, j in sorted(left.items()))))
-            time.sleep(1)
-            busy = self.jobs_on(watched)
-        for node in nodes:
-            if self._stop_daemon("slurmd-%s" % node):
-                changes.append("stopped slurmd %s" % node)
-        if watched:
-            self.run([scontrol, "update", "nodename=%s" % hostlist.compress(watched), "state=FUTURE"])
-            changes.append("removed %s from Slurm (FUTURE)" % hostlist.compress(watched))
-            deadline = time.time() + self.timeout
-            while True:
-                still = [n["name"] for n in self.sinfo_nodes() if n["name"] in watched]
-                if not still:
-                    break
-                if time.time() > deadline:
-                    raise LocalClusterError("nodes still listed by sinfo after scale-down: %s" % ", ".join(still))
-                time.sleep(0.5)
+        """The shared removal (slurm/removal.py) for the nodes slurmctld lists; every slurmd of `nodes` stopped."""
+        known = [n for n in nodes if n in visible]
+
+        def stop_slurmds(_present):
+            return ["stopped slurmd %s" % n for n in nodes if self._stop_daemon("slurmd-%s" % n)]
+        try:
+            changes += removal.remove_nodes(self.slurm(), known, self.model.remediation.drain_reason_prefix,
+                                            self.drain_timeout, poll=1.0, stop_nodes=stop_slurmds)
+        except removal.ScaleDownError as e:
+            changes += e.actions
+            raise LocalClusterError(str(e))
+        except SlurmError as e:
+            raise LocalClusterError("scale-down of %s: %s" % (hostlist.compress(nodes), e))
+        changes += stop_slurmds(nodes)          # those slurmctld did not list (its restart forgot them)
+        if known:
+            def gone():
+                still = [n["name"] for n in self.sinfo_nodes() if n["name"] in known]
+                return not still, ", ".join(still)
+            wait.wait_until(gone, "removed nodes to leave sinfo", self.timeout, poll=0.5,
+                            timeout_error=lambda left: LocalClusterError(
+                                "nodes still listed by sinfo after scale-down: %s" % left))
 
     def _wait_nodes_up(self, desired, changes):
         if not desired:
             return
-        prefix = self.model.remediation.drain_reason_prefix
-        ours = "%s %s" % (prefix, SCALE_DOWN_REASON) if prefix else SCALE_DOWN_REASON
-        scontrol = find_binary("scontrol")
-        deadline = time.time() + self.timeout
+        ours = full_reason(self.model.remediation.drain_reason_prefix, SCALE_DOWN_REASON)
         resumed = set()
-        while True:
-            nodes = dict((n["name"], n) for n in self.sinfo_nodes())
+        seen = {}
+
+        def all_up():
+            seen.clear()
+            seen.update((n["name"], n) for n in self.sinfo_nodes())
             pending = []
             for name in desired:
-                node = nodes.get(name)
+                node = seen.get(name)
                 if node is None or not _responding(node):
                     pending.append(name)
                     continue
                 if _drained(node) and node.get("reason") == ours and name not in resumed:
-                    self.run([scontrol, "update", "nodename=%s" % name, "state=RESUME"])
+                    try:
+                        self.slurm().run(update_nodes_argv([name], "RESUME"))
+                    except SlurmError as e:
+                        raise LocalClusterError(str(e))
                     resumed.add(name)
                     changes.append("resumed %s (left drained by an unfinished scale-down)" % name)
                     pending.append(name)
-            if not pending:
-                return
             for name in pending:
                 if not self._running("slurmd-%s" % name):
                     raise LocalClusterError("slurmd %s exited:\n%s"
                                             % (name, _tail(os.path.join(self.layout.log, "slurmd-%s.log" % name))))
-            if time.time() > deadline:
-                raise LocalClusterError("nodes not up after %ss: %s\n%s" % (
-                    self.timeout, ", ".join(pending),
-                    "\n".join("%s: %s %s" % (n, nodes[n].get("state"), nodes[n].get("state_flags"))
-                              for n in pending if n in nodes)))
-            time.sleep(0.5)
+            return not pending, pending
+
+        def not_up(pending):
+            return LocalClusterError("nodes not up after %ss: %s\n%s" % (
+                self.timeout, ", ".join(pending),
+                "\n".join("%s: %s %s" % (n, seen[n].get("state"), seen[n].get("state_flags"))
+                          for n in pending if n in seen)))
+        wait.wait_until(all_up, "nodes up", self.timeout, poll=0.5, timeout_error=not_up)
 
     # --- daemon bookkeeping ------------------------------------------------------------------------------------
 
@@ -1580,14 +1563,15 @@ class LocalCluster:
                 raise LocalClusterError("%s exited at once (rc %s):\n%s"
                                         % (name, proc.returncode, self._logs_of(name)))
             return
-        deadline = time.time() + self.timeout
-        while not ready():
+        def up():
+            if ready():
+                return True, ""
             if proc.poll() is not None:
                 raise LocalClusterError("%s exited (rc %s) while starting:\n%s" % (name, proc.returncode,
                                                                                    self._logs_of(name)))
-            if time.time() > deadline:
-                raise LocalClusterError("%s not ready after %ss:\n%s" % (name, self.timeout, self._logs_of(name)))
-            time.sleep(0.2)
+            return False, name
+        wait.wait_until(up, name, self.timeout, poll=0.2, timeout_error=lambda _n: LocalClusterError(
+            "%s not ready after %ss:\n%s" % (name, self.timeout, self._logs_of(name))))
 
     def _logs_of(self, name):
         lay = self.layout
@@ -1638,31 +1622,31 @@ class LocalCluster:
                 raise
 
     def _wait_gone(self, pid, start, timeout):
-        deadline = time.time() + timeout
-        while True:
+        def gone():
             child = self._children.get(pid)
             if child is not None and child.poll() is not None:
-                self._children.pop(pid, None)
-            if not _pid_alive(pid, start):
-                return True
-            if time.time() > deadline:
-                return False
-            time.sleep(0.05)
+                self._children.pop(pid, None)      # reaped, so its pid is not a zombie of ours
+            return not _pid_alive(pid, start), str(pid)
+        try:
+            wait.wait_until(gone, "pid %d to exit" % pid, timeout, poll=0.05)
+            return True
+        except wait.WaitTimeout:
+            return False
 
     def _cancel_all_jobs(self):
+        """Best effort before stopping: cancel every job and wait a little for them to go."""
+        runner = self.slurm()
+
+        def jobs():
+            result, _ = runner.run(["squeue", "-h", "-o", "%A"], check=False)
+            return result.stdout.split() if result.rc == 0 else []
         try:
-            proc = self.run([find_binary("squeue"), "-h", "-o", "%A"], timeout=30, check=False)
-            jobs = proc.stdout.split() if proc.returncode == 0 else []
-            if not jobs:
+            ids = jobs()
+            if not ids:
                 return
-            self.run([find_binary("scancel")] + jobs, timeout=30, check=False)
-            deadline = time.time() + min(self.timeout, 60)
-            while time.time() < deadline:
-                proc = self.run([find_binary("squeue"), "-h", "-o", "%A"], timeout=30, check=False)
-                if proc.returncode != 0 or not proc.stdout.split():
-                    return
-                time.sleep(0.5)
-        except LocalClusterError:
+            runner.run(["scancel"] + ids, check=False)
+            wait.wait_until(lambda: (not jobs(), "jobs"), "jobs cancelled", min(self.timeout, 60), poll=0.5)
+        except (SlurmError, wait.WaitTimeout):
             return
 
     def _stop_pids(self, procs):
@@ -1724,7 +1708,3 @@ def _drained(node):
 def _responding(node):
     state = (node.get("state") or "").lower()
     return state not in ("down", "future", "unknown") and "NOT_RESPONDING" not in _flags(node)
-
-
-def _natural(name):
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]

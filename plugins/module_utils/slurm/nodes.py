@@ -44,7 +44,8 @@ HOLD_FLAGS = frozenset(["DRAIN", "FAIL"])
 
 SINFO_JSON = ("sinfo", "--json")
 SCONTROL_FUTURE = ("scontrol", "--oneliner", "--future", "show", "node")
-SQUEUE_NODES = ("squeue", "--noheader", "--all", "--states=RUNNING,COMPLETING,SUSPENDED", "--format=%N")
+# CONFIGURING: a job whose nodes are booting holds them already; a node under it is not idle.
+SQUEUE_NODES = ("squeue", "--noheader", "--all", "--states=RUNNING,COMPLETING,SUSPENDED,CONFIGURING", "--format=%N")
 
 # Actions and the scontrol State= they use.
 DRAIN, RESUME, UNDRAIN = "drain", "resume", "undrain"
@@ -391,7 +392,7 @@ def read_nodes(runner, names=None, include_future=False):
 
 
 def read_jobs(runner):
-    """Running/completing/suspended jobs per node, from one squeue call."""
+    """Running/completing/suspended/configuring jobs per node, from one squeue call."""
     _result, counts = runner.run(SQUEUE_NODES, parse=lambda r: parse_squeue_nodes(r.stdout))
     return counts
 
@@ -424,6 +425,14 @@ def full_reason(prefix, reason):
     return prefix + ("" if prefix.endswith(" ") else " ") + reason
 
 
+def update_nodes_argv(names, state, reason=None):
+    """The one builder of `scontrol update NodeName=... State=... [Reason=...]` (state: DRAIN, RESUME, FUTURE...)."""
+    argv = ["scontrol", "update", "NodeName=%s" % hostlist.compress(names), "State=%s" % state]
+    if reason is not None:
+        argv.append("Reason=%s" % reason)
+    return argv
+
+
 @dataclass
 class Action:
     verb: str
@@ -432,11 +441,7 @@ class Action:
 
     @property
     def argv(self):
-        argv = ["scontrol", "update", "NodeName=%s" % hostlist.compress(self.names),
-                "State=%s" % _SCONTROL_STATE[self.verb]]
-        if self.verb == DRAIN:
-            argv.append("Reason=%s" % self.reason)
-        return argv
+        return update_nodes_argv(self.names, _SCONTROL_STATE[self.verb], self.reason if self.verb == DRAIN else None)
 
 
 @dataclass

@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Safe removal of worker nodes, before their pods go: drain with our reason, wait until they run no job, then take
-them out of Slurm (state FUTURE, which hides them and keeps their definition for a later scale-up).
+"""The one way a worker node leaves the cluster, for both backends: drain with our reason, wait until it runs no job,
+stop its slurmd (the local backend; on Kubernetes the pod goes after), then take it out of Slurm (state FUTURE, which
+hides it and keeps its definition for a later scale-up).
 
 Which nodes: a NodeSet's StatefulSet removes its highest ordinals first, so shrinking gpu from 6 to 4 removes
 gpu-5 and gpu-4; deleting a NodeSet removes all of its nodes.
@@ -14,9 +15,10 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.soperator.slurm.plugins.module_utils import wait
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
-    SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes)
+    SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes, update_nodes_argv)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 
 
@@ -32,10 +34,11 @@ def removed_nodes(node_set, live_replicas, desired_replicas):
 
 
 def remove_nodes(runner, nodes, prefix, timeout, force=False, check_mode=False, sleep=time.sleep,
-                 clock=time.monotonic, poll=2.0):
-    """Drain `nodes`, wait (at most `timeout` seconds, not at all with force) until none runs a job, then set them
-    FUTURE. Returns the list of actions done (or, in check mode, that would be done). Raises ScaleDownError when
-    jobs are still running at the timeout: the nodes stay drained and nothing else is done, so a re-run goes on."""
+                 clock=time.monotonic, poll=2.0, stop_nodes=None):
+    """Drain `nodes`, wait (at most `timeout` seconds, not at all with force) until none runs a job, call
+    stop_nodes(nodes) when given (-> actions; it stops their slurmds), then set them FUTURE. Returns the list of
+    actions done (or, in check mode, that would be done). Raises ScaleDownError when jobs are still running at the
+    timeout: the nodes stay drained and nothing else is done, so a re-run goes on."""
     actions = []
     if not nodes:
         return actions
@@ -47,7 +50,7 @@ def remove_nodes(runner, nodes, prefix, timeout, force=False, check_mode=False, 
         raise ScaleDownError("cannot read the state of %s from Slurm: %s" % (compressed, e), actions)
     present = [n for n in nodes if not records[n].future]
     if not present:
-        return actions
+        return actions + (stop_nodes(nodes) if stop_nodes and not check_mode else [])
     reason = full_reason(prefix, SCALE_DOWN_REASON)
     # A node someone else drained keeps their reason; it is still waited for and removed.
     to_drain = [n for n in present if not records[n].drain]
@@ -62,25 +65,25 @@ def remove_nodes(runner, nodes, prefix, timeout, force=False, check_mode=False, 
             hostlist.compress(busy) if busy else "(no job running on) " + where, where))
         return actions
     if to_drain:
-        runner.run(["scontrol", "update", "NodeName=%s" % hostlist.compress(to_drain), "State=DRAIN",
-                    "Reason=%s" % reason])
+        runner.run(update_nodes_argv(to_drain, "DRAIN", reason))
         actions.append("drained %s" % hostlist.compress(to_drain))
     if foreign:
         actions.append("kept the drain of %s (set by someone else)" % hostlist.compress(foreign))
     if not force:
-        started = clock()
-        while True:
+        def idle():
             jobs = read_jobs(runner)
             busy = [n for n in present if jobs.get(n)]
-            if not busy:
-                break
-            waited = clock() - started
-            if waited >= timeout:
-                raise ScaleDownError(
-                    "scale-down: %s still run jobs after %ds; they stay drained and in the cluster (re-run to go "
-                    "on, or force=true to remove them anyway)" % (hostlist.compress(busy), int(waited)), actions)
-            sleep(poll)
-        actions.append("waited %ds until %s ran no job" % (int(clock() - started), where))
-    runner.run(["scontrol", "update", "NodeName=%s" % where, "State=FUTURE"])
+            return not busy, hostlist.compress(busy)
+
+        def still_busy(busy):
+            return ScaleDownError(
+                "scale-down: %s still run jobs after %ds; they stay drained and in the cluster (re-run to go on, or "
+                "force=true to remove them anyway)" % (busy, int(timeout)), actions)
+        waited = wait.wait_until(idle, "jobs to end", timeout, poll=poll, sleep=sleep, clock=clock,
+                                 timeout_error=still_busy)
+        actions.append("waited %ds until %s ran no job" % (int(waited), where))
+    if stop_nodes:
+        actions += stop_nodes(nodes)
+    runner.run(update_nodes_argv(present, "FUTURE"))
     actions.append("removed %s from Slurm (state FUTURE)" % where)
     return actions
