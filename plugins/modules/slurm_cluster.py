@@ -417,13 +417,11 @@ errors:
   sample: [{path: "NodeSet/gpu spec.replicas", message: "must be >= 0, got -1"}]
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
-from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
-from ansible_collections.soperator.slurm.plugins.module_utils.local import plan
+from ansible_collections.soperator.slurm.plugins.module_utils.local import operations as local_ops
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import (
     RenderDestError, read_secret_material, render_cluster, write_rendered)
@@ -444,18 +442,6 @@ def _model(module):
         module.fail_json(msg=str(e), errors=[{"path": i.path, "message": i.message} for i in e.issues])
 
 
-def _summary(model):
-    return {
-        "name": model.name,
-        "namespace": model.namespace,
-        "node_sets": [{"name": n.name, "replicas": n.replicas, "max_replicas": n.max_replicas,
-                       "nodes": n.node_range} for n in model.node_sets],
-        "partitions": [{"name": p.name, "node_sets": list(p.node_sets), "default": p.default}
-                       for p in model.partitions],
-        "accounting": model.accounting.enabled,
-    }
-
-
 def _rendered(module):
     model = _model(module)
     dest = module.params["dest"]
@@ -465,7 +451,7 @@ def _rendered(module):
     except RenderDestError as e:
         module.fail_json(msg="dest: %s" % e)
     changed = any(f["action"] != "unchanged" for f in files)
-    result = dict(changed=changed, files=files, cluster=_summary(model),
+    result = dict(changed=changed, files=files, cluster=local_ops.cluster_summary(model),
                   generated_secrets=sorted(rendered.generated_secrets) if changed else [])
     if module._diff:
         result["diff"] = diffs
@@ -474,89 +460,18 @@ def _rendered(module):
 
 # --------------------------------------------------------------------------------------------- target=local
 
-def _nodes(status_nodes):
-    return [{"name": n.get("name"), "state": (n.get("state") or "").lower(), "state_flags": n.get("state_flags") or [],
-             "partitions": n.get("partitions") or []} for n in (status_nodes or [])]
-
-
-def _running(status):
-    return sorted(name for name, p in status["processes"].items() if p["running"])
-
-
 def _local(module):
     params = module.params
-    state = params["state"]
     model = None
     if params["src"] or params["definition"] is not None:
         model = _model(module)
-    elif state == "present" or not params["state_dir"]:
+    elif params["state"] == "present" or not params["state_dir"]:
         module.fail_json(msg="state=%s needs the cluster: pass src or definition%s"
-                         % (state, "" if state == "present" else " (or state_dir)"))
-    state_dir = params["state_dir"] or lb.default_state_dir(model.name)
-    timeout = params["wait_timeout"]
-    cluster = lb.LocalCluster(state_dir, model, timeout=timeout, drain_timeout=timeout, jail_dir=params["jail_dir"],
-                              spank_chroot=params["spank_chroot"], login=params["login"],
-                              login_authorized_keys=params["login_authorized_keys"])
-    result = dict(changed=False, actions=[], state_dir=cluster.state_dir, env=cluster.env())
-    if model is not None:
-        result["cluster"] = _summary(model)
+                         % (params["state"], "" if params["state"] == "present" else " (or state_dir)"))
     try:
-        if state == "present":
-            cluster.check_inputs()           # before any write, in check mode too
-        before = cluster.status()
-        if state == "present":
-            _present(module, cluster, model, before, result)
-        else:
-            _absent(module, cluster, before, result)
-    except lb.LocalClusterError as e:
-        result.pop("changed")
-        module.fail_json(msg=str(e), **result)
-    module.exit_json(**result)
-
-
-def _present(module, cluster, model, before, result):
-    if module.check_mode:
-        actions = cluster.plan_present(model, before)
-        after_daemons = sorted(plan.start_order(model) + ([lb.LOGIN_DAEMON] if cluster.wants_login() else []))
-        after_nodes = sorted(plan.wanted_nodes(model), key=plan.natural_key)
-        result["nodes"] = _nodes(before["nodes"])
-    else:
-        done = cluster.ensure_started(model)
-        actions = done["changes"]
-        after = cluster.status()
-        after_daemons = _running(after)
-        result["nodes"] = _nodes(after["nodes"])
-        after_nodes = [n["name"] for n in result["nodes"]]
-    result["login"] = cluster.login_address()
-    result.update(changed=bool(actions), actions=actions)
-    if module._diff:
-        result["diff"] = {
-            "before": {"daemons": _running(before), "nodes": [n["name"] for n in _nodes(before["nodes"])]},
-            "after": {"daemons": after_daemons, "nodes": after_nodes},
-        }
-
-
-def _absent(module, cluster, before, result):
-    purge = module.params["purge"]
-    lay = cluster.layout
-    running = _running(before)
-    try:
-        # Only a directory that is ours is stopped or purged; anything else fails here, before a signal or a delete.
-        if module.check_mode:
-            actions = cluster.plan_absent(purge, before)
-        else:
-            cluster.ownership()
-            if purge:
-                cluster.purge_plan()
-    except lb.LocalClusterError as e:
-        module.fail_json(msg="refusing to %s %s: %s" % ("purge" if purge else "stop", lay.state_dir, e), **result)
-    if not module.check_mode:
-        done = cluster.stop(purge=purge)
-        actions = [s if s.startswith(("purged ", "marked ")) else "stopped %s" % s for s in done["stopped"]]
-    result.update(changed=bool(actions), actions=actions)
-    if module._diff:
-        result["diff"] = {"before": {"daemons": running, "state_dir_exists": os.path.isdir(lay.state_dir)},
-                          "after": {"daemons": [], "state_dir_exists": os.path.isdir(lay.state_dir) and not purge}}
+        module.exit_json(**local_ops.run(model, params, check_mode=module.check_mode, diff=module._diff))
+    except local_ops.LocalOperationError as e:
+        module.fail_json(msg=str(e), **e.result)
 
 
 # --------------------------------------------------------------------------------------------- target=kubernetes
@@ -571,7 +486,7 @@ def _kubernetes(module):
             module.fail_json(msg="%s must be > 0, got %d" % (name, params[name]))
     if params["wait_sleep"] <= 0:
         module.fail_json(msg="wait_sleep must be > 0, got %s" % params["wait_sleep"])
-    extra = {"cluster": _summary(model)}
+    extra = {"cluster": local_ops.cluster_summary(model)}
     try:
         cluster = km.make_cluster(module, model)
     except km.KubeError as e:
