@@ -7,21 +7,23 @@ import tarfile
 
 import pytest
 
+import ansible_run
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-galaxy") is None, reason="ansible-galaxy is not installed")
 
 
 def run(argv, cwd, env=None):
-    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return proc.stdout
+    """An Ansible CLI; env None: this process's environment as it is."""
+    return ansible_run.run(argv, env=dict(os.environ) if env is None else env, cwd=cwd, timeout=300,
+                           expect_rc=0).stdout
 
 
 def test_build_install_and_use(tmp_path):
     # Build from a clean copy of the tracked files, as a release would.
     src = tmp_path / "src"
-    run(["git", "clone", "-q", ROOT, str(src)], cwd=str(tmp_path))
+    subprocess.run(["git", "clone", "-q", ROOT, str(src)], cwd=str(tmp_path), check=True, timeout=300)
     run(["ansible-galaxy", "collection", "build", "--output-path", str(tmp_path)], cwd=str(src))
     tarball = tmp_path / "soperator-slurm-0.1.0.tar.gz"
     names = tarfile.open(str(tarball)).getnames()
@@ -32,7 +34,8 @@ def test_build_install_and_use(tmp_path):
     run(["ansible-galaxy", "collection", "install", "--offline", "--no-deps", "-p", str(installed), str(tarball)],
         cwd=str(tmp_path))
     (tmp_path / "ansible.cfg").write_text("[defaults]\n")  # not the checkout's, which points at collections/
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(installed), ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"))
+    env = ansible_run.ansible_env(config=str(tmp_path / "ansible.cfg"), json_output=False,
+                                  ANSIBLE_COLLECTIONS_PATH=str(installed))
     for name in ("slurm_cluster", "slurm_drain", "slurm_node_info"):
         doc = json.loads(run(["ansible-doc", "--json", "soperator.slurm." + name], cwd=str(tmp_path), env=env))
         assert doc["soperator.slurm." + name]["doc"]["attributes"]["check_mode"]["support"] in ("full", "partial")

@@ -1,11 +1,11 @@
 """Bad specs from tests/unit/bad_specs through the real render playbook: the play fails naming the field, with no
 Python traceback, and nothing is written to render_dest."""
-import json
 import os
 import shutil
-import subprocess
 
 import pytest
+
+import ansible_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BAD_SPECS = os.path.join(ROOT, "tests", "unit", "bad_specs")
@@ -25,14 +25,10 @@ def test_bad_spec_fails_the_play_before_any_write(tmp_path, case):
         field = f.readline()[len("# expect: "):].rstrip("\n")
     dest = tmp_path / "out"
     dest.mkdir()
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-               ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(["ansible-playbook", os.path.join(ROOT, "playbooks", "render.yml"),
-                           "-e", "spec_file=%s" % path, "-e", "render_dest=%s" % dest],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 2, output[-3000:]
-    task = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    done = ansible_run.playbook("render.yml", "-e", "spec_file=%s" % path, "-e", "render_dest=%s" % dest,
+                                expect_rc=2, timeout=300)
+    output = done.stdout + done.stderr
+    task = done.result()
     assert task["failed"]
     assert field + ": " in task["msg"], task["msg"]
     # fail_json, not a crash: no Python traceback anywhere (ansible-core puts "(traceback unavailable)" in

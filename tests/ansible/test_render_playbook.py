@@ -2,10 +2,11 @@
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 import yaml
+
+import ansible_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = os.path.join(ROOT, "examples", "small-cpu.yml")
@@ -15,15 +16,9 @@ pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason
 
 
 def playbook(*args, spec=SMALL, dest, expect_rc=0):
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-               ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(["ansible-playbook", os.path.join(ROOT, "playbooks", "render.yml"),
-                           "-e", "spec_file=%s" % spec, "-e", "render_dest=%s" % dest] + list(args),
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == expect_rc, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
-    task = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    return task, out["stats"]["localhost"]
+    done = ansible_run.playbook("render.yml", "-e", "spec_file=%s" % spec, "-e", "render_dest=%s" % dest, *args,
+                                expect_rc=expect_rc, timeout=300)
+    return done.result(), done.stats()
 
 
 def tree(dest):

@@ -4,10 +4,8 @@ and playbooks/remediate.yml through ansible-playbook.
 One cluster of four nodes holds every case at once: cpu-0 drained by a health check of ours (a custom check that
 fails while a fault file exists), cpu-1 drained by an admin, cpu-2 drained by our scale-down, cpu-3 drained by us
 while a job runs on it. Only cpu-0 is ever replaced (its slurmd restarted) and, once the fault is gone, resumed."""
-import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
@@ -15,6 +13,8 @@ import pytest
 import yaml
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+
+import ansible_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEALTH_CHECK = os.path.join(ROOT, "plugins", "module_utils", "node", "health_check.py")
@@ -35,34 +35,12 @@ def spec_docs(fault_file):
 
 
 def module(args, check=False, diff=False):
-    argv = ["ansible", "localhost", "-m", "soperator.slurm.slurm_remediate", "-a", json.dumps(args)]
-    if check:
-        argv.append("--check")
-    if diff:
-        argv.append("--diff")
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
-    try:
-        result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    except (ValueError, KeyError, IndexError):
-        raise AssertionError("no result:\n%s\n%s" % (proc.stdout[-3000:], proc.stderr[-3000:]))
-    assert not result.get("failed"), json.dumps(result, indent=1)[:6000]
-    return result
+    return ansible_run.module("slurm_remediate", args, check=check, diff=diff)
 
 
 def playbook(*args):
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-               ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(["ansible-playbook", os.path.join(ROOT, "playbooks", "remediate.yml")] + list(args),
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
-    tasks = {}
-    for play in out["plays"]:
-        for task in play["tasks"]:
-            tasks[task["task"]["name"]] = task["hosts"].get("localhost", {})
-    return tasks, out["stats"]["localhost"]
+    done = ansible_run.playbook("remediate.yml", *args)
+    return done.tasks(), done.stats()
 
 
 def by_name(result):

@@ -1,6 +1,7 @@
 """tests/ansible_run.py, the suite's one runner of the Ansible CLIs: parsing, rc and failure checks, environment."""
-import ansible_run
 import pytest
+
+import ansible_run
 
 PLAYS = """
 - hosts: localhost

@@ -1,9 +1,6 @@
 """Filter plugins soperator.slurm.hostlist_* and quantity_*: behaviour, errors, documentation, a real Ansible run."""
 import json
 import os
-import shutil
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -12,9 +9,10 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.soperator.slurm.plugins.filter import hostlist as hostlist_filters
 from ansible_collections.soperator.slurm.plugins.filter import quantity as quantity_filters
 
+import ansible_run
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FILTER_DIR = os.path.join(ROOT, "plugins", "filter")
-COLLECTIONS = os.path.join(ROOT, "collections")   # holds the ansible_collections/soperator/slurm link to the repository
 
 FILTERS = dict(hostlist_filters.FilterModule().filters())
 FILTERS.update(quantity_filters.FilterModule().filters())
@@ -185,23 +183,21 @@ def test_documentation_file(name):
 
 
 def _ansible_env(tmp_path):
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
-               ANSIBLE_HOME=str(tmp_path / "home"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    env.pop("ANSIBLE_CONFIG", None)
-    return env
+    # Ansible's own defaults (no ansible.cfg), the collection found through ANSIBLE_COLLECTIONS_PATH alone.
+    return ansible_run.ansible_env(config=None, json_output=False, ANSIBLE_COLLECTIONS_PATH=ansible_run.COLLECTIONS,
+                                   ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_HOME=str(tmp_path / "home"),
+                                   ANSIBLE_FORCE_COLOR="0")
 
 
-def _tool(name):
-    path = shutil.which(name) or os.path.join(os.path.dirname(sys.executable), name)
-    if not os.path.exists(path):
+def _require(name):
+    if not os.path.exists(ansible_run.tool(name)):
         pytest.skip("%s is not installed" % name)
-    return path
 
 
 def test_ansible_doc_reads_the_documentation(tmp_path):
-    proc = subprocess.run([_tool("ansible-doc"), "-t", "filter", "--json"] + ["soperator.slurm." + n for n in NAMES],
-                          cwd=str(tmp_path), env=_ansible_env(tmp_path), capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
+    _require("ansible-doc")
+    proc = ansible_run.run(["ansible-doc", "-t", "filter", "--json"] + ["soperator.slurm." + n for n in NAMES],
+                           env=_ansible_env(tmp_path), cwd=tmp_path, timeout=120, expect_rc=0)
     docs = json.loads(proc.stdout)
     assert sorted(docs) == sorted("soperator.slurm." + n for n in NAMES)
     for full_name, entry in docs.items():
@@ -237,7 +233,7 @@ def test_filters_in_a_playbook(tmp_path):
           - bad is failed
           - "'reversed range' in bad.msg"
 """)
-    proc = subprocess.run([_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)],
-                          cwd=str(tmp_path), env=_ansible_env(tmp_path), capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _require("ansible-playbook")
+    proc = ansible_run.playbook(playbook, "-i", "localhost,", "-c", "local", env=_ansible_env(tmp_path), cwd=tmp_path,
+                                timeout=300, expect_rc=0)
     assert "failed=0" in proc.stdout and "ignored=1" in proc.stdout, proc.stdout
