@@ -7,6 +7,7 @@ import time
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.local import processes
 
 SMALL = "examples/small-cpu.yml"
 JOB_WAIT = 60
@@ -259,7 +260,7 @@ def test_accounting_records_finished_jobs(local_cluster, tmp_path):
 
 def test_missing_binary_names_the_debian_package(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setattr(lb, "_SBIN_DIRS", ("/nonexistent",))
+    monkeypatch.setattr(processes, "_SBIN_DIRS", ("/nonexistent",))
     for binary, package in (("slurmctld", "slurmctld"), ("slurmd", "slurmd"), ("munged", "munge"),
                             ("slurmdbd", "slurmdbd"), ("mariadbd", "mariadb-server")):
         with pytest.raises(lb.LocalClusterError, match="install the Debian package '%s'" % package):

@@ -30,6 +30,9 @@ import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import (  # noqa: F401 (BackendError: ours)
+    BackendError, _replicas, _rollout_done, job_failed, job_log_tail, wait_for, workload_state)
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.status import cluster_status, node_set_status
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.crds import crds
@@ -47,17 +50,11 @@ MANAGED_KINDS = ("SlurmCluster", "NodeSet") + KIND_ORDER
 # in-cluster remediation run may not grant itself rights (privilege escalation) and needs no RBAC verbs at all.
 RBAC_KINDS = frozenset(["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"])
 CRD_SELECTOR = "%s=%s" % (c.LABEL_MANAGED_BY, c.FIELD_MANAGER)
-# The Job controller labels its pods with the Job's uid (the first one since Kubernetes 1.27).
-JOB_UID_LABELS = frozenset(["batch.kubernetes.io/controller-uid", "controller-uid"])
 # .status fields another writer owns (jail_populate, under its own field manager): kept, not compared.
 STATUS_OWNED_ELSEWHERE = ("jail",)
 # .status of the SlurmCluster: configs_digest() of the Slurm configs slurmctld is known to have loaded. Recorded only
 # when that is certain, so a run that applied the ConfigMap but failed to reconfigure leaves the reload owed.
 CONFIG_DIGEST_FIELD = "slurmConfigDigest"
-
-
-class BackendError(Exception):
-    pass
 
 
 def _controller_config_path(key):
@@ -120,10 +117,6 @@ def live_secret_material(live):
     return material
 
 
-def _replicas(obj):
-    return int(((obj or {}).get("spec") or {}).get("replicas") or 0)
-
-
 def _component(obj):
     return ((obj.get("metadata") or {}).get("labels") or {}).get(c.LABEL_COMPONENT)
 
@@ -148,142 +141,7 @@ def configs_digest(data):
     return hashlib.sha256(json.dumps(data or {}, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
-def _rollout_done(sts):
-    """Every replica of the StatefulSet runs the current template and is ready."""
-    status = (sts or {}).get("status") or {}
-    want = _replicas(sts)
-    return bool(status.get("updateRevision")) and status.get("updateRevision") == status.get("currentRevision") and \
-        int(status.get("updatedReplicas") or 0) >= want and int(status.get("readyReplicas") or 0) >= want
-
-
 # --- readiness and status ------------------------------------------------------------------------------------
-
-def workload_state(obj):
-    """(ready, text) of a StatefulSet or Job, from its status."""
-    status = obj.get("status") or {}
-    if obj["kind"] == "Job":
-        failed = _job_condition(obj, "Failed")
-        if failed is not None:
-            return False, "failed: %s" % (failed.get("message") or failed.get("reason") or "")
-        if _job_condition(obj, "Complete") is not None:
-            return True, "complete"
-        return False, "running (%s succeeded)" % status.get("succeeded", 0)
-    want = _replicas(obj)
-    ready = int(status.get("readyReplicas") or 0)
-    current = status.get("observedGeneration", 0) >= (obj.get("metadata") or {}).get("generation", 0)
-    return ready >= want and current, "%d/%d ready" % (ready, want)
-
-
-def _job_condition(obj, ctype):
-    """The Job's condition of this type when it is True, else None."""
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype and cond.get("status") == "True":
-            return cond
-    return None
-
-
-def job_failed(obj):
-    return _job_condition(obj, "Failed") is not None
-
-
-def job_pods(client, namespace, job, uid=None):
-    """The pods of a Job, oldest first; with `uid`, only those of that Job (not of an earlier one of the same name)."""
-    pods = client.list("Pod", namespace, "job-name=%s" % job)
-    if uid is not None:
-        labels = [(p["metadata"].get("labels") or {}) for p in pods]
-        if any(JOB_UID_LABELS & set(lb) for lb in labels):
-            pods = [p for p, lb in zip(pods, labels) if uid in (lb.get(k) for k in JOB_UID_LABELS)]
-    return sorted(pods, key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]))
-
-
-def job_log_tail(client, namespace, job, uid=None, tail_lines=50):
-    """The last lines of the log of a Job's newest pod, as text to add to an error ("" without a pod)."""
-    pods = job_pods(client, namespace, job, uid)
-    if not pods:
-        return ""
-    name = pods[-1]["metadata"]["name"]
-    return "\nlast lines of pod %s:\n%s" % (name, client.pod_log(namespace, name, tail_lines=tail_lines))
-
-
-def wait_for(probe, what, timeout, sleep=time.sleep, clock=time.monotonic, poll=2.0, timeout_error=None):
-    """Call probe() -> (done, text) until done; -> seconds waited. At `timeout`, BackendError naming what is not
-    ready, or the exception timeout_error(text) returns."""
-    started = clock()
-    while True:
-        done, text = probe()
-        if done:
-            return round(clock() - started, 1)
-        if clock() - started >= timeout:
-            if timeout_error is not None:
-                raise timeout_error(text)
-            raise BackendError("timed out after %ds waiting for %s; not ready: %s" % (timeout, what, text))
-        sleep(poll)
-
-
-def _condition(ctype, ok, message, generation):
-    return {"type": ctype, "status": "True" if ok else "False", "reason": "Ready" if ok else "NotReady",
-            "message": message, "observedGeneration": generation}
-
-
-def cluster_status(model, workloads, generation, previous):
-    """The SlurmCluster .status from the live StatefulSets and Jobs (name -> object)."""
-    parts = [("ControllerReady", [names.controller_name(model)]),
-             ("LoginReady", [names.login_name(model)]),
-             ("WorkersReady", [ns.name for ns in model.node_sets])]
-    if model.accounting.enabled:
-        parts.append(("AccountingReady", [names.accounting_name(model)] + (
-            [names.accounting_db_name(model)] if model.accounting.in_cluster is not None else [])))
-    conditions = []
-    jail = workloads.get(("Job", names.populate_jail_name(model)))
-    jail_ok, jail_text = workload_state(jail) if jail else (False, "not created")
-    conditions.append(_condition("JailPopulated", jail_ok, "%s: %s" % (names.populate_jail_name(model), jail_text),
-                                 generation))
-    for ctype, members in parts:
-        texts, ok = [], True
-        for name in members:
-            obj = workloads.get(("StatefulSet", name))
-            ready, text = workload_state(obj) if obj else (False, "missing")
-            ok = ok and ready
-            texts.append("%s %s" % (name, text))
-        conditions.append(_condition(ctype, ok, ", ".join(texts) or "none", generation))
-    all_ok = all(cond["status"] == "True" for cond in conditions)
-    if jail is not None and job_failed(jail):
-        phase = "Failed"
-    elif all_ok:
-        phase = "Ready"
-    elif (previous or {}).get("phase") in ("Ready", "Degraded"):
-        phase = "Degraded"
-    else:
-        phase = "Provisioning"
-    conditions.insert(0, _condition("Ready", all_ok, "phase %s" % phase, generation))
-    return {"phase": phase, "observedGeneration": generation, "conditions": _keep_times(conditions, previous),
-            "controllerEndpoint": "%s:%d" % (model.dns_name(model.controller_host, names.controller_name(model)),
-                                             model.controller.port),
-            "loginEndpoint": "%s.%s.svc.%s:22" % (names.login_name(model), model.namespace, model.cluster_domain)}
-
-
-def node_set_status(model, node_set, sts, generation, previous):
-    ready, text = workload_state(sts) if sts else (False, "missing")
-    status = (sts or {}).get("status") or {}
-    selector = ",".join("%s=%s" % kv for kv in sorted(component_labels(model, WORKER, node_set.name).items())
-                        if kv[0] != c.LABEL_MANAGED_BY)
-    phase = "Ready" if ready else ("Scaling" if sts and int(status.get("replicas") or 0) != node_set.replicas
-                                   else "Provisioning")
-    return {"phase": phase, "observedGeneration": generation, "replicas": int(status.get("replicas") or 0),
-            "readyReplicas": int(status.get("readyReplicas") or 0), "selector": selector,
-            "conditions": _keep_times([_condition("Ready", ready, "StatefulSet %s: %s" % (node_set.name, text),
-                                                  generation)], previous)}
-
-
-def _keep_times(conditions, previous):
-    """lastTransitionTime moves only when a condition's status changes (so an unchanged status is not rewritten)."""
-    before = dict((cond.get("type"), cond) for cond in (previous or {}).get("conditions") or [])
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    for cond in conditions:
-        old = before.get(cond["type"])
-        cond["lastTransitionTime"] = old["lastTransitionTime"] if old and old.get("status") == cond["status"] and \
-            old.get("lastTransitionTime") else now
-    return conditions
 
 
 # --- the run -------------------------------------------------------------------------------------------------

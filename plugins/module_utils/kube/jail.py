@@ -26,7 +26,7 @@ import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail
-from ansible_collections.soperator.slurm.plugins.module_utils.kube import backend as kb
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import readiness as kr
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.apply import owner_selector
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import CR_API_VERSION
@@ -109,7 +109,7 @@ class KubeJail(object):
     def _job_record(self, job):
         """(action, sentinel) the completed Job's pod printed; without a readable line, what the Job shows."""
         uid = job["metadata"].get("uid")
-        pods = kb.job_pods(self.client, self.namespace, self.job_name, uid)
+        pods = kr.job_pods(self.client, self.namespace, self.job_name, uid)
         line = None
         if pods:
             line = sentinel_from_log(self.client.pod_log(self.namespace, pods[-1]["metadata"]["name"], 20))
@@ -129,7 +129,7 @@ class KubeJail(object):
         if self.check_mode:
             return
         uid = job["metadata"].get("uid")
-        kb.wait_for(lambda: ((self.client.get("Job", self.job_name, self.namespace) or {}).get("metadata", {})
+        kr.wait_for(lambda: ((self.client.get("Job", self.job_name, self.namespace) or {}).get("metadata", {})
                              .get("uid") != uid, "still there"),
                     "Job %s to be deleted" % self.job_name, self.wait_timeout, self.sleep, self.clock, self.poll)
 
@@ -149,17 +149,17 @@ class KubeJail(object):
             current = self.client.get("Job", self.job_name, self.namespace)
             if current is None:
                 raise JailKubeError("Job %s/%s disappeared while it was waited for" % (self.namespace, self.job_name))
-            done, text = kb.workload_state(current)
+            done, text = kr.workload_state(current)
             if not states or states[-1]["state"] != text:
                 states.append({"state": text, "at": round(self.clock() - started, 1)})
-            if kb.job_failed(current):
-                log = kb.job_log_tail(self.client, self.namespace, self.job_name, uid)
+            if kr.job_failed(current):
+                log = kr.job_log_tail(self.client, self.namespace, self.job_name, uid)
                 raise JailKubeError("Job %s/%s failed: %s%s" % (self.namespace, self.job_name, text, log))
             seen["job"] = current
             return done, "Job %s (%s)" % (self.job_name, text)
 
         started = self.clock()
-        seconds = kb.wait_for(probe, "the jail to be populated", self.wait_timeout, self.sleep, self.clock,
+        seconds = kr.wait_for(probe, "the jail to be populated", self.wait_timeout, self.sleep, self.clock,
                               self.poll)
         self.waited.append({"for": "the jail to be populated", "seconds": seconds, "states": states})
         return seen["job"]
@@ -193,7 +193,7 @@ class KubeJail(object):
             message = "the jail was populated at %s from %s (recorded in the SlurmCluster status)" % (
                 self.previous.get("populated_at"), self.previous.get("source"))
             return self.result(jail.UNCHANGED, self.previous, message)
-        if job is not None and kb.job_failed(job):
+        if job is not None and kr.job_failed(job):
             # run it again: the cause may be fixed (an image, the volume), and the program is idempotent
             self._delete_job(job)
             job = None
@@ -202,7 +202,7 @@ class KubeJail(object):
             if self.check_mode:
                 return self.result(jail.POPULATED, None, "would create Job %s; its program populates the jail "
                                    "unless the jail's own sentinel says it is populated" % self.job_name)
-        elif kb.workload_state(job)[0]:
+        elif kr.workload_state(job)[0]:
             action, sentinel = self._job_record(job)
             self._record(sentinel)
             return self.result(jail.UNCHANGED, sentinel, "Job %s had completed: %s" % (self.job_name, action))

@@ -34,7 +34,7 @@ import subprocess
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import wait_for
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import wait_for
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes, set_state)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (

@@ -1,0 +1,127 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Accounting for a local cluster: a private MariaDB on loopback, its database and user, slurmdbd, and the
+cluster registered in it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import shutil
+import socket
+import subprocess
+
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
+    DBD_OFFSET,
+    DB_NAME,
+    DB_OFFSET,
+    DB_USER,
+    LOOPBACK,
+    LocalClusterError)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _digest, find_binary
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _atomic_write, _is_real_dir, _own_dir
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
+
+
+class LocalAccounting(object):
+    """LocalCluster's accounting: MariaDB and slurmdbd."""
+
+    def _mariadb_argv(self, base_port):
+        lay = self.layout
+        argv = [find_binary("mariadbd"), "--no-defaults", "--datadir=%s" % lay.db, "--socket=%s" % lay.db_socket,
+                "--port=%d" % (base_port + DB_OFFSET), "--bind-address=%s" % LOOPBACK,
+                "--pid-file=%s" % os.path.join(lay.run, "mariadbd.pid"),
+                "--log-error=%s" % os.path.join(lay.log, "mariadbd.log"), "--skip-name-resolve",
+                # the values slurmdbd recommends (it logs an error for less)
+                "--innodb-buffer-pool-size=128M", "--innodb-lock-wait-timeout=900", "--max-connections=64"]
+        if os.getuid() == 0:
+            argv.append("--user=root")
+        return argv
+
+    def _db_ready(self):
+        if not os.path.exists(self.layout.db_socket):
+            return False
+        proc = subprocess.run([find_binary("mariadb"), "--no-defaults", "--socket=%s" % self.layout.db_socket,
+                               "-u", self._db_admin(), "-e", "SELECT 1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=15, check=False)
+        return proc.returncode == 0
+
+    def _db_admin(self):
+        return "root" if os.getuid() == 0 else self.user
+
+    def _ensure_accounting(self, base_port, configs, changes):
+        lay = self.layout
+        if not os.path.isdir(os.path.join(lay.db, "mysql")):
+            if _is_real_dir(lay.db):          # a half-made database of ours; a link there fails in _own_dir
+                shutil.rmtree(lay.db)
+            _own_dir(lay.db, 0o700)
+            argv = [find_binary("mariadb-install-db"), "--no-defaults", "--datadir=%s" % lay.db,
+                    "--auth-root-authentication-method=socket", "--skip-test-db"]
+            argv += ["--user=root"] if os.getuid() == 0 else ["--auth-root-socket-user=%s" % self.user]
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                                  timeout=max(self.timeout, 120), check=False)
+            if proc.returncode != 0:
+                raise LocalClusterError("mariadb-install-db failed: %s" % proc.stdout[-2000:])
+            changes.append("initialized the accounting database")
+        self._ensure_daemon("mariadbd", self._mariadb_argv(base_port), changes,
+                            digest=_digest(*self._mariadb_argv(base_port)), ready=self._db_ready,
+                            ports=[base_port + DB_OFFSET])
+        with open(lay.db_password) as f:
+            password = f.read().strip()
+        marker = os.path.join(lay.db, ".soperator-user")
+        user_digest = _digest(password)
+        current = None
+        if os.path.exists(marker):
+            with open(marker) as f:
+                current = f.read().strip()
+        if current != user_digest:
+            sql = ("CREATE DATABASE IF NOT EXISTS {db};"
+                   "CREATE USER IF NOT EXISTS '{u}'@'127.0.0.1' IDENTIFIED BY '{p}';"
+                   "CREATE USER IF NOT EXISTS '{u}'@'localhost' IDENTIFIED BY '{p}';"
+                   "ALTER USER '{u}'@'127.0.0.1' IDENTIFIED BY '{p}';"
+                   "ALTER USER '{u}'@'localhost' IDENTIFIED BY '{p}';"
+                   "GRANT ALL ON {db}.* TO '{u}'@'127.0.0.1';"
+                   "GRANT ALL ON {db}.* TO '{u}'@'localhost';"
+                   "FLUSH PRIVILEGES;").format(db=DB_NAME, u=DB_USER, p=password)
+            proc = subprocess.run([find_binary("mariadb"), "--no-defaults", "--socket=%s" % lay.db_socket,
+                                   "-u", self._db_admin()], input=sql, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False)
+            if proc.returncode != 0:
+                # the error text holds no password: mariadb reports the statement's position, not its text
+                raise LocalClusterError("creating the accounting database user failed (rc %d)" % proc.returncode)
+            _atomic_write(marker, user_digest, 0o600)
+            changes.append("created the accounting database user")
+        self._ensure_daemon("slurmdbd", [find_binary("slurmdbd"), "-D"], changes,
+                            digest=_digest(configs[c.SLURMDBD_CONF]), ready=lambda: self._dbd_ready(base_port),
+                            ports=[base_port + DBD_OFFSET])
+        self._ensure_cluster_registered(changes)
+
+    def _dbd_ready(self, base_port):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(2)
+        try:
+            s.connect((LOOPBACK, base_port + DBD_OFFSET))
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
+
+    def _ensure_cluster_registered(self, changes):
+        """slurmctld registers its cluster itself on start; done here too so it exists before slurmctld starts."""
+        sacctmgr = shutil.which("sacctmgr") or "/usr/bin/sacctmgr"
+        if not os.path.exists(sacctmgr):
+            return
+        runner = self.slurm()
+        try:
+            listed, _ = runner.run([sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"], check=False)
+            if listed.rc == 0 and self.model.name in listed.stdout.split():
+                return
+            runner.run([sacctmgr, "-i", "add", "cluster", self.model.name], check=False)
+        except SlurmError as e:
+            raise LocalClusterError("cannot register cluster %s in accounting: %s" % (self.model.name, e))
+        changes.append("registered cluster %s in accounting" % self.model.name)

@@ -1,0 +1,264 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The local login node: sshd chrooted into the jail, in its own mount namespace with the cluster's configs,
+munge socket and spool bound into the jail.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
+    LOGIN_DAEMON,
+    LOGIN_OFFSET,
+    LOGIN_USER,
+    LOOPBACK,
+    LocalClusterError)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _digest, find_binary
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _atomic_write, _own_dir, _read_text
+from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as jail_files
+
+
+def unsafe_path_components(path):
+    """Components of `path`, from / down, that sshd refuses for ChrootDirectory (and, with StrictModes, above an
+    authorized_keys file): not a directory owned by root, or writable by group or others. [] when it is safe; the
+    check ends at the first component that does not exist (yet)."""
+    bad = []
+    current = "/"
+    for part in [""] + [p for p in os.path.normpath(path).split("/") if p]:
+        current = os.path.join(current, part)
+        try:
+            st = os.stat(current)
+        except OSError:
+            break
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            bad.append("%s (owner uid %d, mode %04o)" % (current, st.st_uid, stat.S_IMODE(st.st_mode)))
+    return bad
+
+
+def login_binds(lay):
+    """Host directories a login session needs at the same path inside the jail, like the plugin's binds for job
+    steps (see _adapt_plugstack_conf): /tmp, and the cluster's configs (SLURM_CONF), munge socket and spool. A
+    directory inside an earlier one comes along with it and is left out."""
+    binds = []
+    for path in ("/tmp", lay.etc, lay.run, lay.spool):
+        if not any(path == b or path.startswith(b.rstrip("/") + "/") for b in binds):
+            binds.append(path)
+    return binds
+
+
+def render_login_sshd_config(jail_dir, lay, base_port):
+    """The login nodes' sshd_config (render_sshd, as on Kubernetes) with this cluster's local paths: it listens on
+    127.0.0.1:<base_port + LOGIN_OFFSET>, host keys and authorized keys live under state_dir, sessions get
+    SLURM_CONF (the cluster's slurm.conf, bound into the jail at the same path)."""
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
+    notes = ["local backend: the login node of the local cluster in %s (LocalCluster)." % lay.state_dir]
+    strict = not unsafe_path_components(lay.authorized_keys)
+    if not strict:
+        notes.append("local backend: StrictModes off: the state directory lies below a directory that others can "
+                     "write to (e.g. /tmp); the key files are ours and written 0644/0600.")
+    return render_sshd_config(jail_dir, lay.ssh_host_keys, lay.authorized_keys, port=base_port + LOGIN_OFFSET,
+                              listen_address=LOOPBACK, pid_file=os.path.join(lay.run, "sshd.pid"),
+                              set_env={"SLURM_CONF": lay.slurm_conf}, strict_modes=strict, notes=notes)
+
+
+def _open_below(root, path, create=False):
+    """A descriptor of the directory `root + path`, walked one component at a time without following a link (and
+    made, when `create`, inside the directory just opened; jail.py's walker): the jail's content, which its users
+    can change, can never redirect a mkdir or a mount onto a host path, not even between a check and the use."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise LocalClusterError("mount point %s%s climbs out of the jail" % (root, path))
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return jail_files.open_dirs(root_fd, parts, create)
+    except OSError as e:
+        raise LocalClusterError("mount point %s%s crosses a symbolic link or a file in the jail: %s"
+                                % (root, path, e.strerror))
+    finally:
+        os.close(root_fd)
+
+
+def _jail_mount_point(jail, path):
+    """Make `jail + path` a directory to mount on; refuse a path that crosses a symbolic link in the jail."""
+    os.close(_open_below(jail, path, create=True))
+
+
+# sshd's mount namespace: every mount goes onto the directory opened without following links (mount(8)
+# --no-canonicalize onto /proc/self/fd/N reaches exactly that directory), then sshd replaces this program.
+# Standard library only; run by the host's Python inside `unshare --mount`.
+_LOGIN_NAMESPACE_PROGRAM = """
+import os, subprocess, sys
+jail, mount, sshd, config = sys.argv[1:5]
+def below(path):
+    fd = os.open(jail, os.O_PATH | os.O_DIRECTORY)
+    for part in [p for p in path.split("/") if p]:
+        child = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    return fd
+def mount_on(path, args, check=True):
+    fd = below(path)
+    try:
+        return subprocess.run([mount, "--no-canonicalize"] + args + ["/proc/self/fd/%d" % fd], pass_fds=(fd,),
+                              stderr=subprocess.DEVNULL if not check else None, check=check).returncode
+    finally:
+        os.close(fd)
+mount_on("/dev", ["--rbind", "/dev"])
+# a fresh procfs, or the host's where the kernel refuses one (masked /proc in a container)
+if mount_on("/proc", ["-t", "proc", "proc"], check=False) != 0:
+    mount_on("/proc", ["--rbind", "/proc"])
+for path in sys.argv[5:]:
+    mount_on(path, ["--bind", path])
+os.execv(sshd, [sshd, "-D", "-e", "-f", config])
+"""
+
+
+class LocalLogin(object):
+    """LocalCluster's login sshd."""
+
+    def wants_login(self):
+        return self.jail_dir is not None and self.login
+
+    def login_address(self):
+        """{'host', 'port', 'user'} of the login sshd (when this cluster has one and its ports are chosen), else None."""
+        if not self.wants_login() or not os.path.exists(self.layout.cluster_file):
+            return None
+        with open(self.layout.cluster_file) as f:
+            base = json.load(f).get("base_port")
+        return {"host": LOOPBACK, "port": base + LOGIN_OFFSET, "user": LOGIN_USER} if base else None
+
+    def _ensure_login(self, model, base_port, changes):
+        if not self.wants_login():
+            if self._stop_login():
+                changes.append("stopped %s (no jail or login off)" % LOGIN_DAEMON)
+            return
+        lay = self.layout
+        jail = self._login_jail()
+        _own_dir(lay.login)
+        _own_dir(lay.authorized_keys)
+        self._ensure_host_keys(model, changes)
+        if self._write_if_changed(os.path.join(lay.authorized_keys, LOGIN_USER), self._root_keys(model), 0o644):
+            changes.append("wrote the login's authorized keys of %s" % LOGIN_USER)
+        config = render_login_sshd_config(jail, lay, base_port)
+        if self._write_if_changed(lay.sshd_config, config, 0o644):
+            changes.append("wrote the login's sshd_config")
+        sshd = find_binary("sshd")
+        # sshd's privilege separation directory (compiled in; Debian's service creates it at boot).
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        proc = subprocess.run([sshd, "-t", "-f", lay.sshd_config], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=30, check=False)
+        if proc.returncode != 0:
+            raise LocalClusterError("sshd -t rejects %s: %s" % (lay.sshd_config, proc.stdout.strip()))
+        binds = login_binds(lay)
+        for point in ["/dev", "/proc"] + binds:
+            _jail_mount_point(jail, point)
+        argv = self._login_argv(sshd, lay.sshd_config, jail, binds)
+        self._ensure_daemon(LOGIN_DAEMON, argv, changes, digest=_digest(config, *argv),
+                            ready=lambda: self._login_ready(base_port + LOGIN_OFFSET),
+                            ports=[base_port + LOGIN_OFFSET])
+
+    def plan_login(self, model):
+        """What ensure_started() would do about the login sshd, as 'would ...' actions. Reads only."""
+        lay = self.layout
+        running = self._running(LOGIN_DAEMON)
+        if not self.wants_login():
+            return ["would stop %s (no jail or login off)" % LOGIN_DAEMON] if running else []
+        actions = []
+        jail = os.path.normpath(self.jail_dir)
+        if os.path.isdir(jail):
+            self._login_jail()
+        else:
+            # In a check run an earlier task (jail_populate) may be what makes it: judge the directories it has.
+            bad = unsafe_path_components(jail)
+            if bad:
+                raise LocalClusterError("the login sshd cannot chroot into %s: not so: %s (owned by root, not "
+                                        "writable by group or others)" % (jail, ", ".join(bad)))
+            actions.append("the jail %s does not exist yet; it must when the cluster starts" % jail)
+        from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
+        if not all(os.path.exists(os.path.join(lay.ssh_host_keys, k)) for k in s.SSH_HOST_KEY_FILES):
+            actions.append("would generate the login's SSH host keys")
+        if _read_text(os.path.join(lay.authorized_keys, LOGIN_USER)) != self._root_keys(model):
+            actions.append("would write the login's authorized keys of %s" % LOGIN_USER)
+        address = self.login_address()
+        if address is None:
+            return actions + ["would write the login's sshd_config", "would start %s" % LOGIN_DAEMON]
+        config = render_login_sshd_config(jail, lay, address["port"] - LOGIN_OFFSET)
+        if _read_text(lay.sshd_config) != config:
+            actions.append("would write the login's sshd_config")
+        if not running:
+            return actions + ["would start %s" % LOGIN_DAEMON]
+        argv = self._login_argv(find_binary("sshd"), lay.sshd_config, jail, login_binds(lay))
+        if self._records()[LOGIN_DAEMON].get("digest") != _digest(config, *argv):
+            actions.append("would restart %s (configuration changed)" % LOGIN_DAEMON)
+        return actions
+
+    def _login_jail(self):
+        jail = os.path.normpath(self.jail_dir)
+        if not os.path.isdir(jail):
+            raise LocalClusterError("the login sshd cannot chroot into %s: no such directory" % jail)
+        bad = unsafe_path_components(jail)
+        if bad:
+            raise LocalClusterError("the login sshd cannot chroot into %s: every directory of its path must be owned "
+                                    "by root and not writable by group or others (sshd's ChrootDirectory rule); "
+                                    "not so: %s" % (jail, ", ".join(bad)))
+        return jail
+
+    def _root_keys(self, model):
+        return "".join(k.strip() + "\n" for k in tuple(model.login.ssh_root_public_keys) + self.login_authorized_keys)
+
+    @staticmethod
+    def _login_argv(sshd, config, jail, binds):
+        """sshd in a mount namespace of its own: the jail's /dev, /proc and the binds exist only there."""
+        return [find_binary("unshare"), "--mount", "--propagation", "private", sys.executable, "-c",
+                _LOGIN_NAMESPACE_PROGRAM, jail, find_binary("mount"), sshd, config] + list(binds)
+
+    def _ensure_host_keys(self, model, changes):
+        """The login's SSH host keys: generated once (secrets.py, as the Kubernetes Secret), then kept."""
+        from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
+        lay = self.layout
+        name = s.ssh_host_keys_secret_name(model)
+        existing = {}
+        for key in s.SSH_HOST_KEY_FILES:
+            path = os.path.join(lay.ssh_host_keys, key)
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    existing[key] = f.read()
+        if len(existing) == len(s.SSH_HOST_KEY_FILES):
+            return
+        material, generated = s.ensure_secret_material(model, {name: existing})
+        for key, value in material[name].items():
+            if key not in existing:
+                _atomic_write(os.path.join(lay.ssh_host_keys, key), value, 0o644 if key.endswith(".pub") else 0o600)
+        if name in generated:
+            changes.append("generated the login's SSH host keys")
+
+    @staticmethod
+    def _write_if_changed(path, text, mode):
+        if os.path.exists(path):
+            with open(path) as f:
+                if f.read() == text and stat.S_IMODE(os.stat(path).st_mode) == mode:
+                    return False
+        _atomic_write(path, text, mode)
+        return True
+
+    def _login_ready(self, port):
+        """sshd answers with its banner."""
+        try:
+            with socket.create_connection((LOOPBACK, port), timeout=2) as conn:
+                return conn.recv(4).startswith(b"SSH-")
+        except OSError:
+            return False
+
+    def _stop_login(self):
+        """Stop the login sshd and its sessions (sshd leaves running sessions alone; _stop_daemon stops the
+        children it had). True if it ran."""
+        return self._stop_daemon(LOGIN_DAEMON)

@@ -1,0 +1,394 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The daemons of a local cluster: started with a record (pid + start time + configuration digest), recognised only
+by that record, stopped by pid and verified gone; their readiness probes.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import time
+
+from ansible_collections.soperator.slurm.plugins.module_utils import wait
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LOOPBACK, LocalClusterError
+from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import natural_key as _natural
+from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import _port_free
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
+    _atomic_write,
+    _is_real_dir,
+    _read_text)
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
+
+
+# Debian package of each binary we run, for the error when one is missing.
+PACKAGES = {
+    "munged": "munge", "munge": "munge",
+    "slurmctld": "slurmctld", "slurmd": "slurmd", "slurmdbd": "slurmdbd",
+    "scontrol": "slurm-client", "sinfo": "slurm-client", "squeue": "slurm-client", "scancel": "slurm-client",
+    "mariadbd": "mariadb-server", "mariadb-install-db": "mariadb-server", "mariadb": "mariadb-client",
+    "sshd": "openssh-server", "unshare": "util-linux", "mount": "mount",
+}
+_SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+
+
+def _descendants(pid):
+    """Pids of every live descendant of `pid` (children first)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                data = f.read()
+        except (IOError, OSError):
+            continue
+        children.setdefault(int(data[data.rindex(")") + 2:].split()[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def find_binary(name):
+    """Absolute path of a binary (PATH, then the sbin directories); a clear error naming the Debian package."""
+    path = shutil.which(name) or shutil.which(name, path=os.pathsep.join(_SBIN_DIRS))
+    if not path:
+        raise LocalClusterError("%s not found: install the Debian package '%s' (apt-get install %s)"
+                                % (name, PACKAGES.get(name, name), PACKAGES.get(name, name)))
+    return path
+
+
+def _proc_start_time(pid):
+    """Start time (clock ticks since boot) of a live, non-zombie process; None when there is none."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            data = f.read()
+    except (IOError, OSError):
+        return None
+    fields = data[data.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def _pid_alive(pid, start_time=None):
+    """Whether a live process has this pid (and, given one, this start time)."""
+    now = _proc_start_time(pid)
+    return now is not None and (start_time is None or now == start_time)
+
+
+def _record_alive(rec):
+    """Whether the process of a record still runs: the pid with the recorded start time. A record without a start
+    time proves nothing (the pid may be another process by now): not alive, never signalled."""
+    return rec.get("start_time") is not None and _pid_alive(rec["pid"], rec["start_time"])
+
+
+def _tail(path, lines=25):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode("utf-8", "replace")
+    except (IOError, OSError):
+        return "(no log at %s)" % path
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _socket_peer(path):
+    """(pid, uid) of the process listening on the unix socket `path` (SO_PEERCRED), or None."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect(path)
+        pid, uid, _gid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          struct.calcsize("3i")))
+        return pid, uid
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+def _digest(*texts):
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8") if isinstance(t, str) else t)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+class LocalDaemons(object):
+    """LocalCluster's daemons: records, start, stop, readiness."""
+
+    def _records(self):
+        out = {}
+        try:
+            names = os.listdir(self.layout.run)
+        except OSError:
+            return out
+        for fn in names:
+            if fn.endswith(".proc.json"):
+                try:
+                    with open(os.path.join(self.layout.run, fn)) as f:
+                        out[fn[:-len(".proc.json")]] = json.load(f)
+                except (IOError, OSError, ValueError):
+                    continue
+        return out
+
+    def _running(self, name):
+        return self.pid(name) is not None
+
+    def _running_records(self):
+        return dict((n, r) for n, r in self._records().items() if _record_alive(r))
+
+    def _ensure_daemon(self, name, argv, changes, digest, ready, ports, stale=None):
+        """Start `name` unless it runs with the same digest (configuration); restart it when the digest changed or
+        `stale` (the reason) says it must. Returns True when it was (re)started.
+        """
+        rec = self._records().get(name)
+        if rec and _record_alive(rec):
+            if rec.get("digest") == digest and not stale:
+                return False
+            self._stop_daemon(name)
+            changes.append("restarted %s (%s)" % (name, "configuration changed" if rec.get("digest") != digest
+                                                  else stale))
+        else:
+            changes.append("started %s" % name)
+        self._start_daemon(name, argv, digest, ready, ports)
+        return True
+
+    def _start_daemon(self, name, argv, digest, ready, ports=()):
+        lay = self.layout
+        held = [p for p in ports if not _port_free(p)]
+        if held:
+            raise LocalClusterError("cannot start %s of %s: port %s on %s is in use by another process (not a daemon "
+                                    "of this cluster)" % (name, lay.state_dir, ", ".join(map(str, held)), LOOPBACK))
+        extra = {"ports": list(ports)}
+        if name.startswith("slurmd-"):
+            extra["ctld"] = self._ctld_instance()       # the slurmctld it registers with (slurmds_behind)
+        env = dict(os.environ)
+        env.update(self.env())
+        out_path = os.path.join(lay.log, "%s.out" % name)
+        try:
+            fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise LocalClusterError("%s is a symbolic link: not writing through it" % out_path)
+            raise
+        with os.fdopen(fd, "ab") as out:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env=env, cwd=lay.state_dir, close_fds=True, start_new_session=True)
+        self._children[proc.pid] = proc
+        start_time = None
+        for dummy in range(100):
+            start_time = _proc_start_time(proc.pid)
+            if start_time is not None or proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        record = {"pid": proc.pid, "start_time": start_time, "argv": argv, "digest": digest}
+        record.update(extra)
+        _atomic_write(lay.record(name), json.dumps(record) + "\n")
+        if ready is None:
+            time.sleep(0.05)
+            if proc.poll() is not None:
+                raise LocalClusterError("%s exited at once (rc %s):\n%s"
+                                        % (name, proc.returncode, self._logs_of(name)))
+            return
+        def up():
+            if ready():
+                return True, ""
+            if proc.poll() is not None:
+                raise LocalClusterError("%s exited (rc %s) while starting:\n%s" % (name, proc.returncode,
+                                                                                   self._logs_of(name)))
+            return False, name
+        wait.wait_until(up, name, self.timeout, poll=0.2, timeout_error=lambda _n: LocalClusterError(
+            "%s not ready after %ss:\n%s" % (name, self.timeout, self._logs_of(name))))
+
+    def _logs_of(self, name):
+        lay = self.layout
+        logs = [os.path.join(lay.log, "%s.out" % name)]
+        base = name.split("-", 1)
+        if base[0] == "slurmd" and len(base) == 2:
+            logs.append(os.path.join(lay.log, "slurmd-%s.log" % base[1]))
+        else:
+            logs.append(os.path.join(lay.log, "%s.log" % name))
+        return "\n".join("== %s\n%s" % (p, _tail(p)) for p in logs if os.path.exists(p))
+
+    def _stop_daemon(self, name, sig=signal.SIGTERM):
+        """Stop a recorded daemon (SIGTERM, then SIGKILL after the timeout); drop its record. True if it ran."""
+        path = self.layout.record(name)
+        rec = self._records().get(name)
+        if rec is None:
+            return False
+        pid, start = rec["pid"], rec.get("start_time")
+        if start is None:
+            # no start time was recorded: nothing proves the pid is still ours, so it is never signalled
+            was_alive = False
+        else:
+            was_alive = _pid_alive(pid, start)
+        if was_alive:
+            # Its children (slurmscriptd, login sessions, helpers) are ours too: taken with their start times while
+            # it is verified alive; those that outlive it are stopped after it.
+            family = [(child, _proc_start_time(child)) for child in _descendants(pid)]
+            family = [(child, t) for child, t in family if t is not None and _pid_alive(pid, start)]
+            self._signal(pid, sig)
+            if not self._wait_gone(pid, start, self.timeout):
+                self._signal(pid, signal.SIGKILL)
+                if not self._wait_gone(pid, start, 10):
+                    raise LocalClusterError("%s (pid %d) does not exit even on SIGKILL" % (name, pid))
+            self._stop_pids(family)
+        try:
+            os.remove(path)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise
+        return was_alive
+
+    @staticmethod
+    def _signal(pid, sig):
+        try:
+            os.kill(pid, sig)
+        except OSError as e:
+            if e.errno != errno.ESRCH:
+                raise
+
+    def _wait_gone(self, pid, start, timeout):
+        def gone():
+            child = self._children.get(pid)
+            if child is not None and child.poll() is not None:
+                self._children.pop(pid, None)      # reaped, so its pid is not a zombie of ours
+            return not _pid_alive(pid, start), str(pid)
+        try:
+            wait.wait_until(gone, "pid %d to exit" % pid, timeout, poll=0.05)
+            return True
+        except wait.WaitTimeout:
+            return False
+
+    def _stop_pids(self, procs):
+        """SIGTERM, then SIGKILL after 10s, the (pid, start time) still alive with that start time."""
+        procs = [(pid, t) for pid, t in procs if t is not None and _pid_alive(pid, t)]
+        for pid, t in procs:
+            if _pid_alive(pid, t):
+                self._signal(pid, signal.SIGTERM)
+        for pid, t in procs:
+            if not self._wait_gone(pid, t, 10) and _pid_alive(pid, t):
+                self._signal(pid, signal.SIGKILL)
+                self._wait_gone(pid, t, 10)
+
+    def _step_daemons(self):
+        """(pid, start time, socket) of the slurmstepds of this cluster's jobs: the processes of our user listening
+        on the step sockets (<node>_<job>.<step>) in this cluster's spool directories (SO_PEERCRED)."""
+        found = []
+        spool = self.layout.spool
+        try:
+            nodes = sorted(os.listdir(spool))
+        except OSError:
+            return found
+        for node in nodes:
+            directory = os.path.join(spool, node)
+            if not _is_real_dir(directory):
+                continue
+            try:
+                names = sorted(os.listdir(directory))
+            except OSError:
+                continue
+            for name in names:
+                path = os.path.join(directory, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if not stat.S_ISSOCK(st.st_mode) or not name.startswith(node + "_"):
+                    continue
+                peer = _socket_peer(path)
+                if peer is None or peer[1] != os.geteuid():
+                    continue
+                start = _proc_start_time(peer[0])
+                comm = _read_text("/proc/%d/comm" % peer[0]) or ""
+                if start is not None and comm.startswith("slurmstepd"):
+                    found.append((peer[0], start, path))
+        return found
+
+    def leftover_processes(self):
+        """(pid, name) of this cluster's processes still alive (empty after stop()): the daemons it recorded and the
+        slurmstepds listening on step sockets in its spool. Found by what we recorded and created, never by a
+        command line or an open file."""
+        found = [(r["pid"], n) for n, r in sorted(self._records().items()) if _record_alive(r)]
+        found += [(pid, "slurmstepd") for pid, _start, _path in self._step_daemons()]
+        return found
+
+    def pid(self, name):
+        rec = self._records().get(name)
+        if rec and _record_alive(rec):
+            return rec["pid"]
+        return None
+
+    def _munged_argv(self):
+        lay = self.layout
+        argv = [find_binary("munged"), "--foreground", "--key-file=%s" % lay.munge_key,
+                "--socket=%s" % lay.munge_socket, "--pid-file=%s" % os.path.join(lay.run, "munged.pid"),
+                "--log-file=%s" % os.path.join(lay.log, "munged.log"), "--seed-file=%s" % lay.munge_seed]
+        if not self._socket_path_open(lay.run):
+            # munged refuses a socket whose directory path is not o+x all the way up (pytest's tmp dirs are 0700);
+            # --force turns that into a warning. Nobody else can reach the socket then, which is fine here.
+            argv.append("--force")
+        return argv
+
+    @staticmethod
+    def _socket_path_open(path):
+        while True:
+            try:
+                if not os.stat(path).st_mode & stat.S_IXOTH:
+                    return False
+            except OSError:
+                return False
+            parent = os.path.dirname(path)
+            if parent == path:
+                return True
+            path = parent
+
+    def _munge_ready(self):
+        if not os.path.exists(self.layout.munge_socket):
+            return False
+        try:
+            proc = subprocess.run([find_binary("munge"), "--socket=%s" % self.layout.munge_socket, "-n"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
+        except subprocess.TimeoutExpired:
+            return False
+        return proc.returncode == 0
+
+    def _ctld_ready(self):
+        try:
+            result, _ = self.slurm(timeout=15).run(["scontrol", "ping"], check=False)
+        except SlurmError:
+            return False
+        return result.rc == 0 and "is UP" in result.stdout
+
+    def _ctld_instance(self):
+        """[pid, start time] of the running slurmctld, or None."""
+        rec = self._records().get("slurmctld")
+        if rec and _record_alive(rec):
+            return [rec["pid"], rec.get("start_time")]
+        return None
+
+    def slurmds_behind(self):
+        """Running slurmds started before the running slurmctld (or while none ran). A slurmd registers once, when it
+        starts: a slurmctld started after it - e.g. after one that refused its configuration - keeps its node FUTURE
+        until the slurmd starts again. ensure_started() restarts these; their jobs' slurmstepds keep running."""
+        ctld = self._ctld_instance()
+        return sorted((n for n, r in self._running_records().items()
+                       if n.startswith("slurmd-") and (ctld is None or r.get("ctld") != ctld)), key=_natural)
