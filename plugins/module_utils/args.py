@@ -94,3 +94,16 @@ def runner_from_params(params, sleep=None):
     return SlurmRunner(transport, retries=3 if retries is None else retries,
                        retry_delay=2.0 if params.get("retry_delay") is None else params["retry_delay"],
                        timeout=params.get("command_timeout") or 60, **kwargs)
+
+
+def require_positive(module, *names):
+    """fail_json naming the first option of `names` that is not > 0 (timeouts, sleeps)."""
+    for name in names:
+        value = module.params[name]
+        if value is not None and value <= 0:
+            module.fail_json(msg="%s must be > 0, got %s" % (name, value))
+
+
+def fail_spec_error(module, error, **extra):
+    """A SpecError as the module's failure: the message and every issue with its field path."""
+    module.fail_json(msg=str(error), errors=[{"path": i.path, "message": i.message} for i in error.issues], **extra)

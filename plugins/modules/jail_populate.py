@@ -229,6 +229,7 @@ import copy
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.soperator.slurm.plugins.module_utils.args import fail_spec_error, require_positive
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import jail as jk
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
@@ -270,7 +271,7 @@ def _model(module, client):
             return jk.model_from_cluster(client, params["name"], params["namespace"])
         return build_model(documents_from(params["src"], params["definition"]))
     except SpecError as e:
-        module.fail_json(msg=str(e), errors=[{"path": i.path, "message": i.message} for i in e.issues])
+        fail_spec_error(module, e)
     except (IOError, OSError) as e:
         module.fail_json(msg="cannot read src %s: %s" % (params["src"], e))
 
@@ -279,9 +280,7 @@ def _kubernetes(module):
     params = module.params
     if not (params["name"] or params["src"] or params["definition"] is not None):
         module.fail_json(msg="target=kubernetes needs the cluster: name (read from the cluster), src or definition")
-    for name in ("wait_timeout", "api_timeout"):
-        if params[name] <= 0:
-            module.fail_json(msg="%s must be > 0, got %d" % (name, params[name]))
+    require_positive(module, "wait_timeout", "api_timeout")
     kube = None
     try:
         client = km.make_client(params)

@@ -420,6 +420,7 @@ errors:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.soperator.slurm.plugins.module_utils.args import fail_spec_error, require_positive
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.local import operations as local_ops
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
@@ -439,7 +440,7 @@ def _model(module):
     try:
         return build_model(_documents(module))
     except SpecError as e:
-        module.fail_json(msg=str(e), errors=[{"path": i.path, "message": i.message} for i in e.issues])
+        fail_spec_error(module, e)
 
 
 def _rendered(module):
@@ -481,11 +482,7 @@ def _kubernetes(module):
     if not params["src"] and params["definition"] is None:
         module.fail_json(msg="target=kubernetes needs the cluster: pass src or definition")
     model = _model(module)
-    for name in ("drain_timeout", "api_timeout"):
-        if params[name] <= 0:
-            module.fail_json(msg="%s must be > 0, got %d" % (name, params[name]))
-    if params["wait_sleep"] <= 0:
-        module.fail_json(msg="wait_sleep must be > 0, got %s" % params["wait_sleep"])
+    require_positive(module, "drain_timeout", "api_timeout", "wait_sleep")
     extra = {"cluster": local_ops.cluster_summary(model)}
     try:
         cluster = km.make_cluster(module, model)
@@ -523,8 +520,7 @@ def main():
     )
     if not HAS_YAML:
         module.fail_json(msg=missing_required_lib("PyYAML"))
-    if module.params["wait_timeout"] <= 0:
-        module.fail_json(msg="wait_timeout must be > 0, got %d" % module.params["wait_timeout"])
+    require_positive(module, "wait_timeout")
     if module.params["state"] == "rendered":
         _rendered(module)
     if module.params["target"] == "kubernetes":

@@ -169,6 +169,7 @@ import copy
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.soperator.slurm.plugins.module_utils.args import fail_spec_error, require_positive
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
@@ -254,7 +255,7 @@ def _model(module, client, name, namespace, cluster_name, definition):
     try:
         return build_model(docs), current
     except SpecError as e:
-        module.fail_json(msg=str(e), errors=[{"path": i.path, "message": i.message} for i in e.issues])
+        fail_spec_error(module, e)
 
 
 def main():
@@ -274,11 +275,7 @@ def main():
     if not HAS_YAML:
         module.fail_json(msg=missing_required_lib("PyYAML"))
     params = module.params
-    for option in ("wait_timeout", "drain_timeout", "api_timeout"):
-        if params[option] <= 0:
-            module.fail_json(msg="%s must be > 0, got %d" % (option, params[option]))
-    if params["wait_sleep"] <= 0:
-        module.fail_json(msg="wait_sleep must be > 0, got %s" % params["wait_sleep"])
+    require_positive(module, "wait_timeout", "drain_timeout", "api_timeout", "wait_sleep")
     if params["replicas"] is not None and params["replicas"] < 0:
         module.fail_json(msg="replicas must be >= 0, got %d" % params["replicas"])
     try:

@@ -214,6 +214,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.soperator.slurm.plugins.module_utils.args import fail_spec_error, require_positive
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC, auth_params, runner_from_params
@@ -308,13 +309,11 @@ def main():
     if not HAS_YAML:
         module.fail_json(msg=missing_required_lib("PyYAML"))
     params = module.params
-    for name in ("check_timeout", "register_timeout", "api_timeout"):
-        if params[name] <= 0:
-            module.fail_json(msg="%s must be > 0, got %d" % (name, params[name]))
+    require_positive(module, "check_timeout", "register_timeout", "api_timeout")
     try:
         model = build_model(documents_from(params["src"], params["definition"]))
     except SpecError as e:
-        module.fail_json(msg=str(e), errors=[{"path": i.path, "message": i.message} for i in e.issues])
+        fail_spec_error(module, e)
     except (IOError, OSError) as e:
         module.fail_json(msg="cannot read src %s: %s" % (params["src"], e))
     result = {"changed": False, "nodes": [], "errors": [], "events": [], "queries": []}

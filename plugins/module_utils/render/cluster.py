@@ -21,7 +21,7 @@ import os
 import stat
 import tempfile
 
-from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c, files
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import render_manifests
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.render.secrets import ensure_secret_material
@@ -84,20 +84,14 @@ def _read_regular(path):
     """Text of the regular file at `path`, None when nothing is there. Never follows a symlink: a link or anything
     but a regular file raises RenderDestError (its target is not ours to read into a diff, nor to overwrite)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
+        data = files.read_regular(path)
+    except files.UnsafeFile as e:
         if os.path.islink(path):
             raise RenderDestError("%s is a symlink; render does not write through links: remove it" % path)
-        raise RenderDestError("%s cannot be read: %s" % (path, e))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        if os.path.lexists(path) and not os.path.isfile(path):
             raise RenderDestError("%s is not a regular file; render does not replace it: remove it" % path)
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    finally:
-        os.close(fd)
+        raise RenderDestError(str(e))
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def _check_folder(path):
