@@ -518,6 +518,9 @@ class FakeWs(object):
         if not self.frames:
             self.open = False
 
+    def run_forever(self, timeout=None):
+        self.open = False    # the command ended; its frames stay buffered, as WSClient keeps them
+
     def peek_stdout(self):
         return bool(self.frames) and self.frames[0][0] == "out"
 

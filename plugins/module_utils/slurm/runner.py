@@ -238,23 +238,16 @@ class KubernetesTransport(object):
         except Exception as e:  # pylint: disable=broad-except
             # websocket / connection errors from the client: the API server or the pod is not reachable now.
             raise TransientError("exec into pod %s/%s failed: %s" % (self.namespace, self.pod, e))
-        stdout, stderr = [], []
-        deadline = time.monotonic() + timeout
         try:
-            while resp.is_open():
-                if time.monotonic() > deadline:
-                    raise TransientError("%s did not finish within %ss in pod %s/%s"
-                                         % (argv[0], timeout, self.namespace, self.pod))
-                resp.update(timeout=1)
-                if resp.peek_stdout():
-                    stdout.append(resp.read_stdout())
-                if resp.peek_stderr():
-                    stderr.append(resp.read_stderr())
-            # Frames that arrived with the close.
-            if resp.peek_stdout():
-                stdout.append(resp.read_stdout())
-            if resp.peek_stderr():
-                stderr.append(resp.read_stderr())
+            # WSClient buffers every frame until the command ends or the timeout passes (a timeout of 0 would
+            # mean no limit to run_forever, so it gets the smallest one).
+            resp.run_forever(timeout=max(timeout, 0.001))
+            if resp.is_open():
+                raise TransientError("%s did not finish within %ss in pod %s/%s"
+                                     % (argv[0], timeout, self.namespace, self.pod))
+            stdout, stderr = resp.read_stdout(), resp.read_stderr()
+            # Ours, not WSClient.returncode: that raises on a Failure without an exit code (container not running,
+            # no such binary), where we keep the server's message.
             rc, problem = _exec_status_rc(resp.read_channel(3))
         finally:
             try:
@@ -267,7 +260,7 @@ class KubernetesTransport(object):
             # The exec itself failed (no such binary, a runtime error): no exit code of a Slurm command.
             raise SlurmCommandError("exec of %s in pod %s/%s failed: %s"
                                     % (argv[0], self.namespace, self.pod, problem or "no exit status"))
-        return rc, "".join(stdout), "".join(stderr)
+        return rc, stdout or "", stderr or ""
 
 
 class SlurmRunner(object):
