@@ -27,6 +27,7 @@ import json
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import wait
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError, describe, object_key
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import is_quantity, parse_quantity
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import KIND_ORDER
@@ -301,13 +302,13 @@ def recreate(client, change, dry_run, force_conflicts, gone_timeout, sleep, cloc
     if dry_run:
         change.after = with_digest(change.desired)
         return
-    started = clock()
-    while True:
+
+    def gone():
         current = client.get(change.kind, change.name, change.namespace)
-        if current is None or (current.get("metadata") or {}).get("uid") != uid:
-            break
-        if clock() - started >= gone_timeout:
-            raise ApplyError("%s was deleted (pods orphaned) but is still there after %ds; a re-run creates it once "
-                             "it is gone" % (change.describe(), gone_timeout), change)
-        sleep(poll)
+        return current is None or (current.get("metadata") or {}).get("uid") != uid, "still there"
+
+    wait.wait_until(gone, "%s to be gone" % change.describe(), gone_timeout, poll=poll, sleep=sleep, clock=clock,
+                    timeout_error=lambda unused: ApplyError(
+                        "%s was deleted (pods orphaned) but is still there after %ds; a re-run creates it once it is "
+                        "gone" % (change.describe(), gone_timeout), change))
     change.after, _created = client.apply(with_digest(change.desired), dry_run=False, force=force_conflicts)

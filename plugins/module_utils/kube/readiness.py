@@ -2,8 +2,11 @@
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """When our Kubernetes workloads are ready, when a Job failed and what its pod said, and the backend's bounded wait
-(module_utils/wait.py) with the backend's error. Our readiness is stricter than kubernetes.core's waiter: it also
-requires the controller to have observed the current generation and every replica to run the current revision.
+(module_utils/wait.py) with the backend's error.
+
+Ours, not kubernetes.core's waiter predicates: those read the dynamic client's ResourceInstances (we hold plain
+objects) and want exact replica counts, where ours count a StatefulSet ready at *at least* spec.replicas (a scale-down
+is ready before its surplus pods are gone) and say what is missing as text; the waiter has no Job predicate.
 """
 
 from __future__ import absolute_import, division, print_function

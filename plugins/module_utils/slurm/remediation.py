@@ -34,7 +34,7 @@ import subprocess
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import wait_for
+from ansible_collections.soperator.slurm.plugins.module_utils.wait import wait_until
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes, set_state)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
@@ -180,7 +180,7 @@ class KubeReplacer(object):
                     return True, "ready"
                 return False, "no new Ready pod"
 
-            info["waited_for_pod"] = wait_for(
+            info["waited_for_pod"] = wait_until(
                 replaced, "pod %s/%s" % (self.namespace, node), self.timeout, sleep=self.sleep, clock=self.clock,
                 poll=self.poll, timeout_error=lambda unused: RemediationError(
                     "pod %s/%s was deleted but no new pod became Ready within %ss" % (self.namespace, node,
@@ -191,6 +191,8 @@ class KubeReplacer(object):
 
 
 def _pod_ready(pod):
+    # Not kubernetes.core's waiter.pod_ready (containerStatuses only): the Ready condition also counts readiness
+    # gates, and a terminating pod is no replacement.
     status = pod.get("status") or {}
     if pod.get("metadata", {}).get("deletionTimestamp"):
         return False
@@ -349,8 +351,8 @@ class Remediator(object):
             newer = current.slurmd_start_time and current.slurmd_start_time != before.slurmd_start_time
             return bool(newer) and "NOT_RESPONDING" not in current.flags, current.state
 
-        wait_for(registered, "slurmd of %s" % before.name, self.register_timeout, sleep=self.sleep, clock=self.clock,
-                 poll=self.poll, timeout_error=lambda state: RemediationError(
-                     "the new slurmd of %s did not register within %ss (state %s)" % (before.name,
-                                                                                      self.register_timeout, state)))
+        wait_until(registered, "slurmd of %s" % before.name, self.register_timeout, sleep=self.sleep,
+                   clock=self.clock, poll=self.poll, timeout_error=lambda state: RemediationError(
+                       "the new slurmd of %s did not register within %ss (state %s)" % (before.name,
+                                                                                        self.register_timeout, state)))
         return seen["record"]
