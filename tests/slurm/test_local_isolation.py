@@ -326,8 +326,8 @@ def test_a_refused_config_then_a_corrected_run_brings_the_cluster_back_with_its_
     from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
     bad = {"on": False}
 
-    def renderer(model):
-        configs = render_slurm_configs(model)
+    def renderer(model, target):
+        configs = render_slurm_configs(model, target)
         if bad["on"]:
             # a plugin that does not exist: slurmctld 22.05 exits at start ("Failed to initialize sched plugin")
             configs["slurm.conf"] += "SchedulerType=sched/nonexistent\n"
@@ -467,4 +467,4 @@ def test_a_state_dir_that_would_inject_into_the_configs_is_refused_before_any_wr
         lb.LocalCluster(state, load_model(SMALL)).ensure_started()
     assert not os.path.lexists(state)
     with pytest.raises(lb.LocalClusterError, match="state_dir"):
-        lb.adapt_configs({"slurm.conf": "ClusterName=x\n"}, load_model(SMALL), state, 20000)
+        lb.local_slurm_configs(load_model(SMALL), state, 20000)

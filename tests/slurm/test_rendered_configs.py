@@ -1,5 +1,5 @@
-"""Acceptance of the Slurm renderer against a real slurmctld: every example's configs (render_slurm + the local
-adaptation) load, and every NodeSet's nodes (all max_replicas of them) show up with the right partitions, CPUs,
+"""Acceptance of the Slurm renderer against a real slurmctld: every example's configs (rendered for the local
+target) load, and every NodeSet's nodes (all max_replicas of them) show up with the right partitions, CPUs,
 memory, GRES and features. No slurmd is started: the FUTURE nodes are revealed with `scontrol update state=down`."""
 import dataclasses
 import glob
@@ -34,9 +34,9 @@ def test_example_nodes_as_slurmctld_sees_them(local_cluster, path):
     assert_nodes_as_specified(cluster, model, "config-check")
 
 
-# --- the local adaptation changes only what it must (no daemon needed) --------------------------------------------
+# --- the local target changes only what it must (no daemon needed) -----------------------------------------------
 
-# Keys adapt_configs may change, per file; any other rendered line must survive byte for byte.
+# Keys the local target may change, per file; any other line of the pods' configs must be there byte for byte.
 ADAPTED_KEYS = {
     "slurm.conf": {"slurmctldhost", "slurmctldport", "slurmuser", "slurmduser", "statesavelocation", "slurmdspooldir",
                    "slurmctldpidfile", "slurmdpidfile", "slurmctldlogfile", "slurmdlogfile", "plugstackconfig",
@@ -53,13 +53,13 @@ STATE = "/tmp/sop-adapt"
 
 
 def _render_and_adapt(path, have_pmix=False):
+    """The model of `path`, its configs for the pods and for the local target."""
     from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
     from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
     with open(path) as f:
         model = spec.build_model(spec.load_documents(f.read()))
     rendered = render_slurm_configs(model)
-    adapted = lb.adapt_configs(rendered, model, STATE, 20000, user="someone", db_password="secret",
-                               have_pmix=have_pmix)
+    adapted = lb.local_slurm_configs(model, STATE, 20000, user="someone", db_password="secret", have_pmix=have_pmix)
     return model, rendered, adapted
 
 
@@ -76,8 +76,8 @@ def test_health_json_adaptation():
     before["passive"]["disk"]["paths"], before["passive"]["munge"]["socket"] = ["/tmp"], STATE + "/run/munge.socket"
     before["active"].update(outputRoot="", outputDir=STATE + "/checks")
     assert after == before                                             # nothing else changes
-    with_jail = lb.adapt_configs(rendered, model, STATE, 20000, user="someone", db_password="secret",
-                                 have_pmix=False, jail_dir="/srv/jail")
+    with_jail = lb.local_slurm_configs(model, STATE, 20000, user="someone", db_password="secret", have_pmix=False,
+                                       jail_dir="/srv/jail")
     jailed = json.loads(with_jail[c.HEALTH_CONFIG_FILE])
     assert jailed["passive"]["disk"]["paths"] == ["/srv/jail", "/tmp"]
     assert (jailed["active"]["outputRoot"], jailed["active"]["outputDir"]) == ("/srv/jail", "/var/lib/soperator/checks")

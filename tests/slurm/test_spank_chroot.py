@@ -18,7 +18,6 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
-from ansible_collections.soperator.slurm.plugins.module_utils.render import slurm_conf as render_slurm
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 
 from jail_helpers import MARKER, PLUGIN_DIR, ROOT, build_plugin, make_jail, mounts_under
@@ -113,10 +112,8 @@ def load_model(path):
 
 
 def _adapted_plugstack(**kwargs):
-    model = load_model(SMALL)
-    rendered = render_slurm.render_slurm_configs(model)
-    return lb.adapt_configs(rendered, model, "/tmp/sop-x", 20000, user="someone", have_pmix=False,
-                            **kwargs)["plugstack.conf"]
+    return lb.local_slurm_configs(load_model(SMALL), "/tmp/sop-x", 20000, user="someone", have_pmix=False,
+                                  **kwargs)["plugstack.conf"]
 
 
 def _settings(text):

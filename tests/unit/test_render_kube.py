@@ -11,10 +11,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render import kube
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
 
-try:
-    from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
-except ImportError:  # written by another part of the project; the test that needs it is skipped without it
-    render_slurm_configs = None
+from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 
 CLUSTER = """
 apiVersion: slurm.soperator.dev/v1alpha1
@@ -63,7 +60,7 @@ spec:
 """
 
 CONFIGS = {name: "# fake %s\n" % name for name in c.SLURM_CONFIG_FILES + (c.SLURMDBD_CONF,)}
-CONFIGS[c.SLURMDBD_CONF] = "StorageHost=demo-accounting-db\nStorageUser=acct\nStorageLoc=acct_db\n"
+CONFIGS[c.SLURMDBD_CONF] = "StorageHost=demo-accounting-db\nStorageUser=acct\nStorageLoc=acct_db\n"   # not read back
 
 
 def docs(edit=None):
@@ -300,13 +297,25 @@ def test_config_map_mounted_as_directory_without_checksum(objects):
     assert users == 4   # controller, login, gpu, cpu
 
 
-@pytest.mark.skipif(render_slurm_configs is None, reason="render_slurm not available")
+def controller_digest(objects):
+    return find(objects, "StatefulSet", "demo-controller")["spec"]["template"]["metadata"]["annotations"][
+        rk.NODE_DEFINITIONS_ANNOTATION]
+
+
 def test_controller_rolls_only_when_node_definitions_change():
-    base = render_slurm_configs(make_model())["slurm.conf"]
-    digest = rk.node_definitions_hash(base)
-    assert rk.node_definitions_hash(base + "SchedulerParameters=bf_continue\n") == digest
-    more = base.replace("NodeName=gpu-[0-", "NodeName=gpu-[0-9")
-    assert more != base and rk.node_definitions_hash(more) != digest
+    model = make_model()
+    digest = controller_digest(render(model))
+    lines = [line for line in render_slurm_configs(model)["slurm.conf"].splitlines() if line.startswith("NodeName=")]
+    assert lines and digest == hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+    def other_setting(spec):
+        spec["slurmConfig"] = {"SchedulerParameters": "bf_continue"}
+    changed = make_model(other_setting)
+    assert render_slurm_configs(changed)["slurm.conf"] != render_slurm_configs(model)["slurm.conf"]
+    assert controller_digest(render(changed)) == digest
+    documents = docs()
+    documents[1]["spec"]["maxReplicas"] = documents[1]["spec"].get("maxReplicas", 8) + 9
+    assert controller_digest(render(build_model(documents))) != digest
 
 
 def test_service_accounts_automount_only_for_remediation(objects):
@@ -447,7 +456,9 @@ def test_accounting_in_cluster(objects):
     assert env["MARIADB_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "demo-accounting-db", "key": "password"}
     assert env["MARIADB_ROOT_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "demo-accounting-db",
                                                                          "key": "root-password"}
-    assert env["MARIADB_USER"]["value"] == "acct" and env["MARIADB_DATABASE"]["value"] == "acct_db"
+    # The user and database slurmdbd.conf names (test_with_real_slurm_configs), from the model, not read back.
+    assert env["MARIADB_USER"]["value"] == c.ACCOUNTING_DB_USER
+    assert env["MARIADB_DATABASE"]["value"] == c.ACCOUNTING_DB_NAME
     assert find(objects, "Service", "demo-accounting-db")["spec"]["ports"][0]["port"] == 3306
     dbd = find(objects, "StatefulSet", "demo-accounting")
     assert dbd["spec"]["serviceName"] == "demo-accounting"
@@ -658,7 +669,6 @@ def test_nodeset_name_clash_is_an_error():
         build_model(documents)
 
 
-@pytest.mark.skipif(render_slurm_configs is None, reason="render_slurm is not available")
 def test_with_real_slurm_configs():
     model = make_model()
     configs = render_slurm_configs(model)

@@ -42,8 +42,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     LocalTransport, SlurmError, SlurmRunner)
 # The local backend's names its callers (the slurm_cluster module, tests, bench) use.
-from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import (  # noqa: F401
-    adapt_configs, local_slurm_configs)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs  # noqa: F401
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (  # noqa: F401
     check_path, CTLD_OFFSET, DEFAULT_BASE_PORT, default_state_dir, Layout, LocalClusterError, LOGIN_DAEMON, LOOPBACK,
     MARKER, node_ports, ports_needed)
@@ -65,7 +64,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalLogin, LocalPo
     (daemon start/stop) or `drain_timeout` (jobs on a node being removed).
 
     `jail_dir`: run job steps in this jail (a directory holding a root filesystem) through the chroot SPANK plugin
-    at `spank_chroot` (default: the installed c.SPANK_CHROOT_PLUGIN; `make spank` builds one); see adapt_configs().
+    at `spank_chroot` (default: the installed c.SPANK_CHROOT_PLUGIN; `make spank` builds one); see local/configs.py.
     Needs root (slurmstepd mounts the jail). The jail must hold what the jobs run, and the Slurm clients, their
     libraries and the plugin itself at the same path for srun/sbatch inside jobs.
 

@@ -25,6 +25,8 @@ import hashlib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
+from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import (
+    accounting_storage, node_definitions)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import SSHD_CONFIG, render_sshd_config
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import API_GROUP, MANAGED_BY
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (  # noqa: F401 (re-exported)
@@ -57,7 +59,6 @@ ENV_POD_NAME = "POD_NAME"
 ENV_SLURMDBD_TEMPLATE = "SLURMDBD_CONF_TEMPLATE"       # entrypoint: template + StoragePass -> SLURM_CONF_DIR, 0600
 ENV_SLURMDBD_STORAGE_PASS = "SLURMDBD_STORAGE_PASS"
 MARIADB_DATA_DIR = "/var/lib/mysql"
-# Slurm's own defaults of slurmdbd.conf, used when the rendered file does not set them.
 # A hung remediation run must not block the next ones forever (concurrencyPolicy is Forbid).
 REMEDIATION_DEADLINE_SECONDS = 1800
 REMEDIATION_PLAYBOOK = "soperator.slurm.remediate"
@@ -428,28 +429,16 @@ def populate_job(model, overwrite=None):
     return _populate_job(model, overwrite)
 
 
-def _conf_value(text, key, default):
-    """Value of `key` in a Key=Value Slurm config (last one wins), or `default`."""
-    value = default
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if "=" in line:
-            k, v = line.split("=", 1)
-            if k.strip().lower() == key.lower():
-                value = v.strip()
-    return value
-
-
-def _accounting_db(model, slurm_configs):
+def _accounting_db(model):
     db = model.accounting.in_cluster
     secret = s.accounting_db_secret_name(model)
-    dbd_conf = slurm_configs[c.SLURMDBD_CONF]
+    # The user and database slurmdbd.conf names: both come from the one accounting_storage(model).
+    storage = accounting_storage(model)
     env = [
         _env_secret("MARIADB_ROOT_PASSWORD", secret, s.DB_ROOT_PASSWORD),
-        # The user and database slurmdbd.conf names: the one rendered file is the source of truth.
-        {"name": "MARIADB_USER", "value": _conf_value(dbd_conf, "StorageUser", c.ACCOUNTING_DB_USER)},
+        {"name": "MARIADB_USER", "value": storage.user},
         _env_secret("MARIADB_PASSWORD", secret, s.DB_PASSWORD),
-        {"name": "MARIADB_DATABASE", "value": _conf_value(dbd_conf, "StorageLoc", c.ACCOUNTING_DB_NAME)},
+        {"name": "MARIADB_DATABASE", "value": storage.database},
     ]
     container = _container(
         model, "mariadb", model.images.mariadb, ports=[("mysql", c.MARIADB_PORT)],
@@ -486,15 +475,14 @@ def _accounting(model):
     return _stateful_set(model, accounting_name(model), ACCOUNTING, accounting_name(model), 1, pod)
 
 
-def node_definitions_hash(slurm_conf):
-    """A digest of slurm.conf's NodeName lines. slurmctld 22.05 reads node definitions only when it starts, so the
-    controller's pod template carries this digest: a change rolls the controller, any other change of slurm.conf is
-    applied with `scontrol reconfigure` and restarts nothing."""
-    lines = [line.strip() for line in slurm_conf.splitlines() if line.strip().lower().startswith("nodename=")]
-    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()[:16]
+def node_definitions_hash(model):
+    """A digest of slurm.conf's NodeName lines (render_slurm.node_definitions). slurmctld 22.05 reads node
+    definitions only when it starts, so the controller's pod template carries this digest: a change rolls the
+    controller, any other change of slurm.conf is applied with `scontrol reconfigure` and restarts nothing."""
+    return hashlib.sha256("\n".join(node_definitions(model)).encode("utf-8")).hexdigest()[:16]
 
 
-def _controller(model, slurm_configs):
+def _controller(model):
     ctl = model.controller
     volumes, mounts = _slurm_volumes(model)
     mounts.append(_mount("spool", c.CONTROLLER_SPOOL))
@@ -504,8 +492,7 @@ def _controller(model, slurm_configs):
         security={"allowPrivilegeEscalation": False}, probe_port="slurmctld")
     pod = _pod_spec(model, CONTROLLER, [container], volumes, scheduling=ctl.scheduling)
     return _stateful_set(model, controller_name(model), CONTROLLER, controller_name(model), 1, pod,
-                         pod_annotations={NODE_DEFINITIONS_ANNOTATION: node_definitions_hash(
-                             slurm_configs.get("slurm.conf", ""))},
+                         pod_annotations={NODE_DEFINITIONS_ANNOTATION: node_definitions_hash(model)},
                          claims=[_claim_template(model, "spool", CONTROLLER, ctl.spool_size,
                                                  ctl.spool_storage_class_name)])
 
@@ -664,9 +651,9 @@ def render_manifests(model, slurm_configs, secret_material):
     objects.append(_populate_job(model))
     if model.accounting.enabled:
         if model.accounting.in_cluster is not None:
-            objects.append(_accounting_db(model, slurm_configs))
+            objects.append(_accounting_db(model))
         objects.append(_accounting(model))
-    objects.append(_controller(model, slurm_configs))
+    objects.append(_controller(model))
     objects.append(_login(model))
     objects += [_worker(model, node_set) for node_set in model.node_sets]
     objects += _disruption_budgets(model)

@@ -3,8 +3,10 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Slurm configuration files of a ClusterModel (Slurm 22.05).
 
-`render_slurm_configs(model)` returns {file name: text}. It is a pure function: no I/O, and the same model always
-gives byte-identical text (user maps are written in sorted key order, never in insertion order).
+`render_slurm_configs(model, target)` returns {file name: text}. It is a pure function: no I/O, and the same model
+and target always give byte-identical text (user maps are written in sorted key order, never in insertion order).
+The target (render/target.py) says where the daemons run: in pods (KUBERNETES, the default) or as local processes
+(hosts, ports, paths, users and plugin choices); nothing rewrites these files after they are rendered.
 
 Scaling needs no slurmctld restart: every NodeSet defines all of its possible nodes (up to max_replicas) on one
 `State=FUTURE` line. A worker started as `slurmd -N <pod name>` registers and its node becomes usable; scale-down
@@ -20,6 +22,9 @@ import json
 import re
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils.render.target import (  # noqa: F401 (re-exported)
+    CHECK_OUTPUT_DIR, AccountingStorage, KUBERNETES)
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import switch_cycles
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_syntax import (
@@ -57,15 +62,23 @@ def _text(lines):
 # first, with their field path; the writer asserts it again. User values (the spec's free-form maps) may hold
 # spaces, which the writer quotes; our own values never do.
 
-def _merge(file_name, sections, overrides, extra_title):
+def _merge(file_name, sections, overrides, extra_title, for_target=None):
     """Render `sections` (title, [(key, value, comment)]) with `overrides` merged over them.
 
     A user key equal to a default key (case-insensitively) replaces that line where it stands, keeping the user's
-    spelling; the other user keys are appended, sorted, in a section of their own.
+    spelling; the other user keys are appended, sorted, in a section of their own. `for_target(key, value)` ->
+    (value, why): what the target makes of a setting, default or user's (value None: left out, `why` says why).
     """
     by_lower = {}
     for key in sorted(overrides):
-        by_lower[key.lower()] = slurm_word(file_name, key, overrides[key], spaces=True)
+        by_lower[key.lower()] = (key, overrides[key])
+
+    def setting(key, value, spaces):
+        new, why = for_target(key, value) if for_target is not None else (value, None)
+        if new is None:
+            return [comment("%s: %s" % (why, slurm_word(file_name, key, value, spaces=spaces)))]
+        return ([comment(why)] if why else []) + [slurm_word(file_name, key, new, spaces=spaces)]
+
     used = set()
     lines = []
     for title, entries in sections:
@@ -79,10 +92,11 @@ def _merge(file_name, sections, overrides, extra_title):
             override = by_lower.get(key.lower())
             if override is not None:
                 used.add(key.lower())
-                lines.append(override)
+                lines += setting(override[0], override[1], True)
             else:
-                lines.append(slurm_word(file_name, key, value))
-    extra = [by_lower[k] for k in sorted(by_lower) if k not in used]
+                lines += setting(key, value, False)
+    extra = [line for k in sorted(by_lower) if k not in used
+             for line in setting(by_lower[k][0], by_lower[k][1], True)]
     if extra:
         lines.append("")
         lines.append(comment("--- %s" % extra_title))
@@ -133,29 +147,43 @@ def controller_address(model):
 
 # ---------------------------------------------------------------------------------------------------- slurm.conf
 
-def _slurm_sections(model):
+def _given(value, default):
+    """The target's value, or the model's when the target leaves it (None)."""
+    return default if value is None else value
+
+
+def _slurm_sections(model, target):
     passive = model.health_checks.passive
+    daemons = [
+        ("ClusterName", model.name, None),
+        ("SlurmctldHost", _given(target.controller_host,
+                                 "%s(%s)" % (model.controller_host, controller_address(model))), None),
+        ("SlurmctldPort", _given(target.controller_port, model.controller.port), None),
+        ("SlurmdPort", c.SLURMD_PORT, None),
+        ("SlurmUser", target.slurm_user, None),
+    ]
+    if target.slurmd_user:
+        daemons.append(("SlurmdUser", target.slurmd_user, None))
+    daemons += [("AuthType", "auth/munge", None), ("CredType", "cred/munge", None)]
+    if target.munge_socket:
+        daemons.append(("AuthInfo", "socket=%s" % target.munge_socket, None))
+    daemons += [
+        ("CommunicationParameters", "NoAddrCache",
+         "Pod IPs change when a pod is recreated: resolve node names on every connection."),
+        ("TreeWidth", 128,
+         "slurmctld reaches up to 128 nodes directly, 16384 in two hops through slurmd."),
+    ]
+    if target.slurmd_parameters:
+        daemons.append(("SlurmdParameters", ",".join(target.slurmd_parameters), None))
     sections = [
-        ("Cluster and daemons", [
-            ("ClusterName", model.name, None),
-            ("SlurmctldHost", "%s(%s)" % (model.controller_host, controller_address(model)), None),
-            ("SlurmctldPort", model.controller.port, None),
-            ("SlurmdPort", c.SLURMD_PORT, None),
-            ("SlurmUser", c.SLURM_USER, None),
-            ("AuthType", "auth/munge", None),
-            ("CredType", "cred/munge", None),
-            ("CommunicationParameters", "NoAddrCache",
-             "Pod IPs change when a pod is recreated: resolve node names on every connection."),
-            ("TreeWidth", 128,
-             "slurmctld reaches up to 128 nodes directly, 16384 in two hops through slurmd."),
-        ]),
+        ("Cluster and daemons", daemons),
         ("State, spool, pid and log files", [
-            ("StateSaveLocation", c.CONTROLLER_SPOOL, None),
-            ("SlurmdSpoolDir", c.SLURMD_SPOOL, None),
-            ("SlurmctldPidFile", "%s/slurmctld.pid" % c.SLURM_RUN_DIR, None),
-            ("SlurmdPidFile", "%s/slurmd.pid" % c.SLURM_RUN_DIR, None),
-            ("SlurmctldLogFile", "%s/slurmctld.log" % c.SLURM_LOG_DIR, None),
-            ("SlurmdLogFile", "%s/slurmd.log" % c.SLURM_LOG_DIR, None),
+            ("StateSaveLocation", target.state_save_location, None),
+            ("SlurmdSpoolDir", target.slurmd_spool_dir, None),
+            ("SlurmctldPidFile", target.slurmctld_pid_file, None),
+            ("SlurmdPidFile", target.slurmd_pid_file, None),
+            ("SlurmctldLogFile", target.slurmctld_log_file, None),
+            ("SlurmdLogFile", target.slurmd_log_file, None),
         ]),
         ("Processes, containment and the jail", [
             ("ProctrackType", "proctrack/cgroup", None),
@@ -164,7 +192,7 @@ def _slurm_sections(model):
              "An extern step per job on every node: ssh sessions to a node land in the job's cgroup."),
             ("PropagateResourceLimitsExcept", "MEMLOCK",
              "Jobs keep the worker's memlock limit (RDMA needs it), not the login pod's."),
-            ("PlugStackConfig", "%s/plugstack.conf" % c.SLURM_CONF_DIR, None),
+            ("PlugStackConfig", target.plugstack_config, None),
             ("MpiDefault", model.mpi.default, None),
         ]),
         ("Scheduling", [
@@ -188,7 +216,7 @@ def _slurm_sections(model):
     if passive.enabled and passive.interval > 0:
         states = _health_check_states(passive)
         health = [
-            ("HealthCheckProgram", c.HEALTH_CHECK_PROGRAM, None),
+            ("HealthCheckProgram", target.health_check_program, None),
             ("HealthCheckInterval", passive.interval, None),
             ("HealthCheckNodeState", ",".join(states), None),
         ]
@@ -198,14 +226,54 @@ def _slurm_sections(model):
     if model.accounting.enabled:
         accounting = [
             ("AccountingStorageType", "accounting_storage/slurmdbd", None),
-            ("AccountingStorageHost", accounting_host(model), None),
-            ("AccountingStoragePort", model.accounting.port, None),
-            ("JobAcctGatherType", "jobacct_gather/cgroup", None),
+            ("AccountingStorageHost", _given(target.accounting_host, accounting_host(model)), None),
+            ("AccountingStoragePort", _given(target.accounting_port, model.accounting.port), None),
         ]
+        if target.munge_socket:
+            accounting.append(("AccountingStoragePass", target.munge_socket,
+                               "slurmctld <-> slurmdbd authenticate through this munge socket (AuthInfo is not used "
+                               "for that connection)."))
+        accounting.append(("JobAcctGatherType", "jobacct_gather/cgroup", None))
         if _has_gpus(model):
             accounting.append(("AccountingStorageTRES", "gres/gpu", "Account GPU use per job."))
         sections.append(("Accounting (slurmdbd)", accounting))
     return sections
+
+
+def _merged(value, wanted):
+    """A comma-separated list with the `wanted` items it lacks (case-insensitively) appended."""
+    items = [v for v in str(value).split(",") if v]
+    return ",".join(items + [w for w in wanted if w.lower() not in [i.lower() for i in items]])
+
+
+def _slurm_setting_for(target):
+    """What `target` makes of a slurm.conf setting, the default or the user's (spec.slurmConfig): (value, why);
+    value None leaves the setting out. The pods' target keeps every value."""
+    why = target.note
+
+    def adjust(key, value):
+        low, text = key.lower(), str(value)
+        if low == "communicationparameters" and target.extra_communication_parameters:
+            return _merged(text, target.extra_communication_parameters), None
+        if low == "slurmdparameters" and target.slurmd_parameters:
+            return _merged(text, target.slurmd_parameters), None
+        if low in ("controladdr", "backupcontroller", "backupaddr") and target.single_controller:
+            return None, why + "one slurmctld, no backup"
+        if low == "proctracktype" and target.proctrack and "cgroup" in text:
+            return target.proctrack, None
+        if low == "taskplugin" and target.task_plugin:
+            return target.task_plugin, None
+        if low == "jobacctgathertype" and target.jobacct_gather and "cgroup" in text:
+            return target.jobacct_gather, None
+        if low == "prologflags" and not target.prolog_contain:
+            flags = ",".join(f for f in text.split(",") if f.lower() != "contain")
+            return (flags, None) if flags else (None, why + "not supported here (no cgroup proctrack)")
+        if low == "mpidefault" and not target.pmix and text.lower().startswith("pmix"):
+            return "none", why + "the PMIx library is not installed (Debian: libpmix2): %s=%s" % (key, text)
+        if low == "accountingstoragepass" and target.munge_socket:
+            return target.munge_socket, None
+        return value, None
+    return adjust
 
 
 def _health_check_states(passive):
@@ -231,7 +299,15 @@ def _node_set_refs(model):
     return refs
 
 
-def _node_line(node_set):
+def _port_expr(ports):
+    """Port= of a NodeName line: one port, or a bracketed range per node ([20010-20025])."""
+    if len(ports) == 1:
+        return str(ports[0])
+    text = hostlist.compress([str(p) for p in ports])
+    return text if text.startswith("[") else "[%s]" % text
+
+
+def _node_line(node_set, target=KUBERNETES):
     pairs = [("NodeName", node_set.node_range), ("State", "FUTURE"), ("CPUs", "%d" % node_set.cpus),
              ("RealMemory", "%d" % node_set.real_memory_mib)]
     for key, value in (("Sockets", node_set.sockets), ("CoresPerSocket", node_set.cores_per_socket),
@@ -244,7 +320,22 @@ def _node_line(node_set):
     if node_set.features:
         pairs.append(("Feature", ",".join(node_set.features)))
     pairs.append(("Weight", "%d" % node_set.weight))
+    if target.node_ports is not None:
+        names = [node_set.node_name(i) for i in range(node_set.max_replicas)]
+        missing = [n for n in names if n not in target.node_ports]
+        if missing:
+            raise ValueError("the target has no slurmd port for %s" % hostlist.compress(missing))
+        pairs.append(("Port", _port_expr([target.node_ports[n] for n in names])))
+    if target.node_address:
+        pairs.append(("NodeAddr", target.node_address))
+    if target.node_hostname:
+        pairs.append(("NodeHostname", target.node_hostname))
     return slurm_line("slurm.conf", pairs)
+
+
+def node_definitions(model):
+    """The NodeName lines of the pods' slurm.conf: what slurmctld 22.05 reads only when it starts."""
+    return [_node_line(ns) for ns in _defined_node_sets(model)]
 
 
 def _partition_line(partition, refs):
@@ -259,16 +350,17 @@ def _partition_line(partition, refs):
     return slurm_line("slurm.conf", pairs + extra, spaces=user)
 
 
-def _render_slurm_conf(model):
+def _render_slurm_conf(model, target):
     lines = _header(model, "slurm.conf")
-    lines += _merge("slurm.conf", _slurm_sections(model), model.slurm_config, "From spec.slurmConfig")
+    lines += _merge("slurm.conf", _slurm_sections(model, target), model.slurm_config, "From spec.slurmConfig",
+                    _slurm_setting_for(target))
     defined = _defined_node_sets(model)
     lines += ["", comment("--- Nodes: each NodeSet defines all of its possible nodes (maxReplicas) as FUTURE nodes."),
               comment("A worker pod runs `slurmd -N <pod name>`; its node leaves FUTURE when it registers.")]
     skipped = [ns.name for ns in model.node_sets if not ns.node_range]
     if skipped:
         lines.append(comment("NodeSets with maxReplicas 0 define no node: %s" % ", ".join(skipped)))
-    lines += [_node_line(ns) for ns in defined]
+    lines += [_node_line(ns, target) for ns in defined]
     refs = _node_set_refs(model)
     if defined:
         lines.append("")
@@ -312,7 +404,7 @@ def _render_cgroup_conf(model):
 
 # ----------------------------------------------------------------------------------------------------- gres.conf
 
-def _render_gres_conf(model):
+def _render_gres_conf(model, target):
     lines = _header(model, "gres.conf")
     body = []
     for ns in _defined_node_sets(model):
@@ -320,7 +412,7 @@ def _render_gres_conf(model):
             pairs = [("NodeName", ns.node_range), ("Name", g.name)]
             if g.type:
                 pairs.append(("Type", g.type))
-            if g.name == "gpu":
+            if g.name == "gpu" and target.gres_device_files:
                 pairs.append(("File", _range_expr("/dev/nvidia", g.count)))
             else:
                 pairs.append(("Count", "%d" % g.count))
@@ -334,11 +426,21 @@ def _render_gres_conf(model):
 
 # ------------------------------------------------------------------------------------------------ plugstack.conf
 
-def _render_plugstack_conf(model):
+def _render_plugstack_conf(model, target):
     lines = _header(model, "plugstack.conf")
     lines += ["", comment("Runs every job step chrooted into the jail, the root filesystem shared by login and "
-                          "workers."),
-              plugstack_line("required", c.SPANK_CHROOT_PLUGIN, ["jail=%s" % c.JAIL_MOUNT])]
+                          "workers.")]
+    if target.jail is None:
+        lines += [comment(target.note + "the chroot SPANK plugin is left out: no jail directory given; jobs run in "
+                          "the host's root filesystem:"),
+                  comment(plugstack_line("required", c.SPANK_CHROOT_PLUGIN, ["jail=%s" % c.JAIL_MOUNT]))]
+        return _text(lines)
+    args = ["jail=%s" % target.jail]
+    if target.jail_binds is not None:
+        # nodefaults: the plugin binds only these, not the images' paths (/etc/slurm, /run/munge, ...).
+        lines.append(comment(target.note + "the jail; these paths of the node are bound into it at the same paths:"))
+        args += ["nodefaults"] + ["bind=%s" % path for path in target.jail_binds]
+    lines.append(plugstack_line("required", target.spank_chroot, args))
     return _text(lines)
 
 
@@ -447,32 +549,44 @@ def _render_topology_conf(model):
 
 # ------------------------------------------------------------------------------------------------- slurmdbd.conf
 
-def _render_slurmdbd_conf(model):
+def accounting_storage(model):
+    """The database of the model's slurmdbd: its external database, or the in-cluster MariaDB."""
     external = model.accounting.external
     if external is not None:
-        host, port, user, database = external.host, external.port, external.user, external.database
-    else:
-        host, port = names.accounting_db_name(model), c.MARIADB_PORT
-        user, database = c.ACCOUNTING_DB_USER, c.ACCOUNTING_DB_NAME
+        return AccountingStorage(external.host, external.port, external.user, external.database)
+    return AccountingStorage(names.accounting_db_name(model), c.MARIADB_PORT, c.ACCOUNTING_DB_USER,
+                             c.ACCOUNTING_DB_NAME)
+
+
+def _render_slurmdbd_conf(model, target):
+    storage = target.storage or accounting_storage(model)
     lines = _header(model, c.SLURMDBD_CONF)
     lines += [
         comment("StoragePass is deliberately absent: the accounting container's entrypoint appends it from the"),
         comment("database password Secret when it starts, so the password never sits in a ConfigMap."),
         "",
     ]
-    lines += [slurm_word(c.SLURMDBD_CONF, key, value) for key, value in (
-        ("DbdHost", "%s-0" % names.accounting_name(model)),
-        ("DbdPort", "%d" % model.accounting.port),
-        ("SlurmUser", c.SLURM_USER),
+    settings = [("DbdHost", _given(target.dbd_host, "%s-0" % names.accounting_name(model)))]
+    if target.dbd_address:
+        settings.append(("DbdAddr", target.dbd_address))
+    settings += [
+        ("DbdPort", "%d" % _given(target.accounting_port, model.accounting.port)),
+        ("SlurmUser", target.slurm_user),
         ("AuthType", "auth/munge"),
+    ]
+    if target.munge_socket:
+        settings.append(("AuthInfo", "socket=%s" % target.munge_socket))
+    settings += [
         ("StorageType", "accounting_storage/mysql"),
-        ("StorageHost", host),
-        ("StoragePort", "%d" % port),
-        ("StorageUser", user),
-        ("StorageLoc", database),
-        ("LogFile", "%s/slurmdbd.log" % c.SLURM_LOG_DIR),
-        ("PidFile", "%s/slurmdbd.pid" % c.SLURM_RUN_DIR),
-    )]
+        ("StorageHost", storage.host),
+        ("StoragePort", "%d" % storage.port),
+        ("StorageUser", storage.user),
+        ("StorageLoc", storage.database),
+    ]
+    if target.storage_password is not None:
+        settings.append(("StoragePass", target.storage_password))
+    settings += [("LogFile", target.slurmdbd_log_file), ("PidFile", target.slurmdbd_pid_file)]
+    lines += [slurm_word(c.SLURMDBD_CONF, key, value) for key, value in settings]
     return _text(lines)
 
 
@@ -487,12 +601,7 @@ MAX_VOLATILE_UNCORRECTABLE_ECC = 0
 XID_WINDOW_SECONDS = 600
 MIN_AVAILABLE_MEMORY_MIB = 256
 CHECK_TIMEOUT_SECONDS = 5
-# Where check jobs write their output, as the jobs see it: a directory of the jail (the workers' /tmp is their own),
-# read by the active check runner under the jail's mount (outputRoot).
-CHECK_OUTPUT_DIR = "/var/lib/soperator/checks"
-
-
-def health_check_config(model):
+def health_check_config(model, target=KUBERNETES):
     """health.json of the HealthCheckProgram (health_check.py) and the active check runner (active_check.py)."""
     passive = model.health_checks.passive
     node_sets = {}
@@ -517,36 +626,38 @@ def health_check_config(model):
             "gpu": passive.gpu,
             "gpuErrors": {"maxVolatileUncorrectable": MAX_VOLATILE_UNCORRECTABLE_ECC,
                           "criticalXids": list(CRITICAL_XIDS), "xidWindowSeconds": XID_WINDOW_SECONDS},
-            "disk": {"paths": [c.JAIL_MOUNT, "/tmp"] if passive.min_free_disk_percent > 0 else [],
+            "disk": {"paths": [p for p in (target.jail, "/tmp") if p] if passive.min_free_disk_percent > 0 else [],
                      "minFreePercent": passive.min_free_disk_percent},
             "memory": {"enabled": passive.memory, "minAvailableMiB": MIN_AVAILABLE_MEMORY_MIB},
-            "munge": {"enabled": passive.munge, "socket": None},
+            "munge": {"enabled": passive.munge, "socket": target.munge_socket},
             "custom": [{"name": x.name, "command": x.command, "timeoutSeconds": x.timeout_seconds}
                        for x in passive.custom],
         },
         "nodeSets": node_sets,
-        "active": {"partition": c.CHECKS_PARTITION, "outputDir": CHECK_OUTPUT_DIR, "outputRoot": c.JAIL_MOUNT,
-                   "checks": active},
+        # Check jobs see the jail (or, without one, the host) as /; outputRoot is where the runner finds that root.
+        "active": {"partition": c.CHECKS_PARTITION, "outputDir": target.check_output_dir or CHECK_OUTPUT_DIR,
+                   "outputRoot": target.jail or "", "checks": active},
     }
 
 
-def render_health_json(model):
-    return json.dumps(health_check_config(model), indent=2, sort_keys=True) + "\n"
+def render_health_json(model, target=KUBERNETES):
+    return json.dumps(health_check_config(model, target), indent=2, sort_keys=True) + "\n"
 
 
 # -------------------------------------------------------------------------------------------------------- public
 
-def render_slurm_configs(model):
-    """{file name: text} of every Slurm config file of `model`; slurmdbd.conf only when accounting is enabled."""
+def render_slurm_configs(model, target=KUBERNETES):
+    """{file name: text} of every Slurm config file of `model` for daemons running on `target` (render/target.py:
+    pods by default); slurmdbd.conf only when accounting is enabled."""
     files = {
-        "slurm.conf": _render_slurm_conf(model),
+        "slurm.conf": _render_slurm_conf(model, target),
         "cgroup.conf": _render_cgroup_conf(model),
-        "gres.conf": _render_gres_conf(model),
-        "plugstack.conf": _render_plugstack_conf(model),
+        "gres.conf": _render_gres_conf(model, target),
+        "plugstack.conf": _render_plugstack_conf(model, target),
         "mpi.conf": _render_mpi_conf(model),
         "topology.conf": _render_topology_conf(model),
-        c.HEALTH_CONFIG_FILE: render_health_json(model),
+        c.HEALTH_CONFIG_FILE: render_health_json(model, target),
     }
     if model.accounting.enabled:
-        files[c.SLURMDBD_CONF] = _render_slurmdbd_conf(model)
+        files[c.SLURMDBD_CONF] = _render_slurmdbd_conf(model, target)
     return files

@@ -38,7 +38,7 @@ def render_sshd_config(chroot_dir, host_key_dir, authorized_keys_dir, port=22, l
     chroot_dir: the jail as sshd sees it. host_key_dir: the directory of the host keys (host_key_paths).
     authorized_keys_dir: one file per user name with the keys the cluster grants (render_kube: the ConfigMap).
     listen_address / pid_file / set_env ({name: value}) / strict_modes / use_pam / notes (comment lines): what the
-    local backend changes for a process on a shared host (see local_backend.render_login_sshd_config).
+    local backend changes for a process on a shared host (see local/login.py render_login_sshd_config).
     """
     # Every line goes through config_syntax.sshd_line / comment: a path with a space, a quote, '#' or a '%' that sshd
     # would expand raises ConfigSyntaxError instead of writing a line sshd reads differently.
