@@ -14,7 +14,7 @@ import shutil
 import socket
 import subprocess
 
-from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c, files
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     DBD_OFFSET,
     DB_NAME,
@@ -23,7 +23,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     LOOPBACK,
     LocalClusterError)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _digest, find_binary
-from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _atomic_write, _is_real_dir, _own_dir
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
+    _is_real_dir, _own_dir, current_text, read_secret)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 
 
@@ -70,15 +71,10 @@ class LocalAccounting(object):
         self._ensure_daemon("mariadbd", self._mariadb_argv(base_port), changes,
                             digest=_digest(*self._mariadb_argv(base_port)), ready=self._db_ready,
                             ports=[base_port + DB_OFFSET])
-        with open(lay.db_password) as f:
-            password = f.read().strip()
+        password = read_secret(lay.db_password)
         marker = os.path.join(lay.db, ".soperator-user")
         user_digest = _digest(password)
-        current = None
-        if os.path.exists(marker):
-            with open(marker) as f:
-                current = f.read().strip()
-        if current != user_digest:
+        if (current_text(marker) or "").strip() != user_digest:
             sql = ("CREATE DATABASE IF NOT EXISTS {db};"
                    "CREATE USER IF NOT EXISTS '{u}'@'127.0.0.1' IDENTIFIED BY '{p}';"
                    "CREATE USER IF NOT EXISTS '{u}'@'localhost' IDENTIFIED BY '{p}';"
@@ -93,7 +89,7 @@ class LocalAccounting(object):
             if proc.returncode != 0:
                 # the error text holds no password: mariadb reports the statement's position, not its text
                 raise LocalClusterError("creating the accounting database user failed (rc %d)" % proc.returncode)
-            _atomic_write(marker, user_digest, 0o600)
+            files.atomic_write(marker, user_digest, 0o600)
             changes.append("created the accounting database user")
         self._ensure_daemon("slurmdbd", [find_binary("slurmdbd"), "-D"], changes,
                             digest=_digest(configs[c.SLURMDBD_CONF]), ready=lambda: self._dbd_ready(base_port),

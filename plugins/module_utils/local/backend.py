@@ -25,7 +25,7 @@ import os
 import secrets
 import subprocess
 
-from ansible_collections.soperator.slurm.plugins.module_utils import constants as c, wait
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c, files, wait
 from ansible_collections.soperator.slurm.plugins.module_utils.local.accounting import LocalAccounting
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import _current_user
 from ansible_collections.soperator.slurm.plugins.module_utils.local.login import LocalLogin
@@ -35,7 +35,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
     _descendants, _digest, _record_alive, _tail, LocalDaemons)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_health_programs
-from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _atomic_write, _own_dir, LocalStateDir
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
+    _own_dir, current_text, LocalStateDir, read_secret)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist, removal
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     full_reason, read_sinfo, SCALE_DOWN_REASON, update_nodes_argv)
@@ -301,10 +302,10 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalLogin, LocalPo
     def _ensure_secrets(self, model, changes):
         lay = self.layout
         if not os.path.exists(lay.munge_key):
-            _atomic_write(lay.munge_key, secrets.token_bytes(1024), 0o400)
+            files.atomic_write(lay.munge_key, secrets.token_bytes(1024), 0o400)
             changes.append("generated munge key")
         if model.accounting.enabled and not os.path.exists(lay.db_password):
-            _atomic_write(lay.db_password, secrets.token_urlsafe(24), 0o600)
+            files.atomic_write(lay.db_password, secrets.token_urlsafe(24), 0o600)
             changes.append("generated database password")
 
     def _render(self, model):
@@ -316,20 +317,16 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalLogin, LocalPo
     def _write_configs(self, model, base_port, changes):
         password = None
         if model.accounting.enabled:
-            with open(self.layout.db_password) as f:
-                password = f.read().strip()
+            password = read_secret(self.layout.db_password)
         configs = local_slurm_configs(model, self.layout.state_dir, base_port, user=self.user, db_password=password,
                                       jail_dir=self.jail_dir, spank_chroot=self.spank_chroot, renderer=self._renderer)
         etc = self.layout.etc
         for name, text in sorted(configs.items()):
             path = os.path.join(etc, name)
             mode = 0o600 if name == c.SLURMDBD_CONF else 0o644
-            old = None
-            if os.path.exists(path):
-                with open(path) as f:
-                    old = f.read()
+            old = current_text(path)
             if old != text:
-                _atomic_write(path, text, mode)
+                files.atomic_write(path, text, mode)
                 changes.append("%s %s" % ("updated" if old is not None else "wrote", name))
         for name in sorted(os.listdir(etc)):
             if name not in configs and not name.startswith("."):

@@ -9,13 +9,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import os
 import socket
 import stat
 import subprocess
 import sys
 
+from ansible_collections.soperator.slurm.plugins.module_utils import files
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     LOGIN_DAEMON,
     LOGIN_OFFSET,
@@ -23,7 +23,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     LOOPBACK,
     LocalClusterError)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _digest, find_binary
-from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _atomic_write, _own_dir, _read_text
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
+    _own_dir, _read_own_file, _saved_base, current_text)
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as jail_files
 
 
@@ -130,10 +131,9 @@ class LocalLogin(object):
 
     def login_address(self):
         """{'host', 'port', 'user'} of the login sshd (when this cluster has one and its ports are chosen), else None."""
-        if not self.wants_login() or not os.path.exists(self.layout.cluster_file):
+        if not self.wants_login():
             return None
-        with open(self.layout.cluster_file) as f:
-            base = json.load(f).get("base_port")
+        base = _saved_base(self.layout)
         return {"host": LOOPBACK, "port": base + LOGIN_OFFSET, "user": LOGIN_USER} if base else None
 
     def _ensure_login(self, model, base_port, changes):
@@ -186,13 +186,13 @@ class LocalLogin(object):
         from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
         if not all(os.path.exists(os.path.join(lay.ssh_host_keys, k)) for k in s.SSH_HOST_KEY_FILES):
             actions.append("would generate the login's SSH host keys")
-        if _read_text(os.path.join(lay.authorized_keys, LOGIN_USER)) != self._root_keys(model):
+        if current_text(os.path.join(lay.authorized_keys, LOGIN_USER)) != self._root_keys(model):
             actions.append("would write the login's authorized keys of %s" % LOGIN_USER)
         address = self.login_address()
         if address is None:
             return actions + ["would write the login's sshd_config", "would start %s" % LOGIN_DAEMON]
         config = render_login_sshd_config(jail, lay, address["port"] - LOGIN_OFFSET)
-        if _read_text(lay.sshd_config) != config:
+        if current_text(lay.sshd_config) != config:
             actions.append("would write the login's sshd_config")
         if not running:
             return actions + ["would start %s" % LOGIN_DAEMON]
@@ -229,25 +229,24 @@ class LocalLogin(object):
         existing = {}
         for key in s.SSH_HOST_KEY_FILES:
             path = os.path.join(lay.ssh_host_keys, key)
-            if os.path.exists(path):
-                with open(path, "rb") as f:
-                    existing[key] = f.read()
+            data = _read_own_file(path)         # a link or a foreign file there: generated and replaced
+            if data is not None:
+                existing[key] = data
         if len(existing) == len(s.SSH_HOST_KEY_FILES):
             return
         material, generated = s.ensure_secret_material(model, {name: existing})
         for key, value in material[name].items():
             if key not in existing:
-                _atomic_write(os.path.join(lay.ssh_host_keys, key), value, 0o644 if key.endswith(".pub") else 0o600)
+                mode = 0o644 if key.endswith(".pub") else 0o600
+                files.atomic_write(os.path.join(lay.ssh_host_keys, key), value, mode)
         if name in generated:
             changes.append("generated the login's SSH host keys")
 
     @staticmethod
     def _write_if_changed(path, text, mode):
-        if os.path.exists(path):
-            with open(path) as f:
-                if f.read() == text and stat.S_IMODE(os.stat(path).st_mode) == mode:
-                    return False
-        _atomic_write(path, text, mode)
+        if current_text(path) == text and stat.S_IMODE(os.stat(path).st_mode) == mode:
+            return False
+        files.atomic_write(path, text, mode)
         return True
 
     def _login_ready(self, port):

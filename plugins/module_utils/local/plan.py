@@ -12,9 +12,9 @@ import os
 import re
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils import files
 from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LOGIN_DAEMON, ports_needed
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import current_text
 
 SLURMD = "slurmd-"
 # Started in this order (the slurmds after them, in the model's order); stopped in the reverse, after the slurmds.
@@ -105,7 +105,7 @@ class LocalPlan(object):
             return actions, True, True
         password = None
         if model.accounting.enabled:
-            password = _read(lay.db_password)
+            password = current_text(lay.db_password)
             if password is None:
                 actions.append("would generate the database password")
                 return actions + ["would write the Slurm configs to %s" % lay.etc], True, True
@@ -115,7 +115,7 @@ class LocalPlan(object):
                                       renderer=self._renderer)
         slurm_changed = dbd_changed = False
         for name, text in sorted(configs.items()):
-            old = _read(os.path.join(lay.etc, name))
+            old = current_text(os.path.join(lay.etc, name))
             if old != text:
                 actions.append("would %s %s" % ("update" if old is not None else "write", name))
                 if name == c.SLURMDBD_CONF:
@@ -150,10 +150,3 @@ class LocalPlan(object):
                            "would delete %s in %s (kept: %s)" % (", ".join(os.path.basename(p) for p in doomed),
                                                                  lay.state_dir, ", ".join(kept)))
         return actions
-
-
-def _read(path):
-    try:
-        return files.read_text(path)
-    except files.UnsafeFile:
-        return "\0unreadable"        # differs from anything a run writes: it would be replaced

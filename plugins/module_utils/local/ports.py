@@ -16,6 +16,7 @@ import socket
 import stat
 import tempfile
 
+from ansible_collections.soperator.slurm.plugins.module_utils import files
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     CTLD_OFFSET,
     DBD_OFFSET,
@@ -29,7 +30,6 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     ports_needed)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _flock
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
-    _atomic_write,
     _read_own_file,
     _saved_base,
     read_marker)
@@ -109,7 +109,7 @@ class PortClaims:
             os.close(fd)
 
     def write(self, claims):
-        _atomic_write(self.path, json.dumps({"claims": claims}, indent=1, sort_keys=True) + "\n", 0o600)
+        files.atomic_write(self.path, json.dumps({"claims": claims}, indent=1, sort_keys=True) + "\n", 0o600)
 
 
 def block_problems(base, count, claims, state_dir, own_ports=()):
@@ -213,7 +213,7 @@ class LocalPorts(object):
                 claims[self.layout.state_dir] = claim
                 registry.write(claims)
             if saved != base:
-                _atomic_write(self.layout.cluster_file, json.dumps({"base_port": base}, indent=1) + "\n")
+                files.atomic_write(self.layout.cluster_file, json.dumps({"base_port": base}, indent=1) + "\n")
                 if saved is None:
                     changes.append("ports from %d" % base)
         return base

@@ -21,14 +21,13 @@ import struct
 import subprocess
 import time
 
-from ansible_collections.soperator.slurm.plugins.module_utils import wait
+from ansible_collections.soperator.slurm.plugins.module_utils import files, wait
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LOOPBACK, LocalClusterError
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import natural_key as _natural
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import _port_free
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
-    _atomic_write,
     _is_real_dir,
-    _read_text)
+    _read_own_file)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 
 
@@ -85,6 +84,14 @@ def _proc_start_time(pid):
     return int(fields[19])
 
 
+def _proc_comm(pid):
+    """The command name of a live process ("" when gone); /proc/PID/comm is the kernel's, read as a regular file."""
+    try:
+        return files.read_text("/proc/%d/comm" % pid) or ""
+    except files.UnsafeFile:
+        return ""
+
+
 def _pid_alive(pid, start_time=None):
     """Whether a live process has this pid (and, given one, this start time)."""
     now = _proc_start_time(pid)
@@ -99,7 +106,7 @@ def _record_alive(rec):
 
 def _tail(path, lines=25):
     try:
-        with open(path, "rb") as f:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 8192))
             text = f.read().decode("utf-8", "replace")
@@ -142,10 +149,10 @@ class LocalDaemons(object):
             return out
         for fn in names:
             if fn.endswith(".proc.json"):
+                data = _read_own_file(os.path.join(self.layout.run, fn))   # a pid to signal: only from our file
                 try:
-                    with open(os.path.join(self.layout.run, fn)) as f:
-                        out[fn[:-len(".proc.json")]] = json.load(f)
-                except (IOError, OSError, ValueError):
+                    out[fn[:-len(".proc.json")]] = json.loads(data.decode("utf-8"))
+                except (AttributeError, ValueError):
                     continue
         return out
 
@@ -193,15 +200,18 @@ class LocalDaemons(object):
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     env=env, cwd=lay.state_dir, close_fds=True, start_new_session=True)
         self._children[proc.pid] = proc
-        start_time = None
-        for dummy in range(100):
-            start_time = _proc_start_time(proc.pid)
-            if start_time is not None or proc.poll() is not None:
-                break
-            time.sleep(0.01)
-        record = {"pid": proc.pid, "start_time": start_time, "argv": argv, "digest": digest}
+        seen = []
+
+        def start_time_known():
+            seen[:] = [_proc_start_time(proc.pid)]
+            return seen[0] is not None or proc.poll() is not None, name
+        try:
+            wait.wait_until(start_time_known, "the start time of %s" % name, 1.0, poll=0.01)
+        except wait.WaitTimeout:
+            pass                # recorded without one: a record that proves nothing is never signalled
+        record = {"pid": proc.pid, "start_time": seen[0], "argv": argv, "digest": digest}
         record.update(extra)
-        _atomic_write(lay.record(name), json.dumps(record) + "\n")
+        files.atomic_write(lay.record(name), json.dumps(record) + "\n")
         if ready is None:
             time.sleep(0.05)
             if proc.poll() is not None:
@@ -318,7 +328,7 @@ class LocalDaemons(object):
                 if peer is None or peer[1] != os.geteuid():
                     continue
                 start = _proc_start_time(peer[0])
-                comm = _read_text("/proc/%d/comm" % peer[0]) or ""
+                comm = _proc_comm(peer[0])
                 if start is not None and comm.startswith("slurmstepd"):
                     found.append((peer[0], start, path))
         return found

@@ -13,7 +13,8 @@ import os
 import stat
 import sys
 
-from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _atomic_write, _own_dir
+from ansible_collections.soperator.slurm.plugins.module_utils import files
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir, current_text
 from ansible_collections.soperator.slurm.plugins.module_utils.node import active_check, health_check
 
 
@@ -33,21 +34,17 @@ def install_health_programs(lay, python=None):
     and `health-check`, the HealthCheckProgram. Returns the names of the files it (re)wrote."""
     _own_dir(lay.bin)
     python = python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
-    files = {}
+    programs = {}
     # Their source through the import system: in a module run they live inside Ansible's payload zip, not on disk
     # (importing them here is also what puts them into that payload).
     for program in (health_check, active_check):
-        files[program.__name__.rsplit(".", 1)[-1] + ".py"] = (inspect.getsource(program), 0o644)
-    files["health-check"] = (_HEALTH_WRAPPER % {"slurm_conf": lay.slurm_conf, "python": python,
-                                                "program": os.path.join(lay.bin, "health_check.py")}, 0o755)
+        programs[program.__name__.rsplit(".", 1)[-1] + ".py"] = (inspect.getsource(program), 0o644)
+    programs["health-check"] = (_HEALTH_WRAPPER % {"slurm_conf": lay.slurm_conf, "python": python,
+                                                   "program": os.path.join(lay.bin, "health_check.py")}, 0o755)
     written = []
-    for name, (text, mode) in sorted(files.items()):
+    for name, (text, mode) in sorted(programs.items()):
         path = os.path.join(lay.bin, name)
-        old = None
-        if os.path.exists(path):
-            with open(path) as f:
-                old = f.read()
-        if old != text or stat.S_IMODE(os.stat(path).st_mode) != mode:
-            _atomic_write(path, text, mode)
+        if current_text(path) != text or stat.S_IMODE(os.stat(path).st_mode) != mode:
+            files.atomic_write(path, text, mode)
             written.append(name)
     return written

@@ -30,15 +30,13 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     _TMP_ENTRY)
 
 
-def _read_text(path):
+def current_text(path):
+    """Text of one of our files as a run would compare it: None when absent; a link or anything unreadable reads as
+    text no run writes, so it is replaced (never followed)."""
     try:
-        with open(path) as f:
-            return f.read()
-    except (IOError, OSError):
-        return None
-
-
-_atomic_write = files.atomic_write
+        return files.read_text(path)
+    except files.UnsafeFile:
+        return "\0unreadable"
 
 
 def _read_own_file(path, limit=1 << 20):
@@ -47,6 +45,14 @@ def _read_own_file(path, limit=1 << 20):
         return files.read_regular(path, limit=limit, owner=os.geteuid())
     except files.UnsafeFile:
         return None
+
+
+def read_secret(path):
+    """A secret this cluster generated (stripped text); a missing, linked or foreign one fails (never guessed)."""
+    data = _read_own_file(path, limit=64 << 10)
+    if data is None:
+        raise LocalClusterError("%s is not a regular file of ours: not using it" % path)
+    return data.decode("utf-8", "replace").strip()
 
 
 def read_marker(state_dir):
@@ -256,7 +262,7 @@ class LocalStateDir(object):
         marker = {"kind": MARKER_KIND, "id": secrets.token_hex(16), "state_dir": self.layout.state_dir,
                   "cluster": self.model.name if self.model is not None else None, "adopted": adopted,
                   "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        _atomic_write(os.path.join(self.layout.state_dir, MARKER), json.dumps(marker, indent=1) + "\n", 0o644)
+        files.atomic_write(os.path.join(self.layout.state_dir, MARKER), json.dumps(marker, indent=1) + "\n", 0o644)
 
     def _prepare_dirs(self, changes):
         lay = self.layout
