@@ -9,30 +9,30 @@ __metaclass__ = type
 
 import re
 from decimal import (Context, Decimal, DecimalException, InvalidOperation, Overflow, ROUND_CEILING, ROUND_FLOOR,
-                     Underflow)
+                     Underflow, localcontext)
+
+try:
+    from kubernetes.utils import parse_quantity as k8s_parse_quantity
+    KUBERNETES_IMPORT_ERROR = None
+except ImportError as e:  # requirements.txt lists it; without it a quantity is an error, never a guess
+    k8s_parse_quantity = None
+    KUBERNETES_IMPORT_ERROR = e
 
 # The grammar of resource.Quantity: a signed decimal number and an optional binary, decimal or exponent suffix.
 # (Kubernetes reads an exponent as a whole number: "1e1.5" is refused by the API server, so here too.)
 QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
                     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$")
 _QUANTITY_RE = re.compile(QUANTITY_PATTERN[:-1] + r"\Z")
-_NUMBER_RE = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)\Z")
+_EXPONENT_RE = re.compile(r"[0-9.]+[eE]([+-]?[0-9]+)\Z")
 
-_SUFFIXES = {
-    "": Decimal(1),
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
-}
 MIB = Decimal(2) ** 20
 # Bounds that keep every quantity a plain int64 for Kubernetes and Slurm, and the arithmetic small: "1e999999999"
 # or a 5,000-digit number is an error with its field path, never an OverflowError or a hang.
 MAX_QUANTITY = Decimal(2) ** 63 - 1
 MAX_QUANTITY_LENGTH = 64
 _MAX_EXPONENT = 30
-# Exact for every quantity within the bounds above (at most 64 digits times a 2^60 or 10^30 factor).
+# Exact for every quantity within the bounds above (at most 64 digits times a 2^60 or 10^30 factor): the library's
+# arithmetic runs in it, not in Decimal's default 28 digits.
 _CONTEXT = Context(prec=200, Emax=1000, Emin=-1000, traps=[InvalidOperation, Overflow, Underflow])
 
 
@@ -68,17 +68,18 @@ def parse_quantity(value):
     if not _QUANTITY_RE.match(value):
         raise QuantityError("%r is not a quantity (expected a number with an optional suffix: "
                             "Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an exponent)" % (value,))
-    number, suffix = _NUMBER_RE.match(value).groups()
-    if suffix in _SUFFIXES:                 # "E" and "Ei" are suffixes, "E3" an exponent
-        factor = _SUFFIXES[suffix]
-    else:
-        exponent = int(suffix[1:])          # at most 64 digits: the length check above
-        if abs(exponent) > _MAX_EXPONENT:
-            raise QuantityError("%r: the exponent is out of range (-%d to %d)" % (value, _MAX_EXPONENT, _MAX_EXPONENT))
-        factor = _CONTEXT.power(Decimal(10), exponent)
+    exponent = _EXPONENT_RE.search(value)
+    if exponent and abs(int(exponent.group(1))) > _MAX_EXPONENT:     # at most 64 digits: the length check above
+        raise QuantityError("%r: the exponent is out of range (-%d to %d)" % (value, _MAX_EXPONENT, _MAX_EXPONENT))
+    if k8s_parse_quantity is None:
+        raise QuantityError("reading the quantity %r needs the kubernetes Python client: %s"
+                            % (value, KUBERNETES_IMPORT_ERROR))
+    # The grammar and the bounds are ours (the library also takes 'NaN', '1_000' and floats); the suffix arithmetic
+    # is kubernetes.utils'.
     try:
-        result = _CONTEXT.multiply(Decimal(number), factor)
-    except DecimalException:
+        with localcontext(_CONTEXT):
+            result = +k8s_parse_quantity(value)
+    except (ValueError, DecimalException):
         raise QuantityError("%r is not a quantity we can represent" % (value,))
     if abs(result) > MAX_QUANTITY:
         raise QuantityError("%r is too large (at most 2^63-1)" % (value,))
