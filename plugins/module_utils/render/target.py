@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
@@ -78,7 +78,6 @@ class SlurmTarget:
     check_output_dir: Optional[str] = None         # None: CHECK_OUTPUT_DIR in the jail
     # --- why: a comment prefix for the lines this target changes or leaves out ("" for the pods: no notes)
     note: str = ""
-    notes: Dict[str, str] = field(default_factory=dict)   # {setting (lower case): why this target sets it}
 
 
 KUBERNETES = SlurmTarget()
