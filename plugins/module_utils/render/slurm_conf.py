@@ -601,6 +601,8 @@ MAX_VOLATILE_UNCORRECTABLE_ECC = 0
 XID_WINDOW_SECONDS = 600
 MIN_AVAILABLE_MEMORY_MIB = 256
 CHECK_TIMEOUT_SECONDS = 5
+
+
 def health_check_config(model, target=KUBERNETES):
     """health.json of the HealthCheckProgram (health_check.py) and the active check runner (active_check.py)."""
     passive = model.health_checks.passive
