@@ -59,20 +59,16 @@ def controller_pod(cluster_name):
 def _core_v1_factory(params):
     def factory():
         try:
-            import kubernetes  # noqa: F401  pylint: disable=unused-import
             from kubernetes.client import CoreV1Api
-            from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-            from ansible_collections.kubernetes.core.plugins.module_utils.k8s.exceptions import CoreException
+            from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (
+                KubeError, api_client_from_params)
         except ImportError as e:
             raise SlurmCommandError("transport=kubernetes needs the kubernetes python client and the kubernetes.core "
                                     "collection: %s" % e)
-        auth = auth_params(params)
         try:
-            client = get_api_client(**auth)
-        except CoreException as e:
+            return CoreV1Api(api_client_from_params(auth_params(params)))
+        except KubeError as e:
             raise SlurmCommandError(str(e))
-        # K8SClient.client is the dynamic client; its .client is the kubernetes ApiClient.
-        return CoreV1Api(client.client.client)
     return factory
 
 

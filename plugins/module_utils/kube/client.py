@@ -4,10 +4,10 @@
 """A small REST client for the Kubernetes API: the calls the kube backend makes, each retried a bounded number of
 times, each failure naming the object and the reason.
 
-Why not the dynamic client: it discovers every API group before the first call, which costs a dozen reads per run;
-we know the path of every kind we manage, so a run costs one list per kind and nothing else. Authentication is
-kubernetes.core's (kubeconfig, context, in-cluster, token, client certificates, impersonation), so the modules take
-the same options and environment variables as kubernetes.core.k8s.
+Why our calls do not go through the dynamic client's resources: we know the path of every kind we manage, so a run
+costs one list per kind, not a lookup of each kind in the discovered API groups. The connection is kubernetes.core's
+public get_api_client (kubeconfig, context, in-cluster, token, client certificates, impersonation), so the modules
+take the same options and environment variables as kubernetes.core.k8s.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,7 +18,6 @@ import json
 import time
 
 try:
-    import kubernetes
     from kubernetes.client.exceptions import ApiException
     import urllib3
     HAS_KUBERNETES = True
@@ -116,18 +115,16 @@ def _status_message(e):
 
 
 def api_client_from_params(params):
-    """A kubernetes ApiClient from kubernetes.core's auth options (module params or K8S_AUTH_* environment)."""
-    from ansible_collections.kubernetes.core.plugins.module_utils.k8s import client as core_client
-    auth = core_client._create_auth_spec(None, **dict((k, v) for k, v in params.items() if v is not None))
+    """The kubernetes ApiClient of kubernetes.core's public get_api_client for its auth options (module params, else
+    K8S_AUTH_* environment): the one place both the backend's client and the Slurm exec transport get theirs."""
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
     try:
-        configuration = core_client._create_configuration(auth)
-    except kubernetes.config.ConfigException as e:
+        k8s = get_api_client(**dict((k, v) for k, v in params.items() if v is not None))
+    except Exception as e:  # pylint: disable=broad-except
+        # CoreException (a bad kubeconfig), or its discovery of the API groups failing (unreachable, unauthorized)
         raise KubeError("cannot configure the Kubernetes client: %s" % e)
-    api = kubernetes.client.ApiClient(configuration)
-    for header, value in core_client._create_headers(None, **params).items():
-        for one in (value if isinstance(value, list) else [value]):
-            api.set_default_header(header, one)
-    return api
+    # K8SClient.client is the dynamic client (used for nothing else); its .client is the ApiClient.
+    return k8s.client.client
 
 
 class KubeClient(object):
