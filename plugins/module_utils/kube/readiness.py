@@ -17,6 +17,9 @@ import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import wait
 
+# The Job controller labels its pods with the Job's uid (the first one since Kubernetes 1.27).
+JOB_UID_LABELS = frozenset(["batch.kubernetes.io/controller-uid", "controller-uid"])
+
 
 class BackendError(Exception):
     pass
@@ -88,8 +91,3 @@ def wait_for(probe, what, timeout, sleep=time.sleep, clock=time.monotonic, poll=
         def timeout_error(text):
             return BackendError("timed out after %ds waiting for %s; not ready: %s" % (timeout, what, text))
     return wait.wait_until(probe, what, timeout, poll=poll, sleep=sleep, clock=clock, timeout_error=timeout_error)
-
-
-
-# The Job controller labels its pods with the Job's uid (the first one since Kubernetes 1.27).
-JOB_UID_LABELS = frozenset(["batch.kubernetes.io/controller-uid", "controller-uid"])
