@@ -227,15 +227,14 @@ requests:
 
 import copy
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.soperator.slurm.plugins.module_utils.args import fail_spec_error, require_positive
+from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import jail as jk
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
-from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import HAS_YAML
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError
 
 
 def _diff(result):
@@ -266,21 +265,19 @@ def _local(module):
 
 def _model(module, client):
     params = module.params
+    if not params["name"]:
+        return ms.model_from_options(module)
     try:
-        if params["name"]:
-            return jk.model_from_cluster(client, params["name"], params["namespace"])
-        return build_model(documents_from(params["src"], params["definition"]))
+        return jk.model_from_cluster(client, params["name"], params["namespace"])
     except SpecError as e:
-        fail_spec_error(module, e)
-    except (IOError, OSError) as e:
-        module.fail_json(msg="cannot read src %s: %s" % (params["src"], e))
+        ms.fail_spec_error(module, e)
 
 
 def _kubernetes(module):
     params = module.params
     if not (params["name"] or params["src"] or params["definition"] is not None):
         module.fail_json(msg="target=kubernetes needs the cluster: name (read from the cluster), src or definition")
-    require_positive(module, "wait_timeout", "api_timeout")
+    ms.require_positive(module, "wait_timeout", "api_timeout")
     kube = None
     try:
         client = km.make_client(params)
@@ -326,8 +323,7 @@ def main():
     )
     if module.params["target"] == "local":
         _local(module)
-    if not HAS_YAML:
-        module.fail_json(msg=missing_required_lib("PyYAML"))
+    ms.require_yaml(module)
     _kubernetes(module)
 
 

@@ -58,7 +58,7 @@ EXAMPLES = r"""
 RETURN = r"""
 definition:
   description: The SlurmCluster first, then its NodeSets by name - apiVersion, kind, metadata (name, namespace,
-    labels, annotations) and spec.
+    your labels and annotations, without those the collection and kubectl add) and spec.
   returned: always
   type: list
   elements: dict
@@ -74,23 +74,10 @@ import copy
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import live
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
-
-# Annotations that describe a past apply, not the spec: carrying them back would only add noise.
-_DROPPED_ANNOTATIONS = ("slurm.soperator.dev/applied", "kubectl.kubernetes.io/last-applied-configuration")
-
-
-def as_document(obj):
-    meta = obj.get("metadata") or {}
-    out_meta = {"name": meta["name"], "namespace": meta.get("namespace")}
-    if meta.get("labels"):
-        out_meta["labels"] = dict(meta["labels"])
-    annotations = dict((k, v) for k, v in (meta.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS)
-    if annotations:
-        out_meta["annotations"] = annotations
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": out_meta, "spec": obj.get("spec") or {}}
 
 
 def main():
@@ -100,16 +87,13 @@ def main():
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     params = module.params
     try:
-        client = km.make_client(params)
-        cluster = client.get("SlurmCluster", params["name"], params["namespace"])
-        if cluster is None:
-            module.fail_json(msg="SlurmCluster %s/%s does not exist" % (params["namespace"], params["name"]))
-        node_sets = [o for o in client.list("NodeSet", params["namespace"])
-                     if (o.get("spec") or {}).get("clusterName") == params["name"]]
+        cluster, node_sets = live.read_cluster(km.make_client(params), params["name"], params["namespace"])
     except KubeError as e:
         module.fail_json(msg=str(e))
+    if cluster is None:
+        module.fail_json(msg="SlurmCluster %s/%s does not exist" % (params["namespace"], params["name"]))
     node_sets.sort(key=lambda o: o["metadata"]["name"])
-    module.exit_json(changed=False, definition=[as_document(cluster)] + [as_document(o) for o in node_sets],
+    module.exit_json(changed=False, definition=[live.spec_document(o) for o in [cluster] + node_sets],
                      node_sets=[o["metadata"]["name"] for o in node_sets])
 
 

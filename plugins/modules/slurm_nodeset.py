@@ -165,97 +165,12 @@ errors:
   elements: dict
 """
 
-import copy
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-from ansible_collections.soperator.slurm.plugins.module_utils.args import fail_spec_error, require_positive
-from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
-from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.apply import APPLIED_ANNOTATION
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
-from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import HAS_YAML
-
-_OUR_LABELS = (c.LABEL_MANAGED_BY, c.LABEL_INSTANCE, c.LABEL_COMPONENT, c.LABEL_NAME, c.LABEL_NODESET)
-
-
-def _definition(module):
-    params = module.params
-    if not params["src"] and params["definition"] is None:
-        return None
-    try:
-        docs = documents_from(params["src"], params["definition"])
-    except (IOError, OSError) as e:
-        module.fail_json(msg="cannot read src %s: %s" % (params["src"], e))
-    if len(docs) != 1 or not isinstance(docs[0], dict) or docs[0].get("kind") != "NodeSet":
-        module.fail_json(msg="definition/src must hold exactly one NodeSet document")
-    return copy.deepcopy(docs[0])
-
-
-def _as_spec_document(obj):
-    """A live custom resource as a spec document: what the user wrote, without server bookkeeping or our labels."""
-    meta = obj.get("metadata") or {}
-    out_meta = {"name": meta.get("name"), "namespace": meta.get("namespace")}
-    user_labels = dict((k, v) for k, v in (meta.get("labels") or {}).items() if k not in _OUR_LABELS)
-    if user_labels:
-        out_meta["labels"] = user_labels
-    annotations = dict((k, v) for k, v in (meta.get("annotations") or {}).items()
-                       if k != APPLIED_ANNOTATION and not k.startswith("kubectl.kubernetes.io/"))
-    if annotations:
-        out_meta["annotations"] = annotations
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": out_meta,
-            "spec": copy.deepcopy(obj.get("spec") or {})}
-
-
-def _identity(module, definition):
-    params = module.params
-    meta = (definition or {}).get("metadata") or {}
-    name = params["name"] or meta.get("name")
-    namespace = params["namespace"] or meta.get("namespace")
-    cluster = params["cluster_name"] or ((definition or {}).get("spec") or {}).get("clusterName")
-    missing = [what for what, value in (("name", name), ("namespace", namespace), ("cluster_name", cluster))
-               if not value]
-    if missing:
-        module.fail_json(msg="missing %s: give the option(s) or a definition that has them" % ", ".join(missing))
-    if definition is not None:
-        for what, given, found in (("name", params["name"], meta.get("name")),
-                                   ("namespace", params["namespace"], meta.get("namespace"))):
-            if given and found and given != found:
-                module.fail_json(msg="%s %r differs from the definition's %r" % (what, given, found))
-    return name, namespace, cluster
-
-
-def _model(module, client, name, namespace, cluster_name, definition):
-    cluster = client.get("SlurmCluster", cluster_name, namespace)
-    if cluster is None:
-        module.fail_json(msg="SlurmCluster %s/%s does not exist: deploy it with soperator.slurm.slurm_cluster first"
-                         % (namespace, cluster_name))
-    docs = [_as_spec_document(cluster)]
-    current = None
-    for obj in client.list("NodeSet", namespace):
-        if (obj.get("spec") or {}).get("clusterName") != cluster_name:
-            continue
-        if obj["metadata"]["name"] == name:
-            current = obj
-            continue
-        docs.append(_as_spec_document(obj))
-    params = module.params
-    if params["state"] == "present":
-        mine = definition if definition is not None else (_as_spec_document(current) if current else None)
-        if mine is None:
-            module.fail_json(msg="NodeSet %s/%s does not exist: give its definition (or src) to create it"
-                             % (namespace, name))
-        mine.setdefault("metadata", {}).setdefault("namespace", namespace)
-        mine["metadata"]["name"] = name
-        mine.setdefault("spec", {})["clusterName"] = cluster_name
-        if params["replicas"] is not None:
-            mine["spec"]["replicas"] = params["replicas"]
-        docs.append(mine)
-    try:
-        return build_model(docs), current
-    except SpecError as e:
-        fail_spec_error(module, e)
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import nodeset
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError
 
 
 def main():
@@ -272,48 +187,19 @@ def main():
     argument_spec.update(km.kube_target_argument_spec())
     module = AnsibleModule(argument_spec=argument_spec, mutually_exclusive=[("definition", "src")],
                            supports_check_mode=True)
-    if not HAS_YAML:
-        module.fail_json(msg=missing_required_lib("PyYAML"))
-    params = module.params
-    require_positive(module, "wait_timeout", "drain_timeout", "api_timeout", "wait_sleep")
-    if params["replicas"] is not None and params["replicas"] < 0:
-        module.fail_json(msg="replicas must be >= 0, got %d" % params["replicas"])
+    ms.require_yaml(module)
+    ms.require_positive(module, "wait_timeout", "drain_timeout", "api_timeout", "wait_sleep")
     try:
-        definition = _definition(module)
+        change = nodeset.prepare(module.params, km.make_client)
     except SpecError as e:
+        ms.fail_spec_error(module, e)
+    except (nodeset.NodeSetError, km.KubeError) as e:
         module.fail_json(msg=str(e))
-    name, namespace, cluster_name = _identity(module, definition)
-    try:
-        client = km.make_client(params)
-        model, current = _model(module, client, name, namespace, cluster_name, definition)
-    except km.KubeError as e:
-        module.fail_json(msg=str(e))
-    cluster = km.make_cluster(module, model, client)
-    slurm_configs = names.slurm_configs_name(model)
-    controller = names.controller_name(model)
-
-    def ours(obj):
-        meta = obj.get("metadata") or {}
-        return (meta.get("labels") or {}).get(c.LABEL_NODESET) == name or \
-            (obj.get("kind") == "NodeSet" and meta.get("name") == name)
-
-    def affected(obj):
-        """This NodeSet's objects and the cluster-wide ones that name its nodes."""
-        kind, obj_name = obj.get("kind"), (obj.get("metadata") or {}).get("name")
-        return ours(obj) or (kind, obj_name) in (("ConfigMap", slurm_configs), ("StatefulSet", controller))
-
-    extra = {}
     # The NodeSet CR may lack our labels (created by hand); it is ours to update or delete all the same.
-    extra_live = [current] if current is not None else []
-    if params["state"] == "present":
-        node_set = model.node_set(name)
-        extra["node_set"] = {"name": node_set.name, "replicas": node_set.replicas,
-                             "max_replicas": node_set.max_replicas, "nodes": node_set.node_range}
-        km.run(module, cluster, lambda kc: kc.present(desired_filter=affected, prune_filter=ours,
-                                                      extra_live=extra_live), extra)
-    extra["node_set"] = {"name": name, "replicas": 0, "max_replicas": 0, "nodes": None}
-    km.run(module, cluster, lambda kc: kc.present(desired_filter=affected, prune_filter=ours, extra_live=extra_live),
-           extra)
+    extra_live = [change.current] if change.current is not None else []
+    cluster = km.make_cluster(module, change.model, change.client)
+    km.run(module, cluster, lambda kc: kc.present(desired_filter=change.affected, prune_filter=change.ours,
+                                                  extra_live=extra_live), {"node_set": change.summary})
 
 
 if __name__ == "__main__":

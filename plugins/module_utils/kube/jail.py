@@ -239,13 +239,10 @@ class KubeJail(object):
 
 def model_from_cluster(client, name, namespace):
     """The ClusterModel of the SlurmCluster `name` and its NodeSets as they are in the cluster."""
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube import live
     from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
-    cluster = client.get("SlurmCluster", name, namespace)
-    if cluster is None:
+    docs = live.cluster_documents(client, name, namespace)
+    if docs is None:
         raise JailKubeError("SlurmCluster %s/%s does not exist: apply the cluster first (soperator.slurm."
                             "slurm_cluster state=present), or pass its spec" % (namespace, name))
-    docs = [cluster] + [ns for ns in client.list("NodeSet", namespace)
-                        if (ns.get("spec") or {}).get("clusterName") == name]
-    return build_model([{"apiVersion": d["apiVersion"], "kind": d["kind"],
-                         "metadata": {"name": d["metadata"]["name"], "namespace": namespace},
-                         "spec": d.get("spec") or {}} for d in docs])
+    return build_model(docs)
