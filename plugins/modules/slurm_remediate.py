@@ -210,75 +210,13 @@ queries:
 """
 
 import copy
-import os
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.soperator.slurm.plugins.module_utils.args import fail_spec_error, require_positive
-from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
-from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC, auth_params, runner_from_params
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
+from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
+from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.module import KUBE_API_SPEC, KUBE_TARGET_SPEC
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
-from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import HAS_YAML
-
-
-def _setting(params, option, default):
-    return default if params.get(option) is None else params[option]
-
-
-def _local_parts(params, model):
-    from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
-    state_dir = params["state_dir"] or lb.default_state_dir(model.name)
-    cluster = lb.LocalCluster(state_dir, model)
-    slurm_conf = cluster.env()["SLURM_CONF"]
-    if not os.path.exists(slurm_conf):
-        raise SlurmError("no local cluster in %s (no %s): start it first" % (state_dir, slurm_conf))
-    runner = runner_from_params(dict(transport="local", slurm_conf=slurm_conf))
-    program = params["health_check_program"] or os.path.join(cluster.state_dir, "bin", "health-check")
-    checker = rm.LocalChecker(program, slurm_conf=slurm_conf, timeout=params["check_timeout"])
-    return runner, checker, rm.LocalReplacer(cluster), None
-
-
-def _kube_parts(params, model):
-    from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
-    from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import CR_API_VERSION
-    client = km.make_client(params)
-    local = params["slurm_transport"] == "local"
-    runner = runner_from_params(dict(auth_params(params), transport=params["slurm_transport"],
-                                     namespace=model.namespace, cluster_name=model.name,
-                                     slurm_conf=params.get("slurm_conf")))
-    program = params["health_check_program"] or c.HEALTH_CHECK_PROGRAM
-    if local:
-        checker = rm.LocalChecker(program, slurm_conf=params.get("slurm_conf"), timeout=params["check_timeout"])
-    else:
-        def core_v1():
-            from kubernetes.client import CoreV1Api
-            return CoreV1Api(client.api)
-        checker = rm.KubeChecker(model.namespace, core_v1, program=program, timeout=params["check_timeout"])
-    replacer = rm.KubeReplacer(
-        client, model.namespace,
-        cordon=_setting(params, "cordon_kubernetes_node", model.remediation.cordon_kubernetes_node),
-        timeout=params["register_timeout"], poll=params["wait_sleep"])
-    events = rm.EventRecorder(client, model.namespace, model.name, CR_API_VERSION) if params["events"] else None
-    return runner, checker, replacer, events
-
-
-def _diff(nodes):
-    """Node states before and after (in check mode: as predicted), for the nodes this pass acted on."""
-    before, after = [], []
-    for node in nodes:
-        if rm.REPLACED not in node["steps"] and rm.RESUMED not in node["steps"]:
-            continue
-        before.append("%s: %s (%s)\n" % (node["name"], node["state"], node["reason"]))
-        if rm.RESUMED in node["steps"]:
-            after.append("%s: resumed\n" % node["name"])
-        else:
-            after.append("%s: replaced, %s (%s)\n" % (node["name"], node["state"], node["reason"]))
-    return {"before": "".join(before), "after": "".join(after), "before_header": "slurm nodes",
-            "after_header": "slurm nodes"}
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation_setup as setup
 
 
 def argument_spec():
@@ -306,36 +244,15 @@ def argument_spec():
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), mutually_exclusive=[("definition", "src")],
                            required_one_of=[("definition", "src")], supports_check_mode=True)
-    if not HAS_YAML:
-        module.fail_json(msg=missing_required_lib("PyYAML"))
-    params = module.params
-    require_positive(module, "check_timeout", "register_timeout", "api_timeout")
+    ms.require_yaml(module)
+    ms.require_positive(module, "check_timeout", "register_timeout", "api_timeout")
+    model = ms.model_from_options(module)
     try:
-        model = build_model(documents_from(params["src"], params["definition"]))
-    except SpecError as e:
-        fail_spec_error(module, e)
-    except (IOError, OSError) as e:
-        module.fail_json(msg="cannot read src %s: %s" % (params["src"], e))
-    result = {"changed": False, "nodes": [], "errors": [], "events": [], "queries": []}
-    runner = None
-    try:
-        if params["target"] == "local":
-            runner, checker, replacer, events = _local_parts(params, model)
-        else:
-            runner, checker, replacer, events = _kube_parts(params, model)
-        if not _setting(params, "replace_drained_nodes", model.remediation.replace_drained_nodes):
-            replacer = None
-        remediator = rm.Remediator(
-            runner, _setting(params, "reason_prefix", model.remediation.drain_reason_prefix), checker,
-            replacer=replacer, events=events, check_mode=module.check_mode,
-            register_timeout=params["register_timeout"], poll=params["wait_sleep"])
-        result.update(remediator.run())
-    except (SlurmError, rm.RemediationError, KubeError) as e:
-        result["queries"] = runner.commands if runner is not None else []
-        module.fail_json(msg=str(e), **result)
-    result["queries"] = runner.commands
+        result = setup.remediate(module.params, model, check_mode=module.check_mode)
+    except setup.RemediationFailed as e:
+        module.fail_json(msg=str(e), **e.result)
     if module._diff:
-        result["diff"] = _diff(result["nodes"])
+        result["diff"] = setup.diff(result["nodes"])
     if result["errors"]:
         failures = "; ".join(result["errors"])
         module.fail_json(msg="remediation of %d node(s) failed: %s" % (len(result["errors"]), failures), **result)

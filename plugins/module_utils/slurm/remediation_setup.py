@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""slurm_remediate's wiring: the runner, checker, replacer and event recorder of a remediation pass for its target
+(a local cluster, or Kubernetes with either Slurm transport), the options that override the spec's remediation
+settings, and the result with its diff. The pass itself is slurm/remediation.py."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils.args import auth_params, runner_from_params
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
+
+
+class RemediationFailed(Exception):
+    """The pass could not run (or stopped); `result` is what the module reports with the failure."""
+
+    def __init__(self, msg, result):
+        super(RemediationFailed, self).__init__(msg)
+        self.result = result
+
+
+def setting(params, option, default):
+    """The option when given, else the spec's value."""
+    return default if params.get(option) is None else params[option]
+
+
+def local_parts(params, model):
+    from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+    state_dir = params["state_dir"] or lb.default_state_dir(model.name)
+    cluster = lb.LocalCluster(state_dir, model)
+    slurm_conf = cluster.env()["SLURM_CONF"]
+    if not os.path.exists(slurm_conf):
+        raise SlurmError("no local cluster in %s (no %s): start it first" % (state_dir, slurm_conf))
+    runner = runner_from_params(dict(transport="local", slurm_conf=slurm_conf))
+    program = params["health_check_program"] or os.path.join(cluster.state_dir, "bin", "health-check")
+    checker = rm.LocalChecker(program, slurm_conf=slurm_conf, timeout=params["check_timeout"])
+    return runner, checker, rm.LocalReplacer(cluster), None
+
+
+def kube_parts(params, model):
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import CR_API_VERSION
+    client = km.make_client(params)
+    runner = runner_from_params(dict(auth_params(params), transport=params["slurm_transport"],
+                                     namespace=model.namespace, cluster_name=model.name,
+                                     slurm_conf=params.get("slurm_conf")))
+    program = params["health_check_program"] or c.HEALTH_CHECK_PROGRAM
+    if params["slurm_transport"] == "local":
+        checker = rm.LocalChecker(program, slurm_conf=params.get("slurm_conf"), timeout=params["check_timeout"])
+    else:
+        def core_v1():
+            from kubernetes.client import CoreV1Api
+            return CoreV1Api(client.api)
+        checker = rm.KubeChecker(model.namespace, core_v1, program=program, timeout=params["check_timeout"])
+    replacer = rm.KubeReplacer(
+        client, model.namespace,
+        cordon=setting(params, "cordon_kubernetes_node", model.remediation.cordon_kubernetes_node),
+        timeout=params["register_timeout"], poll=params["wait_sleep"])
+    events = rm.EventRecorder(client, model.namespace, model.name, CR_API_VERSION) if params["events"] else None
+    return runner, checker, replacer, events
+
+
+def remediate(params, model, check_mode=False):
+    """One pass over the cluster of `model` with the module's options: -> the module result (its `errors` list the
+    nodes whose remediation failed). Raises RemediationFailed with the queries made when the pass cannot run."""
+    result = {"changed": False, "nodes": [], "errors": [], "events": [], "queries": []}
+    runner = None
+    try:
+        parts = local_parts if params["target"] == "local" else kube_parts
+        runner, checker, replacer, events = parts(params, model)
+        if not setting(params, "replace_drained_nodes", model.remediation.replace_drained_nodes):
+            replacer = None
+        remediator = rm.Remediator(
+            runner, setting(params, "reason_prefix", model.remediation.drain_reason_prefix), checker,
+            replacer=replacer, events=events, check_mode=check_mode,
+            register_timeout=params["register_timeout"], poll=params["wait_sleep"])
+        result.update(remediator.run())
+    except (SlurmError, rm.RemediationError, KubeError) as e:
+        result["queries"] = runner.commands if runner is not None else []
+        raise RemediationFailed(str(e), result)
+    result["queries"] = runner.commands
+    return result
+
+
+def diff(nodes):
+    """Node states before and after (in check mode: as predicted), for the nodes this pass acted on."""
+    before, after = [], []
+    for node in nodes:
+        if rm.REPLACED not in node["steps"] and rm.RESUMED not in node["steps"]:
+            continue
+        before.append("%s: %s (%s)\n" % (node["name"], node["state"], node["reason"]))
+        if rm.RESUMED in node["steps"]:
+            after.append("%s: resumed\n" % node["name"])
+        else:
+            after.append("%s: replaced, %s (%s)\n" % (node["name"], node["state"], node["reason"]))
+    return {"before": "".join(before), "after": "".join(after), "before_header": "slurm nodes",
+            "after_header": "slurm nodes"}
