@@ -204,7 +204,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.soperator.slurm.plugins.module_utils.args import (
     SLURM_CONNECTION_REQUIRED_IF, runner_from_params, slurm_connection_argument_spec)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
-    DEFAULT_REASON_PREFIX, STATES, set_state)
+    DEFAULT_REASON_PREFIX, STATES, check_nodes_option, set_state)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 
 
@@ -231,11 +231,7 @@ def run_module(params, check_mode=False, sleep=None):
         runner = runner_from_params(params, sleep=sleep)
         result["transport"] = runner.describe()
         nodes = params["nodes"]
-        if isinstance(nodes, (list, tuple)):
-            if not all(isinstance(n, str) for n in nodes):
-                raise SlurmError("nodes must be a hostlist expression or a list of them")
-        elif not isinstance(nodes, str):
-            raise SlurmError("nodes must be a hostlist expression or a list of them")
+        check_nodes_option(nodes)
         kwargs = {}
         if sleep is not None:
             kwargs["sleep"] = sleep

@@ -189,7 +189,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.soperator.slurm.plugins.module_utils.args import (
     SLURM_CONNECTION_REQUIRED_IF, runner_from_params, slurm_connection_argument_spec)
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import DEFAULT_REASON_PREFIX, node_info
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
+    DEFAULT_REASON_PREFIX, check_nodes_option, node_info)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 
 
@@ -204,11 +205,9 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec, required_if=SLURM_CONNECTION_REQUIRED_IF,
                            supports_check_mode=True)
     nodes = module.params["nodes"]
-    if nodes is not None and not (isinstance(nodes, str) or
-                                  (isinstance(nodes, list) and all(isinstance(n, str) for n in nodes))):
-        module.fail_json(msg="nodes must be a hostlist expression or a list of them")
     runner = None
     try:
+        check_nodes_option(nodes, optional=True)
         runner = runner_from_params(module.params)
         records = node_info(runner, nodes=nodes, jobs=module.params["jobs"],
                             include_future=module.params["include_future"], prefix=module.params["reason_prefix"])

@@ -34,6 +34,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.node_records
     HOLD_FLAGS, NodeRecord, SinfoReportedErrors, parse_scontrol_nodes, parse_sinfo_json, parse_squeue_nodes)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     SlurmCommandError, SlurmError, SlurmOutputError, TransientError, format_command)
+from ansible_collections.soperator.slurm.plugins.module_utils.wait import wait_until
 
 DEFAULT_REASON_PREFIX = "soperator:"
 # The reason (after the prefix) of a node drained because its NodeSet shrinks; both backends use it.
@@ -52,13 +53,17 @@ _SCONTROL_STATE = {DRAIN: "DRAIN", RESUME: "RESUME", UNDRAIN: "UNDRAIN"}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Parsing
-
-
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # Reading
+
+
+def check_nodes_option(nodes, optional=False):
+    """The `nodes` option of slurm_drain / slurm_node_info: a hostlist expression or a list of them (None when
+    `optional`). Raises SlurmCommandError otherwise."""
+    if nodes is None and optional:
+        return
+    if isinstance(nodes, str) or (isinstance(nodes, (list, tuple)) and all(isinstance(n, str) for n in nodes)):
+        return
+    raise SlurmCommandError("nodes must be a hostlist expression or a list of them")
 
 
 def expand_nodes(nodes):
@@ -414,35 +419,43 @@ def _wait(runner, state, names, the_plan, current, timeout, wait_sleep, sleep, c
     ping). Skipped and FUTURE nodes are not waited for."""
     wanted = (DRAIN, NONE) if state == "drained" else (RESUME, NONE)
     targets = [n for n in names if the_plan.node_actions[n] in wanted and not current[n].future]
-    deadline = clock() + (timeout or 0)
-    while True:
+    if state == "drained":
+        what = "DRAINED; still DRAINING (jobs running)"
+    else:
+        what = "in service; slurmd not responding"
+    pending, first = [], True
+
+    def probe():
+        nonlocal current, pending, first
+        if not first:
+            visible = read_sinfo(runner)
+            missing = [n for n in targets if n not in visible]
+            if missing:
+                raise SlurmCommandError("nodes vanished from sinfo while waiting: %s" % hostlist.compress(missing),
+                                        runner.commands, result=partial(current))
+            current = dict(current)
+            for n in targets:
+                current[n] = visible[n]
+        first = False
         if state == "drained":
             lost = [n for n in targets if not current[n].drain]
             pending = [n for n in targets if current[n].busy]
-            what = "DRAINED; still DRAINING (jobs running)"
         else:
             lost = [n for n in targets if current[n].held]
             pending = [n for n in targets if "NOT_RESPONDING" in current[n].flags]
-            what = "in service; slurmd not responding"
         if lost:
             raise SlurmCommandError("while waiting, someone else changed these nodes: %s"
                                     % ", ".join("%s is %s" % (n, _describe(current[n].snapshot())) for n in lost),
                                     runner.commands, result=partial(current))
-        if not pending:
-            return current
-        if clock() >= deadline:
-            raise SlurmCommandError(
-                "timed out after %ss waiting for %d node(s) to be %s: %s"
-                % (timeout, len(pending), what, hostlist.compress(pending)), runner.commands, result=partial(current))
-        sleep(max(0.0, min(wait_sleep, deadline - clock())))
-        visible = read_sinfo(runner)
-        missing = [n for n in targets if n not in visible]
-        if missing:
-            raise SlurmCommandError("nodes vanished from sinfo while waiting: %s" % hostlist.compress(missing),
-                                    runner.commands, result=partial(current))
-        current = dict(current)
-        for n in targets:
-            current[n] = visible[n]
+        return not pending, hostlist.compress(pending) if pending else ""
+
+    def timed_out(_missing):
+        return SlurmCommandError(
+            "timed out after %ss waiting for %d node(s) to be %s: %s"
+            % (timeout, len(pending), what, hostlist.compress(pending)), runner.commands, result=partial(current))
+
+    wait_until(probe, what, timeout or 0, poll=wait_sleep, sleep=sleep, clock=clock, timeout_error=timed_out)
+    return current
 
 
 def _partial(names, before, the_plan, updates, runner, started, warnings, after=None):
