@@ -293,5 +293,6 @@ def test_the_populate_image_puts_program_and_rootfs_where_the_job_looks():
     from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
     with open(os.path.join(ROOT, "images", "populate_jail", "Containerfile")) as f:
         text = f.read()
-    assert "COPY jail.py %s\n" % c.POPULATE_JAIL_PROGRAM in text
+    # jail.py imports safe_tree.py from its own directory
+    assert "COPY jail.py safe_tree.py %s/\n" % os.path.dirname(c.POPULATE_JAIL_PROGRAM) in text
     assert "COPY jail-rootfs.tar %s\n" % c.POPULATE_JAIL_SOURCE in text

@@ -20,6 +20,7 @@ import tarfile
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as j
+from ansible_collections.soperator.slurm.plugins.module_utils.node import safe_tree
 import tar_helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -555,7 +556,7 @@ def test_a_truncated_archive_is_refused_before_any_write(world, tmp_path):
 
 def test_names_no_file_system_call_takes_are_refused_not_crashed():
     """A str that has no bytes form (tarfile never makes one today; a directory source cannot): a JailError."""
-    scan = j._Writer()
+    scan = safe_tree.Writer()
     with pytest.raises(j.JailError, match="cannot be a file name"):
         scan.file("etc/\ud800", None, 0, (0o644, 0, 0, 0))
     with pytest.raises(j.JailError, match="a symlink to"):

@@ -25,7 +25,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _digest, find_binary
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _own_dir, _read_own_file, _saved_base, current_text)
-from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as jail_files
+from ansible_collections.soperator.slurm.plugins.module_utils.node import safe_tree
 
 
 def unsafe_path_components(path):
@@ -73,14 +73,14 @@ def render_login_sshd_config(jail_dir, lay, base_port):
 
 def _open_below(root, path, create=False):
     """A descriptor of the directory `root + path`, walked one component at a time without following a link (and
-    made, when `create`, inside the directory just opened; jail.py's walker): the jail's content, which its users
+    made, when `create`, inside the directory just opened; safe_tree.open_dirs): the jail's content, which its users
     can change, can never redirect a mkdir or a mount onto a host path, not even between a check and the use."""
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise LocalClusterError("mount point %s%s climbs out of the jail" % (root, path))
     root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        return jail_files.open_dirs(root_fd, parts, create)
+        return safe_tree.open_dirs(root_fd, parts, create)
     except OSError as e:
         raise LocalClusterError("mount point %s%s crosses a symbolic link or a file in the jail: %s"
                                 % (root, path, e.strerror))
