@@ -5,7 +5,7 @@ SANITY_ROOT := build/sanity/ansible_collections/soperator/slurm
 APT_PACKAGES := slurm-wlm slurmctld slurmd slurmdbd slurm-client munge libslurm-dev mariadb-server \
 	openssh-server rsync git make gcc umoci
 
-.PHONY: deps up down test unit lint sanity molecule ci render bench crds spank
+.PHONY: deps up down test unit lint sanity molecule ci render bench crds spank k8s-build k8s-up k8s-down
 
 # Debian packages (real Slurm, munge, MariaDB, sshd) and Python packages. Safe to re-run.
 deps:
@@ -74,3 +74,16 @@ crds:
 # Needs gcc and <slurm/spank.h> (libslurm-dev). `make -C images/spank_chroot install` puts it in /usr/lib/slurm.
 spank:
 	$(MAKE) -C images/spank_chroot BUILD_DIR=$(CURDIR)/build/spank
+
+# A real Kubernetes control plane (tools/k8s): etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+# with fake Nodes on loopback, built from the Go module proxy into ~/.cache/soperator/k8s (a second build is a no-op).
+# k8s-up writes $(K8S_STATE)/kubeconfig and $(K8S_STATE)/audit.log; k8s-down stops only what k8s-up started.
+K8S_STATE ?= build/k8s
+k8s-build:
+	tools/k8s/build.sh
+
+k8s-up: k8s-build
+	$(PYTHON) tools/k8s/cluster.py up --state $(K8S_STATE)
+
+k8s-down:
+	$(PYTHON) tools/k8s/cluster.py down --state $(K8S_STATE)

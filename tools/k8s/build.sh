@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, etcd and kwok from this module
+# into a cache outside the checkout, keyed by what decides the binaries (versions.env, go.mod, go.sum, the Go
+# version and the build flags). Prints the bin directory on stdout. A second run with the same key builds nothing.
+#   build.sh --cached   print the bin directory if it is complete, else exit 1 (never builds)
+#   SOPERATOR_CACHE     cache root (default ~/.cache/soperator)
+#   K8S_BUILD_JOBS      go build -p (default 2: each link of kube-apiserver takes ~2 GB)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here"
+. ./versions.env
+
+major=${K8S_VERSION#v}; major=${major%%.*}
+minor=${K8S_VERSION#v*.}; minor=${minor%%.*}
+# `kubectl version`, the server's /version and the nodes' kubelet version report these, not v0.0.0-master.
+kv=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	kv+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+done
+kwokv="-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$K8S_VERSION"
+flags="CGO_ENABLED=0 -trimpath -ldflags=-s -w"
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd kwok)
+
+key=$( { cat versions.env go.mod go.sum; go version; echo "$flags|$kv|$kwokv|${binaries[*]}"; } |
+	sha256sum | cut -c1-16)
+root=${SOPERATOR_CACHE:-$HOME/.cache/soperator}/k8s/$key
+bin=$root/bin
+
+complete() { for b in "${binaries[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
+if complete; then echo "$bin"; exit 0; fi
+[ "${1:-}" != --cached ] || exit 1
+
+mkdir -p "$root"
+exec 9>"$root/.lock"
+flock 9  # a concurrent build of the same key waits, then finds the binaries
+if complete; then echo "$bin"; exit 0; fi
+
+start=$(date +%s)
+staging=$(mktemp -d "$root/.build.XXXXXX")
+trap 'rm -rf "$staging"' EXIT
+export CGO_ENABLED=0
+jobs=${K8S_BUILD_JOBS:-2}
+build() {  # output name, package, extra ldflags
+	echo "building $1 ($2)" >&2
+	go build -p "$jobs" -trimpath -ldflags "-s -w $3" -o "$staging/$1" "$2" >&2
+}
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
+	build "$cmd" "k8s.io/kubernetes/cmd/$cmd" "$kv"
+done
+build etcd go.etcd.io/etcd/server/v3 ""
+build kwok sigs.k8s.io/kwok/cmd/kwok "$kwokv"
+
+rm -rf "$bin"
+mv "$staging" "$bin"
+trap - EXIT
+echo "built ${binaries[*]} in $(( $(date +%s) - start ))s" >&2
+echo "$bin"
