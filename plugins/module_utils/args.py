@@ -38,11 +38,26 @@ SLURM_CONNECTION_SPEC = dict(
 
 SLURM_CONNECTION_REQUIRED_IF = [("transport", "kubernetes", ("namespace", "cluster_name"))]
 
+TARGETS = ["kubernetes", "local"]
+
+# The spec documents a module reads: inline (definition) or from a YAML file (src); module_support reads either.
+SPEC_SOURCE_SPEC = dict(
+    definition=dict(type="raw"),
+    src=dict(type="path"),
+)
+
 
 def slurm_connection_argument_spec():
     """The connection options plus kubernetes.core's auth options (a fresh copy: callers may change it)."""
     spec = copy.deepcopy(SLURM_CONNECTION_SPEC)
     spec.update(copy.deepcopy(AUTH_ARG_SPEC))
+    return spec
+
+
+def spec_source_argument_spec(**options):
+    """`definition` and `src` (mutually exclusive where used) plus the module's own `options`."""
+    spec = copy.deepcopy(SPEC_SOURCE_SPEC)
+    spec.update(options)
     return spec
 
 

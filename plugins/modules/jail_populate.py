@@ -39,7 +39,7 @@ author:
 attributes:
   check_mode:
     support: full
-    description:
+    details:
       - Reports the action the run would take (RV(outcome)) and, with O(target=local), the sentinel it would write
         (without C(populated_at)). A tarball or directory source is checked as the real run checks it (every
         member, and its size against the free space), so a source the run would refuse fails in check mode too.
@@ -48,7 +48,7 @@ attributes:
         written. Whether the Job's program finds the jail populated is known only when it runs.
   diff_mode:
     support: full
-    description:
+    details:
       - The sentinel before and after.
 options:
   target:
@@ -124,6 +124,7 @@ options:
     type: int
     default: 600
 extends_documentation_fragment:
+  - soperator.slurm.attributes
   - kubernetes.core.k8s_auth_options
   - soperator.slurm.kube_target.api
 notes:
@@ -233,6 +234,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import module_supp
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import jail as jk
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
+from ansible_collections.soperator.slurm.plugins.module_utils import args
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError
 
@@ -298,16 +300,14 @@ def _kubernetes(module):
 
 
 def main():
-    argument_spec = dict(
-        target=dict(type="str", required=True, choices=["kubernetes", "local"]),
+    argument_spec = args.spec_source_argument_spec(
+        target=dict(type="str", required=True, choices=args.TARGETS),
         overwrite=dict(type="str", choices=list(jail.OVERWRITE_MODES)),
         force=dict(type="bool", default=False),
         source=dict(type="path"),
         oci_tag=dict(type="str"),
         source_label=dict(type="str"),
         jail_dir=dict(type="path"),
-        definition=dict(type="raw"),
-        src=dict(type="path"),
         name=dict(type="str"),
         namespace=dict(type="str", default="default"),
         wait=dict(type="bool", default=True),

@@ -55,7 +55,7 @@ author:
 attributes:
   check_mode:
     support: full
-    description:
+    details:
       - O(state=rendered) reports which files would be created, updated or removed, and writes nothing.
       - O(state=present) and O(state=absent) compare the desired cluster with the running one (processes, Slurm nodes,
         config files under O(state_dir)) and list in RV(actions) what would be started, restarted, scaled, stopped or
@@ -64,7 +64,7 @@ attributes:
         created, updated or pruned and RV(actions) which nodes would be drained and removed.
   diff_mode:
     support: partial
-    description:
+    details:
       - O(state=rendered) shows the before and after text of every changed file; Secret data is hidden.
       - O(state=present) and O(state=absent) show the running daemons and Slurm nodes before and after, not file text.
       - With O(target=kubernetes), the before and after of every object that changes, as YAML (the slurm.conf text
@@ -188,6 +188,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - soperator.slurm.attributes
   - soperator.slurm.kube_target
   - soperator.slurm.kube_target.api
   - kubernetes.core.k8s_auth_options
@@ -420,6 +421,7 @@ errors:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.soperator.slurm.plugins.module_utils import args
 from ansible_collections.soperator.slurm.plugins.module_utils.args import fail_spec_error, require_positive
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.local import operations as local_ops
@@ -494,11 +496,9 @@ def _kubernetes(module):
 
 
 def main():
-    argument_spec = dict(
+    argument_spec = args.spec_source_argument_spec(
         state=dict(type="str", required=True, choices=["rendered", "present", "absent"]),
-        target=dict(type="str", choices=["kubernetes", "local"]),
-        definition=dict(type="raw"),
-        src=dict(type="path"),
+        target=dict(type="str", choices=args.TARGETS),
         dest=dict(type="path"),
         state_dir=dict(type="path"),
         purge=dict(type="bool", default=False),

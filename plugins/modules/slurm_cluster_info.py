@@ -23,11 +23,12 @@ author:
 attributes:
   check_mode:
     support: full
-    description: Reads only.
+    details: Reads only.
   diff_mode:
     support: none
-    description: Reads only; there is nothing to show a difference of.
+    details: Reads only; there is nothing to show a difference of.
 extends_documentation_fragment:
+  - soperator.slurm.attributes
   - kubernetes.core.k8s_auth_options
   - soperator.slurm.kube_target.api
 options:

@@ -32,12 +32,13 @@ author:
 attributes:
   check_mode:
     support: full
-    description: Reads the nodes, reports the predicted states and the C(scontrol update) commands that would run,
+    details: Reads the nodes, reports the predicted states and the C(scontrol update) commands that would run,
       and changes nothing. O(wait) is ignored.
   diff_mode:
     support: full
-    description: 'One line per changed node, C(<node>: <state> (<reason>)), before and after.'
+    details: 'One line per changed node, C(<node>: <state> (<reason>)), before and after.'
 extends_documentation_fragment:
+  - soperator.slurm.attributes
   - soperator.slurm.slurm_connection
   - kubernetes.core.k8s_auth_options
 options:

@@ -23,11 +23,12 @@ author:
 attributes:
   check_mode:
     support: full
-    description: Reads only; runs the same in check mode.
+    details: Reads only; runs the same in check mode.
   diff_mode:
     support: none
-    description: Changes nothing, so there is nothing to show.
+    details: Changes nothing, so there is nothing to show.
 extends_documentation_fragment:
+  - soperator.slurm.attributes
   - soperator.slurm.slurm_connection
   - kubernetes.core.k8s_auth_options
 options:

@@ -30,12 +30,12 @@ author:
 attributes:
   check_mode:
     support: full
-    description:
+    details:
       - Every write is sent as a server-side dry run; RV(objects) lists what would change and RV(actions) which nodes
         would be drained and removed.
   diff_mode:
     support: full
-    description:
+    details:
       - The before and after of every object that changes, as YAML.
 options:
   state:
@@ -78,6 +78,7 @@ options:
     type: int
     default: 300
 extends_documentation_fragment:
+  - soperator.slurm.attributes
   - soperator.slurm.kube_target
   - soperator.slurm.kube_target.api
   - kubernetes.core.k8s_auth_options
@@ -167,6 +168,7 @@ errors:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.soperator.slurm.plugins.module_utils import args
 from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import nodeset
@@ -174,13 +176,11 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate impo
 
 
 def main():
-    argument_spec = dict(
+    argument_spec = args.spec_source_argument_spec(
         state=dict(type="str", choices=["present", "absent"], default="present"),
         name=dict(type="str"),
         namespace=dict(type="str"),
         cluster_name=dict(type="str"),
-        definition=dict(type="raw"),
-        src=dict(type="path"),
         replicas=dict(type="int"),
         wait_timeout=dict(type="int", default=300),
     )

@@ -32,13 +32,14 @@ author:
 attributes:
   check_mode:
     support: full
-    description: Reads the nodes and reports what would be done. Nodes that would be replaced are not checked (their
+    details: Reads the nodes and reports what would be done. Nodes that would be replaced are not checked (their
       checks run after the replacement); the others are checked (read-only) and reported as would-be resumed or left
       drained. Nothing is deleted, restarted, cordoned, resumed or recorded.
   diff_mode:
     support: full
-    description: Shows the state and reason of each node the pass replaces or resumes, before and after.
+    details: Shows the state and reason of each node the pass replaces or resumes, before and after.
 extends_documentation_fragment:
+  - soperator.slurm.attributes
   - kubernetes.core.k8s_auth_options
   - soperator.slurm.kube_target.api
 options:
@@ -214,16 +215,15 @@ import copy
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
+from ansible_collections.soperator.slurm.plugins.module_utils import args
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.module import KUBE_API_SPEC, KUBE_TARGET_SPEC
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation_setup as setup
 
 
 def argument_spec():
-    spec = dict(
-        target=dict(type="str", required=True, choices=["kubernetes", "local"]),
-        definition=dict(type="raw"),
-        src=dict(type="path"),
+    spec = args.spec_source_argument_spec(
+        target=dict(type="str", required=True, choices=args.TARGETS),
         state_dir=dict(type="path"),
         reason_prefix=dict(type="str"),
         replace_drained_nodes=dict(type="bool"),
