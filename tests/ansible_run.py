@@ -45,8 +45,8 @@ class AnsibleRun:
 
     def output(self, limit=4000):
         """The ends of stdout and stderr, for assertion messages."""
-        return "rc %s of %s\n--- stdout\n%s\n--- stderr\n%s" % (self.rc, " ".join(self.argv[:3]),
-                                                              self.stdout[-limit:], self.stderr[-limit:])
+        return "rc %s of %s\n--- stdout\n%s\n--- stderr\n%s" % (
+            self.rc, " ".join(self.argv[:3]), self.stdout[-limit:], self.stderr[-limit:])
 
     def json(self):
         try:

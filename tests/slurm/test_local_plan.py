@@ -55,7 +55,7 @@ def test_twelve_nodes_check_mode_order_is_the_executed_order(local_cluster):
     two = _with_replicas(model, 2)
     planned = _names(cluster.plan_present(two, cluster.status()), "would drain")
     done = cluster.ensure_started(two)
-    stopped = [n for n in _names(done["changes"], "stopped slurmd")]
+    stopped = list(_names(done["changes"], "stopped slurmd"))
     assert planned == stopped == ["cpu-%d" % i for i in range(2, 12)]
 
     # Back to 12, then stop: check mode's stop order is the order stop() stops them in.

@@ -114,7 +114,7 @@ class LocalAccounting(object):
             return
         runner = self.slurm()
         try:
-            listed, _ = runner.run([sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"], check=False)
+            listed = runner.run([sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"], check=False)[0]
             if listed.rc == 0 and self.model.name in listed.stdout.split():
                 return
             runner.run([sacctmgr, "-i", "add", "cluster", self.model.name], check=False)

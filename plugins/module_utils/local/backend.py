@@ -44,16 +44,17 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner impor
     LocalTransport, SlurmError, SlurmRunner)
 # The local backend's names its callers (the slurm_cluster module, tests, bench) use.
 from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs  # noqa: F401
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (  # noqa: F401
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (  # noqa: F401 pylint: disable=unused-import
     check_path, CTLD_OFFSET, DEFAULT_BASE_PORT, default_state_dir, Layout, LocalClusterError, LOGIN_DAEMON, LOOPBACK,
     MARKER, node_ports, ports_needed)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.login import (  # noqa: F401
+from ansible_collections.soperator.slurm.plugins.module_utils.local.login import (  # noqa: F401 pylint: disable=unused-import
     _jail_mount_point, login_binds, render_login_sshd_config, unsafe_path_components)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import (  # noqa: F401
+from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import (  # noqa: F401 pylint: disable=unused-import
     find_free_base_port, PortClaims)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (  # noqa: F401
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (  # noqa: F401 pylint: disable=unused-import
     _pid_alive, _proc_start_time, find_binary)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _saved_base, read_marker  # noqa: F401
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (  # noqa: F401 pylint: disable=unused-import
+    _saved_base, read_marker)
 
 
 class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalLogin, LocalPorts, LocalStateDir):
@@ -432,7 +433,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalLogin, LocalPo
         runner = self.slurm()
 
         def jobs():
-            result, _ = runner.run(["squeue", "-h", "-o", "%A"], check=False)
+            result = runner.run(["squeue", "-h", "-o", "%A"], check=False)[0]
             return result.stdout.split() if result.rc == 0 else []
         try:
             ids = jobs()

@@ -48,7 +48,6 @@ class LocalClusterError(RuntimeError):
     pass
 
 
-
 def check_path(what, path):
     """Refuse a path that would not read back as one word from the files it is written to (see _SAFE_PATH)."""
     if not isinstance(path, str) or not _SAFE_PATH.match(os.path.abspath(path)) or "\n" in path:
@@ -59,12 +58,10 @@ def check_path(what, path):
     return os.path.abspath(path)
 
 
-
 def default_state_dir(cluster_name):
     """Where a cluster's state lives unless told otherwise: $XDG_STATE_HOME (~/.local/state)/soperator/<name>."""
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return os.path.join(base, "soperator", cluster_name)
-
 
 
 class Layout:
@@ -103,7 +100,6 @@ class Layout:
         return os.path.join(self.run, "%s.proc.json" % name)
 
 
-
 def node_ports(model, base_port):
     """{node name: slurmd port} for every node any NodeSet may have, in model order."""
     ports = {}
@@ -115,10 +111,8 @@ def node_ports(model, base_port):
     return ports
 
 
-
 def ports_needed(model):
     return SLURMD_OFFSET + sum(ns.max_replicas for ns in model.node_sets)
-
 
 
 def _current_user():

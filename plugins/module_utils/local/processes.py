@@ -218,6 +218,7 @@ class LocalDaemons(object):
                 raise LocalClusterError("%s exited at once (rc %s):\n%s"
                                         % (name, proc.returncode, self._logs_of(name)))
             return
+
         def up():
             if ready():
                 return True, ""
@@ -383,7 +384,7 @@ class LocalDaemons(object):
 
     def _ctld_ready(self):
         try:
-            result, _ = self.slurm(timeout=15).run(["scontrol", "ping"], check=False)
+            result = self.slurm(timeout=15).run(["scontrol", "ping"], check=False)[0]
         except SlurmError:
             return False
         return result.rc == 0 and "is UP" in result.stdout
