@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Build the container images the rendered manifests name, here, from Debian packages.
+
+    python3 images/build.py [--suite forky] [--registry R] [--tag T] [--only controller,worker] [--push]
+                            [--save DIR]
+
+No registry is pulled from and no Docker engine is needed: each image is FROM scratch with a Debian root filesystem
+that mmdebstrap makes from Debian's own packages (the suite decides the Slurm version: forky 26.05, trixie 24.11),
+then built by buildah from images/<component>/Containerfile. The chroot SPANK plugin is compiled in a build root
+filesystem of the same suite (libslurm-dev, gcc), so it matches the Slurm it is loaded by.
+
+Images: <registry>/<component>:<tag>, the spec's default (spec/validate.py): controller, worker, login,
+accounting, jail (the populate Job's image: jail.py and the jail root filesystem as a tarball) and ansible-runner
+(the remediation CronJob's). The default tag is <Slurm version>-<collection version>, e.g. 26.05.5-0.1.0.
+
+Cache by content: every root filesystem and image is keyed by a sha256 of its inputs (suite, packages, hooks, the
+files copied in, this script's RECIPE_VERSION). A root filesystem tarball is kept in the cache directory
+(${SOPERATOR_CACHE:-~/.cache/soperator}/images); an image whose label dev.soperator.inputs already carries its key
+is not rebuilt. Downloaded .deb files are kept there too. The suite's package index is not part of a key: use
+--refresh to make the root filesystems again from the mirror's current packages.
+"""
+
+from __future__ import print_function
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMAGES = os.path.join(ROOT, "images")
+NODE = os.path.join(ROOT, "plugins", "module_utils", "node")
+# Bump to rebuild everything (a change in how this script builds, not in what it is given).
+RECIPE_VERSION = "1"
+LABEL_INPUTS = "dev.soperator.inputs"
+LABEL_SLURM = "dev.soperator.slurm-version"
+LABEL_SUITE = "dev.soperator.debian-suite"
+DEFAULT_REGISTRY = "ghcr.io/soperator-slurm"
+COMPONENTS = ("controller", "worker", "login", "accounting", "jail", "ansible-runner")
+
+# Smaller images: no manuals, docs (but the copyright files) or translations.
+DPKG_OPTS = ["path-exclude=/usr/share/man/*", "path-exclude=/usr/share/doc/*",
+             "path-include=/usr/share/doc/*/copyright", "path-exclude=/usr/share/locale/*",
+             "path-exclude=/usr/share/info/*"]
+
+# Root filesystems: packages and extra mmdebstrap customize hooks ({plugin} is the built SPANK plugin's path).
+ROOTFS = {
+    # Only to compile the SPANK plugin against this suite's <slurm/spank.h>.
+    "build": {"packages": ["libslurm-dev", "gcc", "libc6-dev", "make"]},
+    "controller": {"packages": ["slurmctld", "slurm-client", "munge", "util-linux"]},
+    # dmesg (util-linux) and scontrol for the health check; procps for ps/kill in jobs' epilogs.
+    "worker": {"packages": ["slurmd", "slurm-client", "munge", "util-linux", "python3", "procps", "hostname"]},
+    "login": {"packages": ["openssh-server", "slurm-client", "munge", "util-linux", "libnss-extrausers",
+                           "python3"]},
+    "accounting": {"packages": ["slurmdbd", "munge", "util-linux"]},
+    # What users get as / on login and worker nodes: Slurm clients of the same version, munge, python3, ssh, the
+    # plugin at the path plugstack.conf names (srun/sbatch in the jail load it), and localhost in /etc/hosts.
+    "jail-rootfs": {
+        "packages": ["slurm-client", "munge", "openssh-client", "python3", "hostname", "procps", "iproute2",
+                     "less", "nano"],
+        "hooks": [
+            'rm -f "$1"/etc/munge/munge.key "$1"/etc/resolv.conf "$1"/etc/hostname',
+            'printf "127.0.0.1\\tlocalhost\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n" > "$1"/etc/hosts',
+            'install -d "$1"/usr/lib/slurm "$1"/etc/slurm "$1"/run/munge "$1"/var/spool/slurmd',
+            'upload {plugin} /usr/lib/slurm/spank_chroot.so',
+            'chmod 0755 "$1"/usr/lib/slurm/spank_chroot.so',
+            # Lets anyone (and the smoke test) tell the jail from a node's own root filesystem.
+            'printf "soperator.slurm jail root filesystem\\n" > "$1"/etc/soperator-jail-release',
+        ]},
+    "populate": {"packages": ["python3"]},
+    "runner": {"packages": ["python3", "python3-venv", "openssh-client", "ca-certificates"]},
+}
+
+# Image component -> (Containerfile dir, root filesystem, files for the build context: name -> source path).
+IMAGE_RECIPES = {
+    "controller": ("controller", "controller", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh")}),
+    "worker": ("worker", "worker", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
+                                    "spank_chroot.so": "{plugin}",
+                                    "health_check.py": os.path.join(NODE, "health_check.py"),
+                                    "active_check.py": os.path.join(NODE, "active_check.py")}),
+    "login": ("login", "login", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
+                                 "spank_chroot.so": "{plugin}",
+                                 "health_check.py": os.path.join(NODE, "health_check.py"),
+                                 "active_check.py": os.path.join(NODE, "active_check.py")}),
+    "accounting": ("accounting", "accounting", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh")}),
+    "jail": ("populate_jail", "populate", {"jail-rootfs.tar": "{jail_rootfs}",
+                                           "jail.py": os.path.join(NODE, "jail.py"),
+                                           "safe_tree.py": os.path.join(NODE, "safe_tree.py")}),
+}
+
+
+def log(msg):
+    print("images: %s" % msg, file=sys.stderr)
+    sys.stderr.flush()
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def output(cmd):
+    return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
+
+
+def file_digest(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def key_of(obj):
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def link_or_copy(src, dst):
+    if os.path.lexists(dst):
+        os.unlink(dst)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+class Builder(object):
+    def __init__(self, args):
+        self.args = args
+        self.cache = os.path.join(os.environ.get("SOPERATOR_CACHE") or os.path.expanduser("~/.cache/soperator"),
+                                  "images")
+        self.debs = os.path.join(self.cache, "debs", args.suite)
+        self.out = os.path.join(ROOT, "build", "images")
+        for d in (self.cache, self.debs, self.out):
+            os.makedirs(d, exist_ok=True)
+        self.built = []
+
+    # --- root filesystems ---------------------------------------------------------------------------------------
+
+    def mmdebstrap(self, packages, target, hooks=()):
+        cmd = ["mmdebstrap", "--variant=minbase", "--aptopt=Acquire::Check-Valid-Until \"false\"",
+               "--include=" + ",".join(packages),
+               # Keep the downloaded .deb files between runs (mmdebstrap(1), "use a local package cache").
+               "--skip=essential/unlink",
+               "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
+               "--setup-hook=sync-in %s /var/cache/apt/archives/" % self.debs,
+               "--customize-hook=sync-out /var/cache/apt/archives %s" % self.debs]
+        cmd += ["--dpkgopt=" + o for o in DPKG_OPTS]
+        cmd += ["--customize-hook=" + h for h in hooks]
+        cmd += [self.args.suite, target]
+        if self.args.mirror:
+            cmd.append(self.args.mirror)
+        run(cmd, stdout=subprocess.DEVNULL if not self.args.verbose else None,
+            stderr=subprocess.PIPE if not self.args.verbose else None)
+
+    def rootfs(self, name, extra_inputs=None, substitutions=None):
+        """A cached root filesystem tarball -> its path."""
+        recipe = ROOTFS[name]
+        hooks = [h.format(**(substitutions or {})) for h in recipe.get("hooks", [])]
+        key = key_of({"recipe": RECIPE_VERSION, "suite": self.args.suite, "mirror": self.args.mirror,
+                      "packages": recipe["packages"], "hooks": recipe.get("hooks", []), "dpkg": DPKG_OPTS,
+                      "inputs": extra_inputs or {}})
+        path = os.path.join(self.cache, "rootfs-%s-%s-%s.tar" % (name, self.args.suite, key[:16]))
+        if os.path.exists(path) and not self.args.refresh:
+            return path, key
+        log("root filesystem %s (%s): mmdebstrap %s" % (name, self.args.suite, " ".join(recipe["packages"])))
+        started = time.time()
+        tmp = path + ".tmp.tar"
+        try:
+            self.mmdebstrap(recipe["packages"], tmp, hooks)
+        except subprocess.CalledProcessError as e:
+            sys.stderr.write(e.stderr.decode("utf-8", "replace") if e.stderr else "")
+            raise SystemExit("images: mmdebstrap failed for %s" % name)
+        os.replace(tmp, path)
+        for old in os.listdir(self.cache):  # earlier keys of the same root filesystem
+            if old.startswith("rootfs-%s-%s-" % (name, self.args.suite)) and old != os.path.basename(path):
+                os.unlink(os.path.join(self.cache, old))
+        log("root filesystem %s: %.0f s, %d MB" % (name, time.time() - started, os.path.getsize(path) >> 20))
+        return path, key
+
+    def spank_plugin(self):
+        """spank_chroot.so compiled in a build root filesystem of the suite (its libslurm-dev's spank.h)."""
+        src = os.path.join(IMAGES, "spank_chroot")
+        inputs = {f: file_digest(os.path.join(src, f)) for f in ("spank_chroot.c", "Makefile")}
+        key = key_of({"recipe": RECIPE_VERSION, "suite": self.args.suite, "mirror": self.args.mirror,
+                      "packages": ROOTFS["build"]["packages"], "inputs": inputs})
+        out_dir = os.path.join(self.cache, "spank-%s-%s" % (self.args.suite, key[:16]))
+        plugin = os.path.join(out_dir, "spank_chroot.so")
+        if os.path.exists(plugin) and not self.args.refresh:
+            return plugin, key
+        log("spank_chroot.so: compiling against %s's libslurm-dev" % self.args.suite)
+        tmp = out_dir + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        hooks = ["copy-in %s /tmp" % src,
+                 'chroot "$1" make -C /tmp/spank_chroot BUILD_DIR=/tmp/spank-out',
+                 "copy-out /tmp/spank-out/spank_chroot.so %s" % tmp]
+        try:
+            self.mmdebstrap(ROOTFS["build"]["packages"], "/dev/null", hooks)
+        except subprocess.CalledProcessError as e:
+            sys.stderr.write(e.stderr.decode("utf-8", "replace") if e.stderr else "")
+            raise SystemExit("images: building the SPANK plugin failed")
+        shutil.rmtree(out_dir, ignore_errors=True)
+        os.replace(tmp, out_dir)
+        return plugin, key
+
+    # --- images ---------------------------------------------------------------------------------------------------
+
+    def image_label(self, ref, label):
+        proc = subprocess.run(["buildah", "inspect", "--type", "image", "--format",
+                               '{{index .OCIv1.Config.Labels "%s"}}' % label, ref],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True)
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    def image_id(self, ref):
+        proc = subprocess.run(["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", ref],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True)
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    def build_image(self, component, containerfile_dir, rootfs_path, rootfs_key, files, slurm_version):
+        ref = "%s/%s:%s" % (self.args.registry, component, self.args.tag)
+        containerfile = os.path.join(IMAGES, containerfile_dir, "Containerfile")
+        key = key_of({"recipe": RECIPE_VERSION, "rootfs": rootfs_key, "containerfile": file_digest(containerfile),
+                      "files": {n: file_digest(p) for n, p in sorted(files.items())}, "slurm": slurm_version})
+        if self.image_label(ref, LABEL_INPUTS) == key and not self.args.refresh:
+            log("%s: up to date" % ref)
+            self.built.append((component, ref, False))
+            return ref
+        log("%s: building" % ref)
+        started = time.time()
+        ctx = os.path.join(self.out, "context", component)
+        shutil.rmtree(ctx, ignore_errors=True)
+        os.makedirs(ctx)
+        link_or_copy(rootfs_path, os.path.join(ctx, "rootfs.tar"))
+        for name, src in files.items():
+            link_or_copy(src, os.path.join(ctx, name))
+        previous = self.image_id(ref)
+        cmd = ["buildah", "build", "--quiet", "--layers=false", "-f", containerfile, "-t", ref,
+               "--label", "%s=%s" % (LABEL_INPUTS, key), "--label", "%s=%s" % (LABEL_SUITE, self.args.suite),
+               "--label", "org.opencontainers.image.title=soperator.slurm %s" % component,
+               "--label", "org.opencontainers.image.version=%s" % self.args.tag]
+        if slurm_version:
+            cmd += ["--label", "%s=%s" % (LABEL_SLURM, slurm_version)]
+        run(cmd + [ctx], stdout=subprocess.DEVNULL)
+        shutil.rmtree(ctx, ignore_errors=True)
+        if previous and previous != self.image_id(ref):
+            # The image this tag named before, now untagged: ours (it carried the tag we build), so remove it.
+            subprocess.run(["buildah", "rmi", previous], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log("%s: built in %.0f s" % (ref, time.time() - started))
+        self.built.append((component, ref, True))
+        return ref
+
+
+def dpkg_versions(rootfs_tar, packages):
+    """package -> Debian version, read from the root filesystem's dpkg status."""
+    with tarfile.open(rootfs_tar) as tar:
+        status = tar.extractfile("./var/lib/dpkg/status").read().decode("utf-8", "replace")
+    versions = {}
+    for stanza in status.split("\n\n"):
+        name = re.search(r"^Package: (\S+)$", stanza, re.M)
+        version = re.search(r"^Version: (\S+)$", stanza, re.M)
+        installed = re.search(r"^Status: .* installed$", stanza, re.M)
+        if name and version and installed and name.group(1) in packages:
+            versions[name.group(1)] = version.group(1)
+    return versions
+
+
+def upstream(debian_version):
+    """26.05.5-1 -> 26.05.5 (no epoch, no Debian revision)."""
+    return debian_version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
+def collection_version():
+    with open(os.path.join(ROOT, "galaxy.yml")) as f:
+        return re.search(r"^version:\s*['\"]?([^'\"\s]+)", f.read(), re.M).group(1)
+
+
+def image_size(ref):
+    proc = subprocess.run(["podman", "image", "inspect", "--format", "{{.Size}}", ref],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True)
+    return int(proc.stdout.strip()) if proc.returncode == 0 else 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", default=os.environ.get("SUITE") or "forky",
+                        help="Debian suite of every root filesystem (forky: Slurm 26.05, trixie: 24.11)")
+    parser.add_argument("--mirror", default=os.environ.get("MIRROR") or "", help="Debian mirror (mmdebstrap's default)")
+    parser.add_argument("--registry", default=os.environ.get("REGISTRY") or DEFAULT_REGISTRY)
+    parser.add_argument("--tag", default=os.environ.get("TAG") or "",
+                        help="image tag (default: <Slurm version>-<collection version>)")
+    parser.add_argument("--only", default="", help="comma-separated components (default: all)")
+    parser.add_argument("--refresh", action="store_true", help="rebuild root filesystems and images")
+    parser.add_argument("--push", action="store_true", help="push every image to its registry")
+    parser.add_argument("--save", default="", help="also write each image as an OCI archive into this directory")
+    parser.add_argument("--print-tag", action="store_true", help="print the default tag and exit")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("CONTAINERS_CONF", os.path.join(IMAGES, "containers.conf"))
+    only = [c for c in args.only.split(",") if c] or list(COMPONENTS)
+    unknown = sorted(set(only) - set(COMPONENTS))
+    if unknown:
+        parser.error("unknown component(s) %s (known: %s)" % (", ".join(unknown), ", ".join(COMPONENTS)))
+
+    started = time.time()
+    b = Builder(args)
+    # The Slurm version decides the default tag: read it from the controller's root filesystem.
+    controller_fs, controller_key = b.rootfs("controller")
+    slurm = upstream(dpkg_versions(controller_fs, {"slurmctld"})["slurmctld"])
+    if not args.tag:
+        args.tag = "%s-%s" % (slurm, collection_version())
+    if args.print_tag:
+        print(args.tag)
+        return 0
+
+    plugin, plugin_key = b.spank_plugin()
+    subs = {"plugin": plugin}
+    fs = {"controller": (controller_fs, controller_key)}
+    for name in ("worker", "login", "accounting", "populate"):
+        fs[name] = b.rootfs(name)
+    fs["jail-rootfs"] = b.rootfs("jail-rootfs", {"plugin": plugin_key}, subs)
+    subs["jail_rootfs"] = fs["jail-rootfs"][0]
+
+    for component in only:
+        if component == "ansible-runner":
+            continue   # below
+        containerfile_dir, rootfs_name, files = IMAGE_RECIPES[component]
+        files = {n: p.format(**subs) for n, p in files.items()}
+        fs_path, fs_key = fs[rootfs_name]
+        version_source = fs["jail-rootfs"][0] if component == "jail" else fs_path
+        versions = dpkg_versions(version_source, {"slurmctld", "slurmd", "slurmdbd", "slurm-client"})
+        if len(set(map(upstream, versions.values()))) != 1:
+            raise SystemExit("images: %s: expected one Slurm version, found %s" % (component, versions))
+        version = upstream(sorted(versions.values())[0])
+        if version != slurm:
+            raise SystemExit("images: %s has Slurm %s, the controller %s" % (component, version, slurm))
+        b.build_image(component, containerfile_dir, fs_path, fs_key, files, version)
+
+    if "ansible-runner" in only:
+        import runner_image   # images/runner_image.py: the collection and its Python dependencies
+        runner_image.build(b, fs)
+
+    rows = []
+    for component, ref, rebuilt in b.built:
+        if args.push:
+            run(["buildah", "push", ref])
+        if args.save:
+            os.makedirs(args.save, exist_ok=True)
+            archive = os.path.join(os.path.abspath(args.save), "%s.oci.tar" % component)
+            if os.path.exists(archive):
+                os.unlink(archive)
+            run(["buildah", "push", "--quiet", ref, "oci-archive:%s:%s" % (archive, ref)], stdout=subprocess.DEVNULL)
+        rows.append((ref, "%d MB" % (image_size(ref) >> 20), b.image_label(ref, LABEL_SLURM) or "-",
+                     "built" if rebuilt else "cached"))
+    width = max(len(r[0]) for r in rows) if rows else 0
+    print("%-*s  %8s  %-8s  %s" % (width, "IMAGE", "SIZE", "SLURM", "BUILD"))
+    for ref, size, version, state in rows:
+        print("%-*s  %8s  %-8s  %s" % (width, ref, size, version, state))
+    print("images: %d image(s), %d rebuilt, suite %s, Slurm %s, %.0f s"
+          % (len(rows), sum(1 for r in b.built if r[2]), args.suite, slurm, time.time() - started))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, IMAGES)
+    sys.exit(main())

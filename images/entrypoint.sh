@@ -1,0 +1,126 @@
+#!/bin/bash
+# Entrypoint of the Slurm images (controller, worker, login, accounting): the pod templates of
+# plugins/module_utils/render/kube_objects.py give only args (`slurmctld -D`, `slurmd -D -N <pod>`, `slurmdbd -D`,
+# `/usr/sbin/sshd -D -e -f ...`, `/opt/soperator/bin/active-check ...`). This script starts munged with the
+# cluster's key (the <cluster>-munge Secret at /etc/munge/munge.key), prepares what the daemon writes, and execs the
+# args, dropping root wherever the daemon does not need it.
+#
+# Privileges: the script itself runs as root (the image's user) only to copy the key and create directories.
+#   munged     runs as munge (no capability).
+#   slurmctld  runs as slurm (SlurmUser): it never needs root.
+#   slurmdbd   runs as slurm (SlurmUser) with its 0600 config.
+#   slurmd     stays root: it starts job steps as their users, creates job cgroups, and the chroot SPANK plugin
+#              mounts the jail (the worker container is privileged; see kube_objects._worker).
+#   sshd       stays root: it authenticates users, switches to them and chroots (CAP_SYS_CHROOT) into the jail.
+set -euo pipefail
+
+log() { echo "soperator-entrypoint: $*" >&2; }
+
+MUNGE_KEY_SOURCE=${MUNGE_KEY_SOURCE:-/etc/munge/munge.key}
+# munged refuses a key that it cannot read or that others can: the Secret's file is root's (mode 0400), so munged
+# gets its own copy.
+MUNGE_KEY=/var/lib/munge/munge.key
+MUNGE_SOCKET=/run/munge/munge.socket.2
+
+as_user() {
+    local user=$1
+    shift
+    exec setpriv --reuid="$user" --regid="$user" --init-groups --inh-caps=-all -- "$@"
+}
+
+start_munged() {
+    if [ ! -r "$MUNGE_KEY_SOURCE" ]; then
+        log "no munge key at $MUNGE_KEY_SOURCE (mount the cluster's munge Secret there)"
+        exit 1
+    fi
+    install -d -o munge -g munge -m 0700 /var/lib/munge /var/log/munge
+    install -d -o munge -g munge -m 0755 /run/munge
+    install -o munge -g munge -m 0400 "$MUNGE_KEY_SOURCE" "$MUNGE_KEY"
+    # munged forks into the background once its socket is ready.
+    setpriv --reuid=munge --regid=munge --init-groups --inh-caps=-all -- \
+        munged --key-file="$MUNGE_KEY" --socket="$MUNGE_SOCKET"
+    if [ ! -S "$MUNGE_SOCKET" ]; then
+        log "munged did not create $MUNGE_SOCKET"
+        exit 1
+    fi
+}
+
+slurm_dirs() {
+    install -d -o slurm -g slurm -m 0755 /run/slurm /var/log/slurm
+}
+
+# slurmdbd.conf = the ConfigMap's template + StoragePass from the Secret, mode 0600, owned by SlurmUser (slurmdbd
+# refuses anything else). Then wait (bounded) until the database accepts connections: slurmdbd exits when it
+# cannot reach it at start.
+slurmdbd_config() {
+    local template=${SLURMDBD_CONF_TEMPLATE:?SLURMDBD_CONF_TEMPLATE is not set}
+    local conf=/etc/slurm/slurmdbd.conf
+    : "${SLURMDBD_STORAGE_PASS:?SLURMDBD_STORAGE_PASS is not set}"
+    case $SLURMDBD_STORAGE_PASS in
+        *$'\n'*|*'#'*) log "the database password holds a newline or '#', which slurmdbd.conf cannot carry"; exit 1 ;;
+    esac
+    install -d -m 0755 /etc/slurm
+    (umask 077 && { grep -v '^[[:space:]]*StoragePass[[:space:]]*=' "$template"; \
+        printf 'StoragePass=%s\n' "$SLURMDBD_STORAGE_PASS"; } >"$conf.tmp")
+    chown slurm:slurm "$conf.tmp"
+    mv -f "$conf.tmp" "$conf"
+    local host port deadline
+    host=$(sed -n 's/^[[:space:]]*StorageHost[[:space:]]*=[[:space:]]*//p' "$conf" | tail -n1)
+    port=$(sed -n 's/^[[:space:]]*StoragePort[[:space:]]*=[[:space:]]*//p' "$conf" | tail -n1)
+    host=${host:-localhost}
+    port=${port:-3306}
+    deadline=$((SECONDS + ${SLURMDBD_DB_WAIT_SECONDS:-300}))
+    until (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; do
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            log "database $host:$port not reachable after ${SLURMDBD_DB_WAIT_SECONDS:-300}s"
+            exit 1
+        fi
+        sleep 2
+    done
+}
+
+if [ $# -eq 0 ]; then
+    log "no command given (the pod template's args)"
+    exit 2
+fi
+
+# `slurmctld -V` and the like only print: no munged, no directories.
+case ${2:-} in
+    -V|--version|-h|--help|--usage) exec "$@" ;;
+esac
+
+case $(basename -- "$1") in
+    slurmctld)
+        start_munged
+        slurm_dirs
+        # The spool volume is created root-owned.
+        install -d -o slurm -g slurm -m 0750 /var/spool/slurmctld
+        chown slurm:slurm /var/spool/slurmctld
+        as_user slurm "$@"
+        ;;
+    slurmdbd)
+        start_munged
+        slurm_dirs
+        slurmdbd_config
+        as_user slurm "$@"
+        ;;
+    slurmd)
+        start_munged
+        slurm_dirs
+        install -d -m 0755 /var/spool/slurmd
+        exec "$@"
+        ;;
+    sshd)
+        start_munged
+        # sshd's privilege separation directory.
+        install -d -m 0755 /run/sshd
+        exec "$@"
+        ;;
+    *)
+        # Slurm clients (active checks, scontrol, srun): munged when the key is there.
+        if [ -r "$MUNGE_KEY_SOURCE" ]; then
+            start_munged
+        fi
+        exec "$@"
+        ;;
+esac
