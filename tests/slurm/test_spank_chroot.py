@@ -226,9 +226,19 @@ def test_working_directory_is_the_jails(jailed, host_only):
     assert "couldn't chdir to `%s'" % host_only in proc.stderr
 
 
+def _install_plugin_only(jail, plugin):
+    os.makedirs(jail + os.path.dirname(plugin))
+    shutil.copy2(plugin, jail + plugin)
+
+
 def test_missing_jail_fails_the_job_closed(local_cluster, plugin, tmp_path):
     missing = str(tmp_path / "no-such-jail")
+    with pytest.raises(lb.LocalClusterError, match="the jail %s has no %s" % (re.escape(missing), re.escape(plugin))):
+        local_cluster(SMALL, jail_dir=missing, spank_chroot=plugin, login=False)
+    # a jail that goes away under a running cluster: every job step fails closed
+    _install_plugin_only(missing, plugin)
     cluster = local_cluster(SMALL, jail_dir=missing, spank_chroot=plugin, login=False)
+    shutil.rmtree(missing)
     message = "cannot enter the jail %s: jail directory %s: No such file or directory" % (missing, missing)
     ran = tmp_path / "ran"
 

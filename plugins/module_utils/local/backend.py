@@ -47,6 +47,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.configs impo
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (  # noqa: F401 pylint: disable=unused-import
     check_path, CTLD_OFFSET, DEFAULT_BASE_PORT, default_state_dir, Layout, LocalClusterError, LOGIN_DAEMON, LOOPBACK,
     MARKER, node_ports, ports_needed)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.login import require_jail_plugin
 from ansible_collections.soperator.slurm.plugins.module_utils.local.login import (  # noqa: F401 pylint: disable=unused-import
     _jail_mount_point, login_binds, render_login_sshd_config, unsafe_path_components)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import (  # noqa: F401 pylint: disable=unused-import
@@ -299,6 +300,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalLogin, LocalPo
                                         "with `make -C images/spank_chroot install`)" % plugin)
             if os.getuid() != 0:
                 raise LocalClusterError("a jail needs root: slurmd and slurmstepd mount the jail for each job step")
+            require_jail_plugin(self.jail_dir, plugin)
 
     def _ensure_secrets(self, model, changes):
         lay = self.layout

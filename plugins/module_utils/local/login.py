@@ -88,6 +88,25 @@ def _open_below(root, path, create=False):
         os.close(root_fd)
 
 
+def require_jail_plugin(jail, plugin):
+    """Refuse a jail without the chroot SPANK plugin at `plugin`, the path plugstack.conf names: srun and sbatch
+    inside the jail (login sessions, batch scripts) load plugstack.conf too and fail on a missing required plugin.
+    The directories are walked without following a link (the jail is its users'); the file itself may be a link."""
+    try:
+        fd = _open_below(jail, os.path.dirname(os.path.normpath(plugin)))
+        try:
+            st = os.stat(os.path.basename(plugin), dir_fd=fd, follow_symlinks=False)
+        finally:
+            os.close(fd)
+        if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+            return
+    except (LocalClusterError, OSError):
+        pass
+    raise LocalClusterError("the jail %s has no %s: srun and sbatch in the jail load the chroot SPANK plugin that "
+                            "plugstack.conf names. Use a jail that holds it (`make jail` builds one), or copy the "
+                            "plugin there" % (jail, plugin))
+
+
 def _jail_mount_point(jail, path):
     """Make `jail + path` a directory to mount on; refuse a path that crosses a symbolic link in the jail."""
     os.close(_open_below(jail, path, create=True))
