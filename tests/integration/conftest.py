@@ -1,22 +1,68 @@
-"""The real-cluster suite runs only when KUBECONFIG names a cluster to use; it says so loudly when it skips."""
+"""The real-cluster suite: against the cluster of KUBECONFIG when it is set, else against a control plane of its own.
+
+- KUBECONFIG set: that cluster (any real one). The audit-log tests run only when SOPERATOR_K8S_AUDIT_LOG names its
+  audit log, or when an audit.log lies beside the kubeconfig (what `make k8s-up` writes: build/k8s/).
+- KUBECONFIG not set, and `make k8s-build` has put the binaries in the cache: one control plane for the session
+  (tools/k8s/cluster.py: etcd, kube-apiserver, controller-manager, scheduler, kwok nodes) in a temporary directory,
+  stopped at the end of the session (by pid), whatever happened.
+- Neither: every test here is skipped, loudly (an environmental skip, which CI accepts).
+"""
+import importlib.util
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
 from ci_skips import environmental
 
-REASON = environmental("KUBECONFIG is not set: the real-cluster integration suite (tests/integration) is SKIPPED; "
-                       "set KUBECONFIG to run it against a real Kubernetes cluster")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+# By file: tools/k8s is no package, and a module named `cluster` would shadow others.
+_spec = importlib.util.spec_from_file_location("soperator_k8s_cluster",
+                                               os.path.join(ROOT, "tools", "k8s", "cluster.py"))
+k8s_cluster = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(k8s_cluster)
+
+_BIN = None if os.environ.get("KUBECONFIG") else k8s_cluster.cached_bin()
+REASON = environmental(
+    "KUBECONFIG is not set and no control plane is built (`make k8s-build`): the real-cluster integration suite "
+    "(tests/integration) is SKIPPED")
+
+
+class Cluster:
+    """The cluster under test: its kubeconfig and, when known, its audit log (one JSON event per request)."""
+
+    def __init__(self, kubeconfig, audit_log=None, own=False):
+        self.kubeconfig, self.audit_log, self.own = kubeconfig, audit_log, own
+
+    def kubectl(self, *args, input=None, check=True):
+        """The kubectl we built (else the one on PATH) against this cluster; the finished process."""
+        bin_dir = _BIN or k8s_cluster.cached_bin()
+        path = os.path.join(bin_dir, "kubectl") if bin_dir else shutil.which("kubectl")
+        if not path:
+            pytest.skip(environmental("no kubectl: neither built (`make k8s-build`) nor on PATH"))
+        proc = subprocess.run([path, "--kubeconfig", self.kubeconfig] + list(args), input=input,
+                              capture_output=True, text=True, timeout=120, check=False)
+        if check:
+            assert proc.returncode == 0, "kubectl %s: rc %d\n%s%s" % (" ".join(args), proc.returncode,
+                                                                    proc.stdout[-3000:], proc.stderr[-3000:])
+        return proc
 
 
 def pytest_report_header(config):
-    if not os.environ.get("KUBECONFIG"):
-        return "integration: " + REASON
-    return "integration: against the cluster of KUBECONFIG=%s" % os.environ["KUBECONFIG"]
+    if os.environ.get("KUBECONFIG"):
+        return "integration: against the cluster of KUBECONFIG=%s" % os.environ["KUBECONFIG"]
+    if _BIN:
+        return "integration: against a control plane started from %s" % _BIN
+    return "integration: " + REASON
 
 
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("KUBECONFIG"):
+    if os.environ.get("KUBECONFIG") or _BIN:
         return
     for item in items:
         if "tests/integration" in str(item.fspath):
@@ -24,5 +70,34 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not os.environ.get("KUBECONFIG"):
+    if not (os.environ.get("KUBECONFIG") or _BIN):
         terminalreporter.write_line("SKIPPED the real-cluster integration suite: " + REASON, yellow=True, bold=True)
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory):
+    kubeconfig = os.environ.get("KUBECONFIG")
+    if kubeconfig:
+        audit = os.environ.get("SOPERATOR_K8S_AUDIT_LOG") or os.path.join(os.path.dirname(kubeconfig), "audit.log")
+        yield Cluster(kubeconfig, audit if os.path.isfile(audit) else None)
+        return
+    state = str(tmp_path_factory.mktemp("k8s"))
+    try:
+        info = k8s_cluster.up(state, _BIN, nodes=3, timeout=180)
+        yield Cluster(info["kubeconfig"], info["audit_log"], own=True)
+    finally:
+        k8s_cluster.down(state)
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(real_cluster):
+    return real_cluster.kubeconfig
+
+
+@pytest.fixture
+def audit(real_cluster):
+    """An AuditLog of this cluster (skips, environmentally, on a cluster whose audit log we cannot read)."""
+    if not real_cluster.audit_log:
+        pytest.skip(environmental("the audit log of the cluster of KUBECONFIG is unknown (SOPERATOR_K8S_AUDIT_LOG)"))
+    from k8s_audit import AuditLog
+    return AuditLog(real_cluster.audit_log)

@@ -1,4 +1,5 @@
-"""The emulator scenario of tests/kube, unchanged, against a real Kubernetes cluster (KUBECONFIG).
+"""The emulator scenario of tests/kube, unchanged, against a real Kubernetes cluster (conftest.py: KUBECONFIG, or
+the control plane tools/k8s builds).
 
 Runs in a fresh namespace that it deletes at the end (volumes included). It needs the right to manage CRDs. Pods
 need the images, which the suite does not build, so it does not wait for readiness; the safe scale-down needs
@@ -15,21 +16,24 @@ from test_slurm_cluster_kube import SMALL, module, spec_docs  # noqa: E402
 
 
 @pytest.fixture
-def docs():
+def docs(kubeconfig):
     namespace = "soperator-it-%s" % uuid.uuid4().hex[:8]
     documents = spec_docs(SMALL)
     for d in documents:
         d["metadata"]["namespace"] = namespace
     yield documents
     module("slurm_cluster", state="absent", target="kubernetes", definition=documents,
-           kubeconfig=os.environ["KUBECONFIG"], purge_volumes=True)
+           kubeconfig=kubeconfig, purge_volumes=True)
     from kubernetes import client, config
-    config.load_kube_config()
-    client.CoreV1Api().delete_namespace(namespace)
+    api = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        client.CoreV1Api(api).delete_namespace(namespace)
+    finally:
+        api.close()
 
 
-def run(documents, **kw):
-    args = dict(state="present", target="kubernetes", definition=documents, kubeconfig=os.environ["KUBECONFIG"])
+def run(documents, kubeconfig, **kw):
+    args = dict(state="present", target="kubernetes", definition=documents, kubeconfig=kubeconfig)
     args.update(kw)
     return module("slurm_cluster", **args)
 
@@ -38,19 +42,19 @@ def changed(result):
     return sorted((o["kind"], o["name"], o["action"]) for o in result["objects"] if o["action"] != "unchanged")
 
 
-def test_apply_rerun_plan_and_change(docs):
+def test_apply_rerun_plan_and_change(docs, kubeconfig):
     planned = module(
         "slurm_cluster", check=True, state="present", target="kubernetes", definition=docs,
-        kubeconfig=os.environ["KUBECONFIG"])
+        kubeconfig=kubeconfig)
     assert planned["changed"] and planned["requests"]["writes"] == 0
-    first = run(docs)
+    first = run(docs, kubeconfig)
     assert [(o["kind"], o["name"]) for o in first["objects"]] == [(o["kind"], o["name"]) for o in planned["objects"]]
     assert set(o["action"] for o in first["objects"]) <= {"created", "updated"}
-    second = run(docs)
+    second = run(docs, kubeconfig)
     assert not second["changed"] and second["requests"]["writes"] == 0, changed(second)
     docs[0]["spec"]["login"]["replicas"] = 2
     plan = module("slurm_cluster", check=True, state="present", target="kubernetes", definition=docs,
-                  kubeconfig=os.environ["KUBECONFIG"])
-    done = run(docs)
+                  kubeconfig=kubeconfig)
+    done = run(docs, kubeconfig)
     assert changed(plan) == changed(done) == [("SlurmCluster", "small", "updated"),
                                               ("StatefulSet", "small-login", "updated")]

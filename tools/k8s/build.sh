@@ -20,13 +20,22 @@ done
 kwokv="-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$K8S_VERSION"
 flags="CGO_ENABLED=0 -trimpath -ldflags=-s -w"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd kwok)
+# kwok does nothing without Stages (kwokctl embeds its defaults; kwok does not): the node and pod lifecycles of
+# kwok's own release, copied from the module beside the binaries, for cluster.py to pass in --config.
+stages=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+	pod/general/pod-create.yaml pod/general/pod-init-container-running.yaml
+	pod/general/pod-init-container-completed.yaml pod/general/pod-ready.yaml pod/general/pod-complete.yaml
+	pod/general/pod-delete.yaml)
 
-key=$( { cat versions.env go.mod go.sum; go version; echo "$flags|$kv|$kwokv|${binaries[*]}"; } |
+key=$( { cat versions.env go.mod go.sum; go version; echo "$flags|$kv|$kwokv|${binaries[*]}|${stages[*]}"; } |
 	sha256sum | cut -c1-16)
 root=${SOPERATOR_CACHE:-$HOME/.cache/soperator}/k8s/$key
 bin=$root/bin
 
-complete() { for b in "${binaries[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
+complete() {
+	for b in "${binaries[@]}"; do [ -x "$bin/$b" ] || return 1; done
+	for s in "${stages[@]}"; do [ -f "$bin/kwok-stages/${s//\//-}" ] || return 1; done
+}
 if complete; then echo "$bin"; exit 0; fi
 [ "${1:-}" != --cached ] || exit 1
 
@@ -49,6 +58,9 @@ for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet
 done
 build etcd go.etcd.io/etcd/server/v3 ""
 build kwok sigs.k8s.io/kwok/cmd/kwok "$kwokv"
+kwok_dir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+mkdir "$staging/kwok-stages"
+for s in "${stages[@]}"; do cp "$kwok_dir/kustomize/stage/$s" "$staging/kwok-stages/${s//\//-}"; done
 
 rm -rf "$bin"
 mv "$staging" "$bin"

@@ -58,13 +58,15 @@ class StartError(Exception):
 # ---------------------------------------------------------------- processes we started (pid + start time)
 
 def _start_time(pid):
-    """Field 22 of /proc/<pid>/stat (clock ticks since boot): a pid reused by another process has another one."""
+    """Field 22 of /proc/<pid>/stat (clock ticks since boot): a pid reused by another process has another one.
+    None for a process that is gone or a zombie (exited; PID 1 here does not always reap what it inherits)."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             stat = f.read()
     except OSError:
         return None
-    return int(stat[stat.rindex(")") + 2:].split()[19])
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 def _ours_alive(record):
@@ -351,8 +353,13 @@ def up(state=DEFAULT_STATE, bin_dir=None, nodes=3, timeout=180):
     _make_pki(pki)
     with open(os.path.join(state, "audit-policy.yaml"), "w") as f:
         f.write(AUDIT_POLICY)
+    # kwok's own node and pod lifecycles (build.sh copies them beside the binaries); given with --config, they are
+    # all kwok reads (not a ~/.kwok/kwok.yaml of the machine).
+    stages = os.path.join(bin_dir, "kwok-stages")
     with open(os.path.join(state, "kwok.yaml"), "w") as f:
-        f.write("")  # so a ~/.kwok/kwok.yaml of the machine is not read
+        for name in sorted(os.listdir(stages)):
+            with open(os.path.join(stages, name)) as stage:
+                f.write("---\n" + stage.read().strip() + "\n")
     records = {}
     binary = lambda name: os.path.join(bin_dir, name)  # noqa: E731
     try:
