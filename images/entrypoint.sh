@@ -79,6 +79,28 @@ slurmdbd_config() {
     done
 }
 
+# Login sessions (sshd's ChrootDirectory) and job steps (the SPANK plugin) resolve names with the jail's
+# /etc/resolv.conf, and slurmstepd itself, once in the jail, must still reach slurmctld by its DNS name. Every pod of
+# the cluster has the same DNS settings (one namespace, one dnsConfig), so the login and worker pods copy theirs
+# into the jail. Not when the jail's /etc or its resolv.conf is a symbolic link: the jail's content is not trusted
+# to redirect a write of root's.
+JAIL=${SOPERATOR_JAIL:-/mnt/jail}
+share_resolv_conf() {
+    local etc=$JAIL/etc
+    if [ ! -d "$etc" ] || [ -L "$etc" ] || [ -L "$etc/resolv.conf" ] || [ ! -r /etc/resolv.conf ]; then
+        log "not copying /etc/resolv.conf into the jail ($etc missing or a symbolic link)"
+        return 0
+    fi
+    if cmp -s /etc/resolv.conf "$etc/resolv.conf"; then
+        return 0
+    fi
+    local tmp
+    tmp=$(mktemp "$etc/.resolv.conf.soperator.XXXXXX")
+    cat /etc/resolv.conf >"$tmp"
+    chmod 0644 "$tmp"
+    mv -fT "$tmp" "$etc/resolv.conf"
+}
+
 if [ $# -eq 0 ]; then
     log "no command given (the pod template's args)"
     exit 2
@@ -108,12 +130,14 @@ case $(basename -- "$1") in
         start_munged
         slurm_dirs
         install -d -m 0755 /var/spool/slurmd
+        share_resolv_conf
         exec "$@"
         ;;
     sshd)
         start_munged
         # sshd's privilege separation directory.
         install -d -m 0755 /run/sshd
+        share_resolv_conf
         exec "$@"
         ;;
     *)

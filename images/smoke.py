@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run the built images as a real Slurm cluster with podman, driven by the rendered manifests of an example.
+
+    python3 images/smoke.py [--spec examples/small-cpu.yml] [--tag T] [--keep]
+
+The spec is rendered with playbooks/render.yml (its images.tag set to the built tag, a fresh root SSH key added).
+Every pod the manifests define is started as a podman container the way a kubelet would: the pod template's
+command/args (with $(VAR) expanded), env (values, the pod name, Secret keys), securityContext (privileged, added
+capabilities over the container runtime's default set, no-new-privileges) and volumes (ConfigMaps and Secrets
+written out as files with their modes, the jail claim as one directory every pod shares, emptyDirs, subPath).
+The populate Job fills the jail first. Containers are named like the pods (cpu-0, cpu-1: Slurm node names) on a
+podman network of their own, with the StatefulSet's per-pod DNS names as aliases.
+
+Checks: slurmctld -V is the images' Slurm; every worker registers; `srun -N2 hostname` prints both workers' names;
+the steps ran inside the jail (the SPANK plugin); ssh with the key into the login container lands in the jail.
+Exits non-zero on any failure; the last line is one line of results. Everything started is removed at the end
+(by the IDs this run created), also on failure; --keep leaves it running for a look.
+"""
+
+from __future__ import print_function
+
+import argparse
+import base64
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMAGES = os.path.join(ROOT, "images")
+# containerd's default capabilities: what a Kubernetes container has unless its securityContext adds or drops.
+K8S_DEFAULT_CAPS = ["CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID", "SETFCAP",
+                    "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE"]
+CMD_TIMEOUT = 120
+
+
+class SmokeError(Exception):
+    pass
+
+
+def log(msg):
+    print("smoke: %s" % msg, file=sys.stderr)
+    sys.stderr.flush()
+
+
+def sh(cmd, timeout=CMD_TIMEOUT, check=True, input=None):
+    """Run a command (bounded) -> stdout; raises SmokeError with its output when it fails."""
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              timeout=timeout, input=input)
+    except subprocess.TimeoutExpired:
+        raise SmokeError("timed out after %ds: %s" % (timeout, " ".join(cmd)))
+    if check and proc.returncode != 0:
+        raise SmokeError("%s -> exit %d\n%s%s" % (" ".join(cmd), proc.returncode, proc.stdout, proc.stderr))
+    return proc.stdout
+
+
+def wait_for(what, probe, timeout, sleep=2):
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            result = probe()
+            if result:
+                return result
+        except SmokeError as e:
+            last = e
+        if time.monotonic() >= deadline:
+            raise SmokeError("%s: not after %ds%s" % (what, timeout, (" (last error: %s)" % last) if last else ""))
+        time.sleep(sleep)
+
+
+class Cluster(object):
+    def __init__(self, args, tag):
+        self.args = args
+        self.tag = tag
+        self.run_id = "%d-%d" % (os.getpid(), int(time.time()))
+        self.work = tempfile.mkdtemp(prefix="smoke-", dir=os.path.join(ROOT, "build", "images"))
+        self.network = "soperator-smoke-%s" % self.run_id
+        self.containers = []      # (name, id) of every container this run created
+        self.objects = []
+        self.secrets = {}
+
+    # --- render -----------------------------------------------------------------------------------------------
+
+    def render(self):
+        key = os.path.join(self.work, "id_ed25519")
+        sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "soperator-smoke", "-f", key])
+        with open(key + ".pub") as f:
+            public = f.read().strip()
+        with open(os.path.join(ROOT, self.args.spec)) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d]
+        for doc in docs:
+            if doc.get("kind") == "SlurmCluster":
+                spec = doc.setdefault("spec", {})
+                images = spec.setdefault("images", {})
+                images["tag"] = self.tag
+                images["registry"] = self.args.registry
+                spec.setdefault("login", {})["sshRootPublicKeys"] = [public]
+        spec_file = os.path.join(self.work, "spec.yml")
+        with open(spec_file, "w") as f:
+            yaml.safe_dump_all(docs, f)
+        dest = os.path.join(self.work, "render")
+        os.makedirs(dest)
+        sh(["ansible-playbook", "playbooks/render.yml", "-e", "spec_file=%s" % spec_file, "-e",
+            "render_dest=%s" % dest], timeout=300)
+        for path in sorted(glob.glob(os.path.join(dest, "manifests", "*.yaml"))):
+            with open(path) as f:
+                self.objects += [o for o in yaml.safe_load_all(f) if o]
+        for obj in self.objects:
+            if obj["kind"] == "Secret":
+                self.secrets[obj["metadata"]["name"]] = {k: base64.b64decode(v) for k, v in obj["data"].items()}
+        self.key = key
+
+    def get(self, kind, name=None):
+        return [o for o in self.objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+    # --- volumes, as a kubelet would make them ----------------------------------------------------------------
+
+    def volume_dir(self, pod, volume):
+        """The host directory of one pod volume."""
+        if "configMap" in volume:
+            ref = volume["configMap"]
+            data = self.get("ConfigMap", ref["name"])[0].get("data") or {}
+            files = {k: v.encode("utf-8") for k, v in data.items()}
+            items, mode = ref.get("items"), ref.get("defaultMode", 0o644)
+            path = os.path.join(self.work, "vol", pod, volume["name"])
+        elif "secret" in volume:
+            ref = volume["secret"]
+            files = self.secrets[ref["secretName"]]
+            items, mode = ref.get("items"), ref.get("defaultMode", 0o644)
+            path = os.path.join(self.work, "vol", pod, volume["name"])
+        elif "persistentVolumeClaim" in volume:
+            path = os.path.join(self.work, "claims", volume["persistentVolumeClaim"]["claimName"])
+            os.makedirs(path, exist_ok=True)
+            return path
+        elif "emptyDir" in volume:
+            path = os.path.join(self.work, "vol", pod, volume["name"])
+            os.makedirs(path, exist_ok=True)
+            return path
+        else:
+            raise SmokeError("pod %s: volume %s of a kind this smoke cannot make" % (pod, volume))
+        os.makedirs(path, exist_ok=True)
+        for item in items or [{"key": k, "path": k} for k in files]:
+            target = os.path.join(path, item["path"])
+            with open(target, "wb") as f:
+                f.write(files[item["key"]])
+            os.chmod(target, item.get("mode", mode))
+        return path
+
+    # --- pods -------------------------------------------------------------------------------------------------
+
+    def podman_run(self, pod, template, service=None, detach=True, claims=None):
+        spec = template["spec"]
+        if len(spec["containers"]) != 1:
+            raise SmokeError("pod %s: one container expected" % pod)
+        ctr = spec["containers"][0]
+        namespace = self.get("StatefulSet")[0]["metadata"]["namespace"]
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        # A StatefulSet's volumeClaimTemplates: one claim per pod, <template>-<pod>.
+        for claim in claims or []:
+            name = claim["metadata"]["name"]
+            volumes[name] = {"name": name, "persistentVolumeClaim": {"claimName": "%s-%s" % (name, pod)}}
+        cmd = ["podman", "run", "--name", pod, "--hostname", pod, "--label", "dev.soperator.smoke=%s" % self.run_id,
+               "--network", self.network, "--cap-drop=all"]
+        if detach:
+            cmd.append("-d")
+        if service:
+            cmd += ["--network-alias", "%s.%s" % (pod, service),
+                    "--network-alias", "%s.%s.%s.svc.cluster.local" % (pod, service, namespace)]
+        for search in spec.get("dnsConfig", {}).get("searches", []):
+            cmd += ["--dns-search", search]
+        sec = ctr.get("securityContext", {})
+        caps = list(K8S_DEFAULT_CAPS) + list(sec.get("capabilities", {}).get("add", []))
+        caps = [c for c in caps if c not in sec.get("capabilities", {}).get("drop", [])]
+        cmd += ["--cap-add=" + c for c in caps]
+        if sec.get("privileged"):
+            cmd.append("--privileged")
+        if sec.get("allowPrivilegeEscalation") is False:
+            cmd += ["--security-opt", "no-new-privileges"]
+        env = {}
+        for e in ctr.get("env", []):
+            if "value" in e:
+                env[e["name"]] = e["value"]
+            elif "fieldRef" in e.get("valueFrom", {}):
+                field = e["valueFrom"]["fieldRef"]["fieldPath"]
+                env[e["name"]] = {"metadata.name": pod, "metadata.namespace": namespace}[field]
+            elif "secretKeyRef" in e.get("valueFrom", {}):
+                ref = e["valueFrom"]["secretKeyRef"]
+                env[e["name"]] = self.secrets[ref["name"]][ref["key"]].decode("utf-8")
+            else:
+                raise SmokeError("pod %s: env %s of a kind this smoke cannot set" % (pod, e))
+        for name, value in sorted(env.items()):
+            cmd += ["--env", "%s=%s" % (name, value)]
+        for m in ctr.get("volumeMounts", []):
+            host = self.volume_dir(pod, volumes[m["name"]])
+            if m.get("subPath"):
+                host = os.path.join(host, m["subPath"])
+                os.makedirs(host, exist_ok=True)
+            cmd += ["--volume", "%s:%s%s" % (host, m["mountPath"], ":ro" if m.get("readOnly") else "")]
+        if ctr.get("command"):
+            cmd += ["--entrypoint", json.dumps(ctr["command"])]
+        cmd.append(ctr["image"])
+        # The kubelet expands $(VAR) in args from the container's env.
+        cmd += [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda mo: env.get(mo.group(1), mo.group(0)), a)
+                for a in ctr.get("args", [])]
+        out = sh(cmd, timeout=300 if not detach else CMD_TIMEOUT, check=False) if not detach else sh(cmd)
+        if detach:
+            self.containers.append((pod, out.strip()))
+        return out
+
+    def populate_jail(self):
+        for job in self.get("Job"):
+            name = "%s-%s" % (job["metadata"]["name"], self.run_id)
+            self.containers.append((name, name))
+            out = self.podman_run(name, job["spec"]["template"], detach=False)
+            rc = sh(["podman", "inspect", "--format", "{{.State.ExitCode}}", name]).strip()
+            if rc != "0":
+                raise SmokeError("populate Job exited %s:\n%s%s" % (rc, out, sh(["podman", "logs", name],
+                                                                                   check=False)))
+            lines = [l for l in out.splitlines() if l.startswith("{")]
+            if not lines or json.loads(lines[-1]).get("action") not in ("populated", "kept"):
+                raise SmokeError("populate Job printed no result line:\n%s" % out)
+            log("jail populated: %s" % lines[-1][:160])
+
+    def start(self):
+        sh(["podman", "network", "create", "--label", "dev.soperator.smoke=%s" % self.run_id, self.network])
+        self.populate_jail()
+        for sts in self.get("StatefulSet"):
+            component = sts["metadata"]["labels"]["app.kubernetes.io/component"]
+            if component == "accounting-db":
+                raise SmokeError("the in-cluster MariaDB is not part of this smoke yet: use a spec without "
+                                 "accounting")
+            for i in range(sts["spec"]["replicas"]):
+                pod = "%s-%d" % (sts["metadata"]["name"], i)
+                log("starting %s (%s)" % (pod, sts["spec"]["template"]["spec"]["containers"][0]["image"]))
+                self.podman_run(pod, sts["spec"]["template"], service=sts["spec"]["serviceName"],
+                                claims=sts["spec"].get("volumeClaimTemplates"))
+
+    def exec(self, container, cmd, timeout=CMD_TIMEOUT, check=True):
+        return sh(["podman", "exec", container] + cmd, timeout=timeout, check=check)
+
+    def diagnostics(self):
+        for name, cid in self.containers:
+            print("----- %s: podman logs (last 40 lines)" % name, file=sys.stderr)
+            print(sh(["podman", "logs", "--tail", "40", cid], check=False), file=sys.stderr)
+            print(sh(["podman", "exec", cid, "sh", "-c", "tail -n 40 /var/log/slurm/*.log 2>/dev/null"],
+                     check=False), file=sys.stderr)
+
+    def cleanup(self):
+        for name, cid in reversed(self.containers):
+            sh(["podman", "rm", "-f", "-t", "5", cid], check=False, timeout=60)
+        sh(["podman", "network", "rm", self.network], check=False, timeout=60)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def check(cluster, results):
+    controller = [o["metadata"]["name"] + "-0" for o in cluster.get("StatefulSet")
+                  if o["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"][0]
+    login = [o["metadata"]["name"] + "-0" for o in cluster.get("StatefulSet")
+             if o["metadata"]["labels"]["app.kubernetes.io/component"] == "login"][0]
+    workers = sorted("%s-%d" % (o["metadata"]["name"], i) for o in cluster.get("StatefulSet")
+                     if o["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
+                     for i in range(o["spec"]["replicas"]))
+
+    version = cluster.exec(controller, ["slurmctld", "-V"]).strip()
+    # "slurm 26.05.5" upstream, "slurm-wlm 26.05.5" from Debian's packages.
+    if not re.match(r"slurm(-wlm)? %s(\.|$)" % re.escape(cluster.args.expect_slurm), version):
+        raise SmokeError("slurmctld -V says %r, expected Slurm %s" % (version, cluster.args.expect_slurm))
+    results.append("slurmctld=%s" % version.split()[-1])
+
+    wait_for("slurmctld answers", lambda: "UP" in cluster.exec(controller, ["scontrol", "ping"], check=False),
+             60)
+
+    def idle():
+        out = cluster.exec(controller, ["sinfo", "-h", "-N", "-o", "%N %T"])
+        states = dict(line.split() for line in out.splitlines() if line.strip())
+        return all(states.get(w, "").rstrip("*~#") == "idle" for w in workers)
+    wait_for("workers %s idle" % ",".join(workers), idle, 120)
+    results.append("nodes=%s" % ",".join(workers))
+
+    n = str(len(workers))
+    out = cluster.exec(login, ["timeout", "90", "srun", "-N", n, "hostname"], timeout=100)
+    names = sorted(out.split())
+    if names != workers:
+        raise SmokeError("srun -N%s hostname printed %r, expected %r" % (n, names, workers))
+    results.append("srun -N%s hostname=%s" % (n, ",".join(names)))
+
+    # The marker is only in the jail's root filesystem, not in the worker image: the steps ran in the jail.
+    out = cluster.exec(login, ["timeout", "90", "srun", "-N", n, "cat", "/etc/soperator-jail-release"], timeout=100)
+    if out.count("soperator.slurm jail root filesystem") != len(workers):
+        raise SmokeError("steps did not run in the jail: %r" % out)
+    worker_root = cluster.exec(workers[0], ["sh", "-c", "test -e /etc/soperator-jail-release && echo present || "
+                                                        "echo absent"]).strip()
+    if worker_root != "absent":
+        raise SmokeError("the worker image itself has the jail marker: the jail check proves nothing")
+    results.append("jail=yes")
+
+    ip = cluster.exec(login, ["sh", "-c", "hostname -I"]).split()[0]
+    ssh = ["ssh", "-i", cluster.key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+           "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR", "root@" + ip]
+    out = wait_for("ssh into %s" % login, lambda: sh(ssh + ["cat", "/etc/soperator-jail-release"], timeout=30), 30)
+    if "soperator.slurm jail root filesystem" not in out:
+        raise SmokeError("ssh did not land in the jail: %r" % out)
+    results.append("ssh=jail")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spec", default="examples/small-cpu.yml")
+    parser.add_argument("--registry", default=os.environ.get("REGISTRY") or "ghcr.io/soperator-slurm")
+    parser.add_argument("--tag", default=os.environ.get("TAG") or "")
+    parser.add_argument("--expect-slurm", default=os.environ.get("EXPECT_SLURM") or "26.05")
+    parser.add_argument("--keep", action="store_true", help="leave the cluster running (remove it by hand)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("CONTAINERS_CONF", os.path.join(IMAGES, "containers.conf"))
+    os.chdir(ROOT)
+    started = time.time()
+    tag = args.tag or sh([sys.executable, os.path.join(IMAGES, "build.py"), "--print-tag"], timeout=600).strip()
+    results = []
+    for component in ("controller", "worker", "login", "jail"):
+        ref = "%s/%s:%s" % (args.registry, component, tag)
+        if subprocess.run(["podman", "image", "exists", ref]).returncode != 0:
+            print("images-smoke: FAILED: %s is not built (make images)" % ref)
+            return 1
+    cluster = Cluster(args, tag)
+    ok = False
+    try:
+        cluster.render()
+        cluster.start()
+        check(cluster, results)
+        ok = True
+    except (SmokeError, OSError, KeyError, IndexError, ValueError) as e:
+        log("FAILED: %s" % e)
+        cluster.diagnostics()
+        results.append("error=%s" % str(e).splitlines()[0][:200])
+    finally:
+        if args.keep:
+            log("kept: containers %s, network %s, files %s" % (
+                " ".join(n for n, _ in cluster.containers), cluster.network, cluster.work))
+        else:
+            cluster.cleanup()
+    print("images-smoke: %s %s (%s, %.0f s)" % ("OK" if ok else "FAILED", " ".join(results), args.spec,
+                                                time.time() - started))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
