@@ -352,6 +352,12 @@ login:
   returned: when O(target=local) and O(state=present)
   type: dict
   sample: {host: 127.0.0.1, port: 17820, user: root}
+exporter:
+  description:
+    - The URL of the cluster's Prometheus exporter when C(spec.observability.exporter.enabled); null otherwise.
+  returned: when O(target=local) and O(state=present)
+  type: str
+  sample: http://127.0.0.1:9341/metrics
 nodes:
   description:
     - Slurm nodes as C(sinfo --json) reports them after the run (in check mode, as they are now). Empty when

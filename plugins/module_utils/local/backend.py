@@ -28,6 +28,7 @@ import subprocess
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c, files, wait
 from ansible_collections.soperator.slurm.plugins.module_utils.local.accounting import LocalAccounting
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import _current_user
+from ansible_collections.soperator.slurm.plugins.module_utils.local.exporter import LocalExporter
 from ansible_collections.soperator.slurm.plugins.module_utils.local.login import LocalLogin
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
     LocalPlan, nodes_to_remove, stop_order, wanted_nodes)
@@ -47,9 +48,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.configs impo
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (  # noqa: F401 pylint: disable=unused-import
     check_path, CTLD_OFFSET, DEFAULT_BASE_PORT, default_state_dir, Layout, LocalClusterError, LOGIN_DAEMON, LOOPBACK,
     MARKER, node_ports, ports_needed)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.login import require_jail_plugin
 from ansible_collections.soperator.slurm.plugins.module_utils.local.login import (  # noqa: F401 pylint: disable=unused-import
-    _jail_mount_point, login_binds, render_login_sshd_config, unsafe_path_components)
+    _jail_mount_point, require_jail_plugin, login_binds, render_login_sshd_config, unsafe_path_components)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import (  # noqa: F401 pylint: disable=unused-import
     find_free_base_port, PortClaims)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (  # noqa: F401 pylint: disable=unused-import
@@ -58,7 +58,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.state import
     _saved_base, read_marker)
 
 
-class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalLogin, LocalPorts, LocalStateDir):
+class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, LocalLogin, LocalPorts, LocalStateDir):
     # Each base is one concept of the cluster (its file says which); this class is the flow: ensure_started, stop.
     """A ClusterModel as local processes over `state_dir`.
 
@@ -166,6 +166,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalLogin, LocalPo
                             ready=self._ctld_ready, ports=[base_port + CTLD_OFFSET])
         self._converge_nodes(model, slurm_hash, base_port, changes)
         self._ensure_login(model, base_port, changes)
+        self._ensure_exporter(model, changes)
         return {"changed": bool(changes), "changes": changes}
 
     def scale(self, replicas):

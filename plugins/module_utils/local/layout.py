@@ -19,6 +19,7 @@ LOCAL_HOST = "localhost"
 CTLD_OFFSET, DBD_OFFSET, DB_OFFSET, SLURMD_OFFSET = 0, 1, 2, 10
 LOGIN_OFFSET = 3                    # the login sshd (with a jail)
 LOGIN_DAEMON = "sshd"
+EXPORTER_DAEMON = "exporter"
 LOGIN_USER = "root"                 # the user the cluster's keys (login.sshRootPublicKeys) are for
 # Local replacements of plugins that need what a laptop or CI box does not give: see local/configs.py.
 LOCAL_PROCTRACK = "proctrack/linuxproc"
@@ -36,7 +37,7 @@ MARKER = ".soperator-local-cluster.json"
 MARKER_KIND = "soperator.slurm/local-cluster"
 LOCK_FILE = ".lock"
 # What LocalCluster creates in a state directory; purge removes these (and the marker, the lock) and nothing else.
-STATE_ENTRIES = ("etc", "bin", "secrets", "run", "log", "ctld", "spool", "db", "login", "checks", "cluster.json")
+STATE_ENTRIES = ("etc", "bin", "lib", "secrets", "run", "log", "ctld", "spool", "db", "login", "checks", "cluster.json")
 _TMP_ENTRY = re.compile(r"\A(cluster\.json|%s)\.tmp\.\d+\Z" % re.escape(MARKER))
 # Paths written into slurm.conf, plugstack.conf, slurmdbd.conf and the health-check shell wrapper: a character
 # outside this set could split a line or a word (space, newline, '#', '=', ',', ':'), be expanded by Slurm ('%') or

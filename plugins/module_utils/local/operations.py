@@ -13,7 +13,7 @@ import os
 from ansible_collections.soperator.slurm.plugins.module_utils.local import plan
 from ansible_collections.soperator.slurm.plugins.module_utils.local.backend import LocalCluster
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
-    LOGIN_DAEMON, LocalClusterError, default_state_dir)
+    EXPORTER_DAEMON, LOGIN_DAEMON, LocalClusterError, default_state_dir)
 
 
 class LocalOperationError(Exception):
@@ -73,7 +73,8 @@ def _running(status):
 def _present(cluster, model, before, result, check_mode, diff):
     if check_mode:
         actions = cluster.plan_present(model, before)
-        after_daemons = sorted(plan.start_order(model) + ([LOGIN_DAEMON] if cluster.wants_login() else []))
+        after_daemons = sorted(plan.start_order(model) + ([LOGIN_DAEMON] if cluster.wants_login() else [])
+                               + ([EXPORTER_DAEMON] if model.observability.exporter.enabled else []))
         after_nodes = sorted(plan.wanted_nodes(model), key=plan.natural_key)
         result["nodes"] = _nodes(before["nodes"])
     else:
@@ -83,6 +84,7 @@ def _present(cluster, model, before, result, check_mode, diff):
         result["nodes"] = _nodes(after["nodes"])
         after_nodes = [n["name"] for n in result["nodes"]]
     result["login"] = cluster.login_address()
+    result["exporter"] = cluster.exporter_address()
     result.update(changed=bool(actions), actions=actions)
     if diff:
         result["diff"] = {

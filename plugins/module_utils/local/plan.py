@@ -13,7 +13,8 @@ import re
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LOGIN_DAEMON, ports_needed
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
+    EXPORTER_DAEMON, LOGIN_DAEMON, ports_needed)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import current_text
 
 SLURMD = "slurmd-"
@@ -38,10 +39,10 @@ def start_order(model):
 
 
 def stop_order(names):
-    """The order stop() stops the daemons `names` in: the login sshd (sessions may submit jobs), the slurmds, then
-    slurmctld, accounting and munged, then anything else recorded."""
+    """The order stop() stops the daemons `names` in: the login sshd (sessions may submit jobs) and the exporter
+    (it asks slurmctld), the slurmds, then slurmctld, accounting and munged, then anything else recorded."""
     names = list(names)
-    login = [n for n in names if n == LOGIN_DAEMON]
+    login = [n for n in (LOGIN_DAEMON, EXPORTER_DAEMON) if n in names]
     slurmds = sorted((n for n in names if n.startswith(SLURMD)), key=natural_key)
     services = [n for n in reversed(_SERVICES) if n in names]
     rest = sorted(n for n in names if n not in login + slurmds + services)
@@ -70,7 +71,7 @@ class LocalPlan(object):
                 actions += ["would initialize the accounting database"]
             actions += ["would write the Slurm configs to %s" % lay.etc]
             actions += ["would start %s" % d for d in start_order(model)]
-            return actions + self.plan_login(model)
+            return actions + self.plan_login(model) + self.plan_exporter(model)
         actions, slurm_changed, dbd_changed = self._plan_configs(model)
         actions = pre + actions
         if not os.path.exists(lay.munge_key):
@@ -93,7 +94,7 @@ class LocalPlan(object):
         running_nodes = [n[len(SLURMD):] for n in running if n.startswith(SLURMD)]
         for node in nodes_to_remove(model, running_nodes, listed):
             actions.append("would drain %s, wait for its jobs, stop its slurmd and remove it from Slurm" % node)
-        return actions + self.plan_login(model)
+        return actions + self.plan_login(model) + self.plan_exporter(model)
 
     def _plan_configs(self, model):
         """(actions, slurm_changed, dbd_changed): which config files under state_dir/etc a run would write."""

@@ -425,6 +425,14 @@ REMEDIATION = Obj("The in-cluster remediation loop.", {
     "successfulJobsHistoryLimit": Int("CronJob history.", minimum=0, maximum=INT32_MAX, default=3),
     "failedJobsHistoryLimit": Int("CronJob history.", minimum=0, maximum=INT32_MAX, default=3),
 })
+OBSERVABILITY = Obj("Metrics of the cluster.", {
+    "exporter": Obj("The Prometheus exporter: Slurm's nodes, drains, jobs and scheduler, read through the "
+                    "collection's Slurm runner.", {
+                        "enabled": Bool("Run the exporter.", default=False),
+                        "port": Int("Port it serves /metrics on (a local cluster: on 127.0.0.1).", minimum=1,
+                                    maximum=65535, default=9341),
+                    }),
+})
 CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets.", {
     "clusterDomain": Str("DNS domain of the Kubernetes cluster.", default="cluster.local", pattern=K8S_NAME,
                          pattern_help=K8S_NAME_HELP, max_length=MAX_DNS_NAME),
@@ -455,6 +463,7 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
     }),
     "healthChecks": HEALTH_CHECKS,
     "remediation": REMEDIATION,
+    "observability": OBSERVABILITY,
 })
 NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict({
     "clusterName": Str("The SlurmCluster this NodeSet belongs to.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),

@@ -249,6 +249,17 @@ class Remediation:
 
 
 @dataclass(frozen=True)
+class Exporter:
+    enabled: bool
+    port: int
+
+
+@dataclass(frozen=True)
+class Observability:
+    exporter: Exporter
+
+
+@dataclass(frozen=True)
 class ClusterModel:
     name: str
     namespace: str
@@ -266,6 +277,7 @@ class ClusterModel:
     topology: Topology
     health_checks: HealthChecks
     remediation: Remediation
+    observability: Observability
     # The validated documents, defaults filled in: what we write back as the CRs.
     cluster_spec: dict = field(repr=False, compare=False, default_factory=dict)
     node_set_specs: Dict[str, dict] = field(repr=False, compare=False, default_factory=dict)

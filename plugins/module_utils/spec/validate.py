@@ -396,6 +396,8 @@ def _model(cluster, node_set_docs):
             successful_jobs_history_limit=remediation["successfulJobsHistoryLimit"],
             failed_jobs_history_limit=remediation["failedJobsHistoryLimit"],
         ),
+        observability=m.Observability(exporter=m.Exporter(
+            enabled=spec["observability"]["exporter"]["enabled"], port=spec["observability"]["exporter"]["port"])),
         cluster_spec=cluster,
         node_set_specs={d["metadata"]["name"]: d for d in node_set_docs},
     )

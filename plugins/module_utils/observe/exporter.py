@@ -1,0 +1,99 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Prometheus exporter: each scrape reads Slurm through the collection's one runner (sinfo --json, squeue,
+sdiag: three commands, whatever the cluster's size) and answers with observe/metrics.py's families.
+
+    python3 -m ansible_collections.soperator.slurm.plugins.module_utils.observe.exporter \\
+        --port 9341 [--listen-address 127.0.0.1] [--slurm-conf PATH] [--reason-prefix 'soperator:']
+
+The local backend runs it next to the cluster's daemons; on Kubernetes the exporter Deployment runs it in the
+runner image against the controller pod.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import argparse
+import signal
+import sys
+import threading
+import time
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from ansible_collections.soperator.slurm.plugins.module_utils.observe import metrics
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import DEFAULT_REASON_PREFIX, read_sinfo
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
+    LocalTransport, SlurmError, SlurmRunner)
+
+
+def read_snapshot(runner, clock=time.monotonic):
+    """One scrape's reads. A command that fails is recorded in `errors` (the others still count)."""
+    snap = metrics.Snapshot()
+    reads = (
+        ("sinfo", lambda: list(read_sinfo(runner).values()), "nodes"),
+        ("squeue", lambda: runner.run(metrics.SQUEUE_JOBS, parse=lambda r: metrics.parse_squeue_jobs(r.stdout))[1],
+         "jobs"),
+        ("sdiag", lambda: runner.run(metrics.SDIAG, parse=lambda r: metrics.parse_sdiag(r.stdout))[1], "sdiag"),
+    )
+    for command, read, attr in reads:
+        start = clock()
+        try:
+            setattr(snap, attr, read())
+        except (SlurmError, ValueError) as e:
+            snap.errors[command] = str(e)[:500]
+        snap.seconds[command] = clock() - start
+    return snap
+
+
+class SlurmCollector(object):
+    """A prometheus_client collector: every scrape reads Slurm anew (no cache that could show a stale drain), with
+    a runner of its own (a runner keeps the history of its commands)."""
+
+    def __init__(self, runner_factory, prefix=DEFAULT_REASON_PREFIX, clock=time.monotonic):
+        self.runner_factory = runner_factory
+        self.prefix = prefix
+        self.clock = clock
+
+    def collect(self):
+        start = self.clock()
+        snap = read_snapshot(self.runner_factory(), self.clock)
+        return iter(metrics.families(snap, self.prefix, self.clock() - start))
+
+
+def build_registry(runner_factory, prefix=DEFAULT_REASON_PREFIX):
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SlurmCollector(runner_factory, prefix))
+    return registry
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Prometheus exporter of a Slurm cluster (soperator.slurm)")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--listen-address", default="127.0.0.1")
+    parser.add_argument("--slurm-conf", help="slurm.conf of the cluster (default: $SLURM_CONF, then Slurm's own)")
+    parser.add_argument("--reason-prefix", default=DEFAULT_REASON_PREFIX,
+                        help="our drain reason prefix: tells our drains from others'")
+    parser.add_argument("--command-timeout", type=int, default=20, help="seconds one Slurm command may take")
+    args = parser.parse_args(argv)
+    # No retries: a scrape answers now or says slurm_up 0; Prometheus scrapes again anyway.
+    def runner():
+        return SlurmRunner(LocalTransport(slurm_conf=args.slurm_conf), retries=0, timeout=args.command_timeout)
+    server, thread = start_http_server(args.port, addr=args.listen_address,
+                                       registry=build_registry(runner, args.reason_prefix))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    sys.stdout.write("serving http://%s:%d/metrics\n" % (args.listen_address, args.port))
+    sys.stdout.flush()
+    while not stop.wait(3600):
+        pass
+    server.shutdown()
+    thread.join(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the exporter reports, as pure functions: Slurm's answers (node records, squeue lines, sdiag text) in,
+Prometheus metric families out. Every label has bounded values: node, partition and check names come from the
+cluster's spec, states and pending reasons from Slurm's own vocabularies, RPC types from slurmctld's message types.
+Reason texts, users and job ids never become labels.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Tuple
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+MIB = 1024 * 1024
+
+# squeue's format: partition(s), state, reason. '|' is not allowed in partition names (spec/names.py).
+SQUEUE_JOBS = ("squeue", "--noheader", "--all", "--array", "--format=%P|%T|%r")
+SDIAG = ("sdiag",)
+
+# Our drain reasons: "<prefix> <tag><check> <detail>" (node/health_check.py, node/active_check.py) or
+# "<prefix> <word>" (scale-down, upgrade, ...). The kind label says which.
+_OUR_TAGS = (("health:", "health_check"), ("check:", "active_check"))
+_WORD = re.compile(r"[a-z][a-z0-9_-]{0,62}$")
+
+
+@dataclass
+class Snapshot:
+    """One scrape's worth of Slurm: what the collector read, and how long each command took."""
+    nodes: list = field(default_factory=list)                     # NodeRecord values (slurm/node_records.py)
+    jobs: List[Tuple[str, str, str]] = field(default_factory=list)  # (partitions, state, reason) per job
+    sdiag: Dict[str, object] = field(default_factory=dict)          # parse_sdiag()
+    seconds: Dict[str, float] = field(default_factory=dict)         # command -> seconds
+    errors: Dict[str, str] = field(default_factory=dict)            # command -> why it gave nothing
+
+
+def drain_labels(reason, prefix):
+    """(owner, kind, check) of a drain reason: owner 'soperator' for ours (the prefix), else 'other'; kind
+    health_check / active_check with the check's name, or the word after our prefix (scale-down, upgrade...)."""
+    if not prefix or not reason.startswith(prefix):
+        return "other", "other", ""
+    rest = reason[len(prefix):].strip()
+    word = rest.split(" ", 1)[0]
+    for tag, kind in _OUR_TAGS:
+        if word.startswith(tag):
+            name = word[len(tag):]
+            return "soperator", kind, name if _WORD.match(name) else "other"
+    return "soperator", word if _WORD.match(word) else "other", ""
+
+
+def _split_gres(text):
+    """'gpu:h100:8(S:0-1),nic:2' -> ['gpu:h100:8(S:0-1)', 'nic:2'] (commas inside parentheses kept)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def gpu_count(gres):
+    """GPUs in a Gres or GresUsed string ('gpu:h100:8(S:0-1)', 'gpu:2', 'gpu:a100:0(IDX:N/A)')."""
+    total = 0
+    for item in _split_gres(gres or ""):
+        words = item.split("(", 1)[0].split(":")
+        if words[0] != "gpu":
+            continue
+        if len(words) > 1 and words[-1].isdigit():
+            total += int(words[-1])
+        elif len(words) <= 2:
+            total += 1                   # 'gpu' or 'gpu:TYPE' alone: one
+    return total
+
+
+def pending_reason(reason):
+    """squeue's reason without what makes it unbounded: 'ReqNodeNotAvail, UnavailableNodes:cpu-[1-3]' ->
+    'ReqNodeNotAvail'."""
+    head = re.split(r"[,:( ]", reason.strip(), 1)[0]
+    return head if re.match(r"^[A-Za-z][A-Za-z0-9_]{0,63}$", head) else "Other"
+
+
+def parse_squeue_jobs(text):
+    """`squeue --format=%P|%T|%r` lines -> [(partition, state, reason)], one per partition a job may run in."""
+    jobs = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != 3:
+            raise ValueError("squeue: unexpected line %r" % line[:200])
+        parts, state, reason = fields
+        for part in parts.split(","):
+            jobs.append((part.strip(), state.strip().lower(), reason.strip()))
+    return jobs
+
+
+_SDIAG_VALUE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 ()/_.-]*?):\s+(-?\d+)\s*$")
+_SDIAG_RPC = re.compile(r"^\s*([A-Z][A-Z0-9_]+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)\s+total_time:(\d+)\s*$")
+
+
+def parse_sdiag(text):
+    """sdiag's text (22.05 to 26.05) -> {"main": {...}, "backfill": {...}, "server": {...}, "rpc": {type: (count,
+    total_us)}}: the numeric 'Name: value' lines of each section, and the RPC-by-message-type table."""
+    out = {"server": {}, "main": {}, "backfill": {}, "rpc": {}}
+    section = "server"
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("Main schedule statistics"):
+            section = "main"
+        elif stripped.startswith("Backfilling stats"):
+            section = "backfill"
+        elif stripped.startswith("Remote Procedure Call statistics by message type"):
+            section = "rpc"
+        elif stripped.startswith("Remote Procedure Call statistics by user") or stripped.startswith("Pending RPC"):
+            section = "ignored"
+        elif section == "rpc":
+            m = _SDIAG_RPC.match(line)
+            if m:
+                out["rpc"][m.group(1)] = (int(m.group(2)), int(m.group(4)))
+        elif section in ("server", "main", "backfill"):
+            m = _SDIAG_VALUE.match(line)
+            if m:
+                out[section][m.group(1).strip()] = int(m.group(2))
+    return out
+
+
+# sdiag line -> (metric, help, unit scale, counter?)
+_SDIAG_METRICS = {
+    "server": (
+        ("Server thread count", "slurm_scheduler_threads", "slurmctld's server threads in use.", 1, False),
+        ("Agent queue size", "slurm_scheduler_agent_queue_size", "RPCs queued for slurmctld's agents.", 1, False),
+        ("DBD Agent queue size", "slurm_scheduler_dbd_agent_queue_size",
+         "Messages queued for slurmdbd (grows while accounting is unreachable).", 1, False),
+        ("Jobs submitted", "slurm_jobs_submitted", "Jobs submitted since sdiag's counters were reset.", 1, True),
+        ("Jobs started", "slurm_jobs_started", "Jobs started since sdiag's counters were reset.", 1, True),
+        ("Jobs completed", "slurm_jobs_completed", "Jobs completed since sdiag's counters were reset.", 1, True),
+        ("Jobs canceled", "slurm_jobs_canceled", "Jobs canceled since sdiag's counters were reset.", 1, True),
+        ("Jobs failed", "slurm_jobs_failed", "Jobs failed since sdiag's counters were reset.", 1, True),
+    ),
+    "main": (
+        ("Last cycle", "slurm_scheduler_last_cycle_seconds", "Duration of the main scheduler's last cycle.",
+         1e-6, False),
+        ("Mean cycle", "slurm_scheduler_mean_cycle_seconds", "Mean duration of the main scheduler's cycles.",
+         1e-6, False),
+        ("Total cycles", "slurm_scheduler_cycles", "Main scheduler cycles.", 1, True),
+        ("Last queue length", "slurm_scheduler_last_queue_length", "Jobs the main scheduler last looked at.",
+         1, False),
+    ),
+    "backfill": (
+        ("Total backfilled jobs (since last slurm start)", "slurm_backfill_jobs",
+         "Jobs started by the backfill scheduler since slurmctld started.", 1, True),
+        ("Last cycle", "slurm_backfill_last_cycle_seconds", "Duration of the backfill scheduler's last cycle.",
+         1e-6, False),
+        ("Total cycles", "slurm_backfill_cycles", "Backfill scheduler cycles.", 1, True),
+        ("Last queue length", "slurm_backfill_last_queue_length", "Jobs the backfill scheduler last looked at.",
+         1, False),
+    ),
+}
+
+
+def node_state_name(record):
+    """The node's state as one lower-case word (sinfo's long names, without '*'): idle, mixed, allocated,
+    draining, drained, down, fail, failing, completing, future, unknown..."""
+    return record.state.lower()
+
+
+def _gauge(name, doc, labels=None):
+    return GaugeMetricFamily(name, doc, labels=labels or [])
+
+
+def node_families(nodes, prefix):
+    """Per node: state, reachability, drain (owner, kind, check), CPUs, memory and GPUs, total and allocated."""
+    state = _gauge("slurm_node_state", "1 for the node's current state (sinfo's state name, lower case).",
+                   ["node", "state"])
+    responding = _gauge("slurm_node_responding", "0 when slurmctld marks the node NOT_RESPONDING.", ["node"])
+    drain = _gauge("slurm_node_drain",
+                   "1 for a drained or draining node: owner is soperator for our reason prefix, kind and check say "
+                   "which of our mechanisms drained it (health_check, active_check, scale-down, ...).",
+                   ["node", "owner", "kind", "check"])
+    res = dict((key, _gauge(name, doc, ["node"])) for key, name, doc in (
+        ("cpus", "slurm_node_cpus", "CPUs of the node."),
+        ("cpus_alloc", "slurm_node_cpus_allocated", "CPUs of the node allocated to jobs."),
+        ("mem", "slurm_node_memory_bytes", "Memory of the node (RealMemory)."),
+        ("mem_alloc", "slurm_node_memory_allocated_bytes", "Memory of the node allocated to jobs."),
+        ("gpus", "slurm_node_gpus", "GPUs of the node (its gpu GRES)."),
+        ("gpus_alloc", "slurm_node_gpus_allocated", "GPUs of the node allocated to jobs."),
+    ))
+    for r in nodes:
+        state.add_metric([r.name, node_state_name(r)], 1)
+        responding.add_metric([r.name], 0 if "NOT_RESPONDING" in r.flags else 1)
+        if r.drain:
+            owner, kind, check = drain_labels(r.reason, prefix)
+            drain.add_metric([r.name, owner, kind, check], 1)
+        for key, value in (("cpus", r.cpus), ("cpus_alloc", r.alloc_cpus),
+                           ("mem", None if r.real_memory is None else r.real_memory * MIB),
+                           ("mem_alloc", None if r.alloc_memory is None else r.alloc_memory * MIB),
+                           ("gpus", gpu_count(r.gres)), ("gpus_alloc", gpu_count(r.gres_used))):
+            if value is not None:
+                res[key].add_metric([r.name], value)
+    return [state, responding, drain] + list(res.values())
+
+
+def partition_families(nodes):
+    """Per partition: nodes by state, CPUs and GPUs total/allocated."""
+    nodes_by_state, totals = {}, {}
+    for r in nodes:
+        for part in r.partitions:
+            key = (part, node_state_name(r))
+            nodes_by_state[key] = nodes_by_state.get(key, 0) + 1
+            t = totals.setdefault(part, [0, 0, 0, 0])
+            t[0] += r.cpus or 0
+            t[1] += r.alloc_cpus or 0
+            t[2] += gpu_count(r.gres)
+            t[3] += gpu_count(r.gres_used)
+    fam_nodes = _gauge("slurm_partition_nodes", "Nodes of the partition by state.", ["partition", "state"])
+    for (part, st), n in sorted(nodes_by_state.items()):
+        fam_nodes.add_metric([part, st], n)
+    sums = [_gauge(n, d, ["partition"]) for n, d in (
+        ("slurm_partition_cpus", "CPUs of the partition's nodes."),
+        ("slurm_partition_cpus_allocated", "Allocated CPUs of the partition's nodes."),
+        ("slurm_partition_gpus", "GPUs of the partition's nodes."),
+        ("slurm_partition_gpus_allocated", "Allocated GPUs of the partition's nodes."))]
+    for part, values in sorted(totals.items()):
+        for fam, value in zip(sums, values):
+            fam.add_metric([part], value)
+    return [fam_nodes] + sums
+
+
+def job_families(jobs):
+    """Per partition: jobs by state, pending jobs by (bounded) reason."""
+    by_state, pending = {}, {}
+    for part, st, reason in jobs:
+        by_state[(part, st)] = by_state.get((part, st), 0) + 1
+        if st == "pending":
+            key = (part, pending_reason(reason))
+            pending[key] = pending.get(key, 0) + 1
+    fam_jobs = _gauge("slurm_partition_jobs", "Jobs (array tasks counted one by one) by partition and state.",
+                      ["partition", "state"])
+    for (part, st), n in sorted(by_state.items()):
+        fam_jobs.add_metric([part, st], n)
+    fam_pending = _gauge("slurm_partition_jobs_pending", "Pending jobs by partition and Slurm's pending reason.",
+                         ["partition", "reason"])
+    for (part, reason), n in sorted(pending.items()):
+        fam_pending.add_metric([part, reason], n)
+    return [fam_jobs, fam_pending]
+
+
+def scheduler_families(sdiag):
+    """sdiag's numbers (scheduler, backfill, job counters) and RPC statistics by message type."""
+    out = []
+    for section, rows in _SDIAG_METRICS.items():
+        values = sdiag.get(section, {})
+        for key, name, doc, scale, counter in rows:
+            if key not in values:
+                continue
+            fam = CounterMetricFamily(name, doc) if counter else GaugeMetricFamily(name, doc)
+            fam.add_metric([], values[key] * scale)
+            out.append(fam)
+    rpc = sdiag.get("rpc", {})
+    calls = CounterMetricFamily("slurm_rpc_calls", "RPCs slurmctld handled, by message type.", labels=["type"])
+    seconds = CounterMetricFamily("slurm_rpc_duration_seconds", "Time slurmctld spent in RPCs, by message type.",
+                                  labels=["type"])
+    for kind, (count, total_us) in sorted(rpc.items()):
+        calls.add_metric([kind], count)
+        seconds.add_metric([kind], total_us * 1e-6)
+    return out + [calls, seconds]
+
+
+def exporter_families(snapshot, scrape_seconds):
+    """slurm_up, and what the scrape cost: per command, and in all."""
+    up = _gauge("slurm_up", "1 when every Slurm command of the scrape answered.")
+    up.add_metric([], 0 if snapshot.errors else 1)
+    failed = _gauge("slurm_exporter_command_failed", "1 when the command gave no usable answer this scrape.",
+                    ["command"])
+    took = _gauge("slurm_exporter_command_seconds", "How long the command took this scrape.", ["command"])
+    for command, seconds in sorted(snapshot.seconds.items()):
+        took.add_metric([command], seconds)
+        failed.add_metric([command], 1 if command in snapshot.errors else 0)
+    total = _gauge("slurm_exporter_scrape_seconds", "How long the whole scrape took.")
+    total.add_metric([], scrape_seconds)
+    return [up, failed, took, total]
+
+
+def families(snapshot, prefix, scrape_seconds):
+    """Every family of one scrape. A command that failed gives no families at all, rather than zeros that would
+    read as an empty cluster or an empty queue."""
+    out = exporter_families(snapshot, scrape_seconds)
+    if "sinfo" not in snapshot.errors:
+        out += node_families(snapshot.nodes, prefix) + partition_families(snapshot.nodes)
+    if "squeue" not in snapshot.errors:
+        out += job_families(snapshot.jobs)
+    if "sdiag" not in snapshot.errors:
+        out += scheduler_families(snapshot.sdiag)
+    return out
