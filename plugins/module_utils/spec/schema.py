@@ -301,7 +301,9 @@ class Node:
             out["maxLength"] = self.max_length
         if self.default is not _MISSING:
             out["default"] = copy.deepcopy(self.default)
-        elif kind == "object" and not self.optional and not self.required:
+        elif kind == "object" and not self.optional and not self.required and not self.cel:
+            # Not with CEL rules: the API server checks a default against them and refuses a CRD whose {} breaks one
+            # (jail.volume's "exactly one of existingClaim or size").
             out["default"] = {}
         if self.cel:
             out["x-kubernetes-validations"] = [{"rule": rule, "message": message} for rule, message in self.cel]
