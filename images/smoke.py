@@ -14,7 +14,8 @@ The populate Job fills the jail first. Containers are named like the pods (cpu-0
 podman network of their own, with the StatefulSet's per-pod DNS names as aliases.
 
 Checks: slurmctld -V is the images' Slurm; every worker registers; `srun -N2 hostname` prints both workers' names;
-the steps ran inside the jail (the SPANK plugin); ssh with the key into the login container lands in the jail.
+the steps ran inside the jail (the SPANK plugin); ssh with the key into the login container lands in the jail, and
+`sbatch` from there runs a job whose srun step spans the workers; the health check program passes on each worker.
 Exits non-zero on any failure; the last line is one line of results. Everything started is removed at the end
 (by the IDs this run created), also on failure; --keep leaves it running for a look.
 """
@@ -312,6 +313,23 @@ def check(cluster, results):
     if "soperator.slurm jail root filesystem" not in out:
         raise SmokeError("ssh did not land in the jail: %r" % out)
     results.append("ssh=jail")
+
+    # A batch job from the ssh session (in the jail), whose srun step spans both workers; its output file is
+    # written in the jail, where the session reads it.
+    out = sh(ssh + ["cd /root && timeout 120 sbatch --wait --parsable -N %s -o /root/smoke-%%j.out "
+                    "--wrap 'srun hostname' && cat /root/smoke-*.out" % n], timeout=150)
+    names = sorted(w for w in out.split() if w in workers)
+    if names != workers:
+        raise SmokeError("sbatch from the login session: output %r, expected %r" % (out, workers))
+    results.append("sbatch=ok")
+
+    # The passive health check program, as slurmd runs it (HealthCheckProgram, root, SLURMD_NODENAME only).
+    for worker in workers:
+        out = cluster.exec(worker, ["env", "-i", "SLURMD_NODENAME=%s" % worker, "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                                    "/opt/soperator/bin/health-check"])
+        if '"healthy": true' not in out:
+            raise SmokeError("health check on %s: %s" % (worker, out))
+    results.append("health-check=ok")
 
 
 def main(argv=None):
