@@ -70,9 +70,10 @@ class LocalExporter(object):
         return "http://%s:%d/metrics" % (LOOPBACK, model.observability.exporter.port)
 
     def _exporter_argv(self, model):
-        return [os.path.join(self.layout.bin, "slurm-exporter"), "--port", str(model.observability.exporter.port),
+        argv = [os.path.join(self.layout.bin, "slurm-exporter"), "--port", str(model.observability.exporter.port),
                 "--listen-address", LOOPBACK, "--slurm-conf", self.layout.slurm_conf,
                 "--reason-prefix", model.remediation.drain_reason_prefix]
+        return argv + (["--jail", self.jail_dir] if self.jail_dir else [])
 
     def _exporter_digest(self, model):
         sources = exporter_files(self.layout)

@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -29,9 +30,14 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner impor
     LocalTransport, SlurmError, SlurmRunner)
 
 
-def read_snapshot(runner, clock=time.monotonic):
+def read_snapshot(runner, clock=time.monotonic, jail=None):
     """One scrape's reads. A command that fails is recorded in `errors` (the others still count)."""
     snap = metrics.Snapshot()
+    if jail:
+        try:
+            snap.jail = os.statvfs(jail)
+        except OSError as e:
+            snap.errors["statvfs"] = str(e)[:500]
     reads = (
         ("sinfo", lambda: list(read_sinfo(runner).values()), "nodes"),
         ("squeue", lambda: runner.run(metrics.SQUEUE_JOBS, parse=lambda r: metrics.parse_squeue_jobs(r.stdout))[1],
@@ -52,20 +58,21 @@ class SlurmCollector(object):
     """A prometheus_client collector: every scrape reads Slurm anew (no cache that could show a stale drain), with
     a runner of its own (a runner keeps the history of its commands)."""
 
-    def __init__(self, runner_factory, prefix=DEFAULT_REASON_PREFIX, clock=time.monotonic):
+    def __init__(self, runner_factory, prefix=DEFAULT_REASON_PREFIX, clock=time.monotonic, jail=None):
         self.runner_factory = runner_factory
         self.prefix = prefix
         self.clock = clock
+        self.jail = jail
 
     def collect(self):
         start = self.clock()
-        snap = read_snapshot(self.runner_factory(), self.clock)
+        snap = read_snapshot(self.runner_factory(), self.clock, self.jail)
         return iter(metrics.families(snap, self.prefix, self.clock() - start))
 
 
-def build_registry(runner_factory, prefix=DEFAULT_REASON_PREFIX):
+def build_registry(runner_factory, prefix=DEFAULT_REASON_PREFIX, jail=None):
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SlurmCollector(runner_factory, prefix))
+    registry.register(SlurmCollector(runner_factory, prefix, jail=jail))
     return registry
 
 
@@ -76,13 +83,14 @@ def main(argv=None):
     parser.add_argument("--slurm-conf", help="slurm.conf of the cluster (default: $SLURM_CONF, then Slurm's own)")
     parser.add_argument("--reason-prefix", default=DEFAULT_REASON_PREFIX,
                         help="our drain reason prefix: tells our drains from others'")
+    parser.add_argument("--jail", help="the jail's path: its filesystem's size and free space are reported")
     parser.add_argument("--command-timeout", type=int, default=20, help="seconds one Slurm command may take")
     args = parser.parse_args(argv)
     # No retries: a scrape answers now or says slurm_up 0; Prometheus scrapes again anyway.
     def runner():
         return SlurmRunner(LocalTransport(slurm_conf=args.slurm_conf), retries=0, timeout=args.command_timeout)
     server, thread = start_http_server(args.port, addr=args.listen_address,
-                                       registry=build_registry(runner, args.reason_prefix))
+                                       registry=build_registry(runner, args.reason_prefix, args.jail))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -17,16 +17,19 @@ from typing import Dict, List, Tuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import SCALE_DOWN_REASON
+
 MIB = 1024 * 1024
 
 # squeue's format: partition(s), state, reason. '|' is not allowed in partition names (spec/names.py).
 SQUEUE_JOBS = ("squeue", "--noheader", "--all", "--array", "--format=%P|%T|%r")
 SDIAG = ("sdiag",)
 
-# Our drain reasons: "<prefix> <tag><check> <detail>" (node/health_check.py, node/active_check.py) or
-# "<prefix> <word>" (scale-down, upgrade, ...). The kind label says which.
+# Our drain reasons: "<prefix> <tag><check> <detail>" (node/health_check.py, node/active_check.py), "<prefix>
+# scale-down" (node removal), or "<prefix> <what an admin wrote>" (slurm_drain). The kind label says which.
 _OUR_TAGS = (("health:", "health_check"), ("check:", "active_check"))
-_WORD = re.compile(r"[a-z][a-z0-9_-]{0,62}$")
+_OUR_WORDS = frozenset([SCALE_DOWN_REASON])
+_CHECK_NAME = re.compile(r"[A-Za-z0-9_][-A-Za-z0-9_.]{0,62}$")   # the spec's check names (and a bound)
 
 
 @dataclass
@@ -37,20 +40,21 @@ class Snapshot:
     sdiag: Dict[str, object] = field(default_factory=dict)          # parse_sdiag()
     seconds: Dict[str, float] = field(default_factory=dict)         # command -> seconds
     errors: Dict[str, str] = field(default_factory=dict)            # command -> why it gave nothing
+    jail: object = None                                             # os.statvfs of the jail, when it is given
 
 
 def drain_labels(reason, prefix):
     """(owner, kind, check) of a drain reason: owner 'soperator' for ours (the prefix), else 'other'; kind
-    health_check / active_check with the check's name, or the word after our prefix (scale-down, upgrade...)."""
+    health_check / active_check with the check's name, scale-down, or manual (an admin's slurm_drain): never
+    the free text of a reason."""
     if not prefix or not reason.startswith(prefix):
         return "other", "other", ""
-    rest = reason[len(prefix):].strip()
-    word = rest.split(" ", 1)[0]
+    word = reason[len(prefix):].strip().split(" ", 1)[0]
     for tag, kind in _OUR_TAGS:
         if word.startswith(tag):
             name = word[len(tag):]
-            return "soperator", kind, name if _WORD.match(name) else "other"
-    return "soperator", word if _WORD.match(word) else "other", ""
+            return "soperator", kind, name if _CHECK_NAME.match(name) else "other"
+    return "soperator", word if word in _OUR_WORDS else "manual", ""
 
 
 def _split_gres(text):
@@ -276,6 +280,16 @@ def scheduler_families(sdiag):
     return out + [calls, seconds]
 
 
+def jail_families(statvfs):
+    """Size and free space of the jail's filesystem (os.statvfs of the jail, as the exporter sees it)."""
+    block = statvfs.f_frsize or statvfs.f_bsize
+    size = _gauge("slurm_jail_filesystem_size_bytes", "Size of the filesystem holding the jail.")
+    size.add_metric([], statvfs.f_blocks * block)
+    avail = _gauge("slurm_jail_filesystem_avail_bytes", "Space of the jail's filesystem its users can still write.")
+    avail.add_metric([], statvfs.f_bavail * block)
+    return [size, avail]
+
+
 def exporter_families(snapshot, scrape_seconds):
     """slurm_up, and what the scrape cost: per command, and in all."""
     up = _gauge("slurm_up", "1 when every Slurm command of the scrape answered.")
@@ -301,4 +315,6 @@ def families(snapshot, prefix, scrape_seconds):
         out += job_families(snapshot.jobs)
     if "sdiag" not in snapshot.errors:
         out += scheduler_families(snapshot.sdiag)
+    if snapshot.jail is not None:
+        out += jail_families(snapshot.jail)
     return out

@@ -1,0 +1,127 @@
+"""The alert rule pack through Prometheus' own promtool: `check rules`, and `test rules` with a firing and a quiet
+case for every alert (its labels and its rendered summary and description)."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts
+
+PROMTOOL = shutil.which("promtool")
+pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian package prometheus; "
+                                                         "make deps installs it)")
+
+NODE_DRAIN = 'slurm_node_drain{node="%s",owner="%s",kind="%s",check="%s"}'
+
+# alert -> (input series {series: values}, [(eval time, [expected labels + "$value"])] - firing, then quiet)
+CASES = {
+    "SlurmControllerUnreachable": (
+        {'slurm_up{instance="exp:9341"}': "0x10", 'slurm_up{instance="ok:9341"}': "1x10"},
+        [("1m", []), ("3m", [{"instance": "exp:9341"}])]),
+    "SlurmNodeNotResponding": (
+        {'slurm_node_responding{node="cpu-0"}': "0x10", 'slurm_node_responding{node="cpu-1"}': "1x10"},
+        [("4m", []), ("6m", [{"node": "cpu-0"}])]),
+    "SlurmNodeDown": (
+        {'slurm_node_state{node="cpu-0",state="down"}': "1x10", 'slurm_node_state{node="cpu-1",state="idle"}': "1x10",
+         'slurm_node_state{node="cpu-2",state="drained"}': "1x10"},
+        [("6m", [{"node": "cpu-0", "state": "down"}])]),
+    "SlurmNodeDrainedByHealthCheck": (
+        {NODE_DRAIN % ("cpu-0", "soperator", "health_check", "munge"): "1x5",
+         NODE_DRAIN % ("cpu-1", "other", "other", ""): "1x5",
+         NODE_DRAIN % ("cpu-2", "soperator", "manual", ""): "1x5"},
+        [("0m", []), ("2m", [{"node": "cpu-0", "owner": "soperator", "kind": "health_check", "check": "munge"}])]),
+    "SlurmManyNodesDrained": (
+        dict([('slurm_node_state{node="cpu-%d",state="idle"}' % i, "1x10") for i in range(10)]
+             + [(NODE_DRAIN % ("cpu-%d" % i, "other", "other", ""), "1x10") for i in range(3)]),
+        [("4m", []), ("6m", [{"$value": "3"}])]),
+    "SlurmJobsPendingWhileNodesIdle": (
+        {'slurm_partition_jobs_pending{partition="main",reason="Resources"}': "2x20",
+         'slurm_partition_nodes{partition="main",state="idle"}': "1x20",
+         'slurm_partition_jobs_pending{partition="gpu",reason="Resources"}': "5x20",
+         'slurm_partition_nodes{partition="gpu",state="allocated"}': "4x20",
+         'slurm_partition_jobs_pending{partition="debug",reason="QOSMaxJobsPerUserLimit"}': "1x20",
+         'slurm_partition_nodes{partition="debug",state="idle"}': "2x20"},
+        [("10m", []), ("16m", [{"partition": "main"}])]),
+    "SlurmNodeDrainNotRemediated": (
+        {NODE_DRAIN % ("cpu-0", "soperator", "active_check", "nccl"): "1x70",
+         NODE_DRAIN % ("cpu-1", "soperator", "scale-down", ""): "1x70"},
+        [("30m", []), ("65m", [{"node": "cpu-0", "owner": "soperator", "kind": "active_check", "check": "nccl"}])]),
+    "SlurmRemediationJobFailed": (
+        {'kube_job_status_failed{job_name="small-remediation-2891"}': "1x3",
+         'kube_job_status_failed{job_name="small-populate-jail"}': "1x3"},
+        [("1m", [{"job_name": "small-remediation-2891"}])]),
+    "SlurmJailFilesystemNearlyFull": (
+        {"slurm_jail_filesystem_avail_bytes": "50x5 5x15", "slurm_jail_filesystem_size_bytes": "100x20"},
+        [("5m", []), ("12m", []), ("17m", [{}])]),
+    "SlurmAccountingUnreachable": (
+        {'slurm_scheduler_dbd_agent_queue_size{instance="a"}': "3x20",
+         'slurm_scheduler_dbd_agent_queue_size{instance="b"}': "3 3 0 3 3 3 3 3 3 3 3 3 0 3 3 3 3 3 3 3"},
+        [("5m", []), ("12m", [{"instance": "a"}])]),
+}
+
+
+def _render(template, labels, value):
+    """The Go templates our annotations use: {{ $labels.NAME }} and {{ $value }}."""
+    text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
+    return text.replace("{{ $value }}", value)
+
+
+def _test_file(rule_file):
+    by_name = dict((r["alert"], r) for r in alerts.rules())
+    tests = []
+    for name, (series, evals) in CASES.items():
+        rule = by_name[name]
+        checks = []
+        for at, expected in evals:
+            exp = []
+            for want in expected:
+                labels = dict((k, v) for k, v in want.items() if not k.startswith("$"))
+                annotations = dict((k, _render(v, labels, want.get("$value", ""))) for k, v in
+                                   rule["annotations"].items())
+                exp.append({"exp_labels": dict(labels, **rule["labels"]), "exp_annotations": annotations})
+            checks.append({"eval_time": at, "alertname": name, "exp_alerts": exp})
+        tests.append({"interval": "1m", "name": name,
+                      "input_series": [{"series": s, "values": v} for s, v in series.items()],
+                      "alert_rule_test": checks})
+    return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}
+
+
+def test_every_alert_has_a_case_and_says_what_to_do():
+    names = [r["alert"] for r in alerts.rules()]
+    assert sorted(names) == sorted(CASES)
+    for rule in alerts.rules():
+        assert rule["labels"]["severity"] in ("warning", "critical")
+        assert len(rule["annotations"]["description"]) > 80, rule["alert"]
+
+
+def test_promtool_checks_and_tests_the_rules(tmp_path):
+    rules = tmp_path / "slurm-alerts.yml"
+    rules.write_text(yaml.safe_dump(alerts.rule_groups(), sort_keys=False))
+    check = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60,
+                           check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS: %d rules found" % len(CASES) in check.stdout + check.stderr
+    spec = tmp_path / "slurm-alerts-test.yml"
+    spec.write_text(yaml.safe_dump(_test_file(rules.name), sort_keys=False))
+    run = subprocess.run([PROMTOOL, "test", "rules", str(spec)], capture_output=True, text=True, timeout=120,
+                         cwd=str(tmp_path), check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "SUCCESS" in run.stdout + run.stderr
+
+
+def test_promtool_tells_a_wrong_expectation(tmp_path):
+    """The harness can fail: expecting the controller alert one evaluation before its `for` is up fails."""
+    rules = tmp_path / "slurm-alerts.yml"
+    rules.write_text(yaml.safe_dump(alerts.rule_groups(), sort_keys=False))
+    data = _test_file(rules.name)
+    case = [t for t in data["tests"] if t["name"] == "SlurmControllerUnreachable"][0]
+    case["alert_rule_test"][0]["exp_alerts"] = case["alert_rule_test"][1]["exp_alerts"]
+    data["tests"] = [case]
+    spec = tmp_path / "wrong.yml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    run = subprocess.run([PROMTOOL, "test", "rules", str(spec)], capture_output=True, text=True, timeout=120,
+                         cwd=str(tmp_path), check=False)
+    assert run.returncode != 0 and "SlurmControllerUnreachable" in run.stdout + run.stderr
