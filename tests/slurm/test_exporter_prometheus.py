@@ -1,0 +1,212 @@
+"""The exporter of a running local cluster (real slurmctld + slurmd), scraped by a real Prometheus (Debian's).
+
+slurm_drain drains one node with our prefix, a passive health check fails on another, an admin drains a third
+by hand: PromQL returns each with its state and drain labels; resuming them clears it. Every dashboard expression
+and every alert rule is evaluated by that Prometheus without error. Teardown stops the exporter with the cluster.
+Waits are bounded and poll; nothing asserts on how fast it was."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+import yaml
+
+import ansible_run
+from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
+
+PROMETHEUS = shutil.which("prometheus")
+pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (make deps installs it)")
+
+INTERVAL = 5
+WAIT = 60
+PREFIX = "soperator:"
+
+SPEC = """
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: SlurmCluster
+metadata: {name: obs, namespace: slurm}
+spec:
+  jail: {volume: {size: 1Gi}}
+  login: {replicas: 0}
+  observability:
+    exporter: {enabled: true, port: %(port)d}
+  healthChecks:
+    passive:
+      interval: %(interval)d
+      custom:
+        - name: fault-file
+          command: test ! -e %(faults)s/fault-$SLURMD_NODENAME
+          timeoutSeconds: 3
+---
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: NodeSet
+metadata: {name: cpu, namespace: slurm}
+spec:
+  clusterName: obs
+  replicas: 3
+  maxReplicas: 3
+  resources: {cpu: "1", memory: 512Mi}
+"""
+
+
+def _free_ports(count):
+    """Two loopback ports nobody listens on, from this process' own range (parallel runs search elsewhere)."""
+    base = lb.find_free_base_port(count, start=31000 + (os.getpid() % 100) * 50)
+    return list(range(base, base + count))
+
+
+def wait_for(predicate, what, timeout=WAIT):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+        time.sleep(0.5)
+
+
+class Prometheus(object):
+    """A real Prometheus on loopback scraping one target every second, with our alert rules loaded."""
+
+    def __init__(self, port, target, workdir):
+        self.url = "http://127.0.0.1:%d" % port
+        rules = os.path.join(workdir, "slurm-alerts.yml")
+        with open(rules, "w") as f:
+            yaml.safe_dump(alerts.rule_groups(), f, sort_keys=False)
+        config = os.path.join(workdir, "prometheus.yml")
+        with open(config, "w") as f:
+            yaml.safe_dump({"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+                            "rule_files": [rules],
+                            "scrape_configs": [{"job_name": "slurm", "static_configs": [{"targets": [target]}]}]}, f)
+        self.log = open(os.path.join(workdir, "prometheus.log"), "wb")
+        self.proc = subprocess.Popen([PROMETHEUS, "--config.file=" + config,
+                                      "--storage.tsdb.path=" + os.path.join(workdir, "data"),
+                                      "--web.listen-address=127.0.0.1:%d" % port],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+
+    def api(self, path, **params):
+        url = "%s/api/v1/%s?%s" % (self.url, path, urllib.parse.urlencode(params))
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = json.loads(r.read().decode())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr):
+        return self.api("query", query=expr)["result"]
+
+    def ready(self):
+        try:
+            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+
+@pytest.fixture
+def faults():
+    path = tempfile.mkdtemp(prefix="sop-faults-", dir="/tmp")
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def setup(local_cluster, faults, tmp_path):
+    exporter_port, prometheus_port = _free_ports(2)
+    cluster = local_cluster(SPEC % {"port": exporter_port, "interval": INTERVAL, "faults": faults})
+    prom = Prometheus(prometheus_port, "127.0.0.1:%d" % exporter_port, str(tmp_path))
+    try:
+        wait_for(prom.ready, "prometheus ready")
+        yield cluster, prom, exporter_port
+    finally:
+        prom.stop()
+
+
+def _drains(prom):
+    return dict((r["metric"]["node"], (r["metric"]["owner"], r["metric"]["kind"], r["metric"].get("check", "")))  # an empty label is absent
+                for r in prom.query("slurm_node_drain == 1"))
+
+
+def _states(prom):
+    return dict((r["metric"]["node"], r["metric"]["state"]) for r in prom.query("slurm_node_state == 1"))
+
+
+def test_prometheus_sees_our_drains_a_failed_check_and_a_foreign_drain(setup, faults):
+    cluster, prom, port = setup
+    wait_for(lambda: [r for r in prom.query("slurm_up == 1")], "slurm_up 1 in Prometheus")
+    assert _states(prom) == {"cpu-0": "idle", "cpu-1": "idle", "cpu-2": "idle"}
+    assert _drains(prom) == {}
+
+    env = ansible_run.ansible_env(SLURM_CONF=cluster.layout.slurm_conf)
+    ansible_run.module("slurm_drain", {"nodes": "cpu-0", "state": "drained", "reason": "replacing a disk",
+                                       "reason_prefix": PREFIX}, env=env, expect_failed=False)
+    open(os.path.join(faults, "fault-cpu-1"), "w").close()
+    cluster.run(["scontrol", "update", "NodeName=cpu-2", "State=DRAIN", "Reason=admin at work"], timeout=30)
+
+    want = {"cpu-0": ("soperator", "manual", ""), "cpu-1": ("soperator", "health_check", "fault-file"),
+            "cpu-2": ("other", "other", "")}
+    wait_for(lambda: _drains(prom) == want, "the three drains in Prometheus (have %s)" % _drains(prom))
+    assert _states(prom) == {"cpu-0": "drained", "cpu-1": "drained", "cpu-2": "drained"}
+    assert [r["metric"]["state"] for r in prom.query('slurm_partition_nodes{state="drained"} == 3')] == ["drained"]
+    # the alert rules see them: the check's drain is pending (its `for` is 1m), the others are not ours to alert on
+    wait_for(lambda: [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] ==
+                      "SlurmNodeDrainedByHealthCheck" and a["labels"]["node"] == "cpu-1"], "the check's alert pending")
+    assert all(a["labels"].get("node") != "cpu-0" for a in prom.api("alerts")["alerts"]
+               if a["labels"]["alertname"] == "SlurmNodeDrainedByHealthCheck")
+
+    ansible_run.module("slurm_drain", {"nodes": "cpu-0", "state": "resumed", "reason_prefix": PREFIX}, env=env,
+                       expect_failed=False)
+    os.unlink(os.path.join(faults, "fault-cpu-1"))
+    cluster.run(["scontrol", "update", "NodeName=cpu-2", "State=RESUME"], timeout=30)
+    wait_for(lambda: _drains(prom) == {}, "no drain left in Prometheus (have %s)" % _drains(prom))
+    assert _states(prom) == {"cpu-0": "idle", "cpu-1": "idle", "cpu-2": "idle"}
+
+
+def test_every_dashboard_expression_and_alert_rule_evaluates(setup):
+    cluster, prom, _port = setup
+    job = cluster.run(["sbatch", "--parsable", "--wrap", "sleep 30"], timeout=30).stdout.strip()
+    wait_for(lambda: prom.query('slurm_partition_jobs{state="running"}'), "a running job in Prometheus")
+    for board, panel, expr in dashboards.expressions():
+        try:
+            prom.query(expr)
+        except Exception as e:  # the assertion names the panel; urllib's HTTPError says why Prometheus refused
+            raise AssertionError("%s / %s: %s: %s" % (board, panel, expr, getattr(e, "read", lambda: e)()))
+    assert prom.query("slurm_node_cpus_allocated > 0"), "the job's CPUs are allocated"
+    groups = wait_for(lambda: [g for g in prom.api("rules")["groups"] if g["name"] == alerts.GROUP
+                               and all(r.get("lastEvaluation", "").startswith("2") and
+                                       not r["lastEvaluation"].startswith("0001") for r in g["rules"])],
+                      "every rule evaluated")
+    assert [(r["name"], r["health"], r.get("lastError", "")) for r in groups[0]["rules"]] == [
+        (r["alert"], "ok", "") for r in alerts.rules()]
+    cluster.run(["scancel", job], timeout=30)
+
+
+def test_teardown_stops_the_exporter(local_cluster):
+    port = _free_ports(1)[0]
+    cluster = local_cluster(SPEC % {"port": port, "interval": 0, "faults": "/nonexistent"})
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    pid = cluster.pid("exporter")
+    assert pid is not None
+    cluster.stop()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    assert cluster.pid("exporter") is None
