@@ -76,7 +76,19 @@ ROOTFS = {
             'printf "soperator.slurm jail root filesystem\\n" > "$1"/etc/soperator-jail-release',
         ]},
     "populate": {"packages": ["python3"]},
-    "runner": {"packages": ["python3", "python3-venv", "openssh-client", "ca-certificates"]},
+    # An Ansible execution environment: ansible-core and the kubernetes client from PyPI in a venv (pinned: the
+    # versions our tests run with), the collections added by the Containerfile.
+    "runner": {
+        "packages": ["python3", "python3-venv", "openssh-client", "ca-certificates", "git"],
+        "hooks": [
+            'chroot "$1" python3 -m venv /opt/ansible',
+            # The build machine's CA bundle (it may sit behind a TLS-inspecting proxy), for pip only, removed after.
+            'upload {ca} /tmp/build-ca.crt',
+            'chroot "$1" env SSL_CERT_FILE=/tmp/build-ca.crt REQUESTS_CA_BUNDLE=/tmp/build-ca.crt '
+            'PIP_CERT=/tmp/build-ca.crt PIP_FIND_LINKS= /opt/ansible/bin/pip install --no-cache-dir '
+            '--disable-pip-version-check -q ansible-core==2.19.14 kubernetes==37.0.2 PyYAML==6.0.3',
+            'rm -f "$1"/tmp/build-ca.crt',
+        ]},
 }
 
 # Image component -> (Containerfile dir, root filesystem, files for the build context: name -> source path).
@@ -224,11 +236,13 @@ class Builder(object):
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True)
         return proc.stdout.strip() if proc.returncode == 0 else None
 
-    def build_image(self, component, containerfile_dir, rootfs_path, rootfs_key, files, slurm_version):
+    def build_image(self, component, containerfile_dir, rootfs_path, rootfs_key, files, slurm_version,
+                    key_files=None):
         ref = "%s/%s:%s" % (self.args.registry, component, self.args.tag)
         containerfile = os.path.join(IMAGES, containerfile_dir, "Containerfile")
         key = key_of({"recipe": RECIPE_VERSION, "rootfs": rootfs_key, "containerfile": file_digest(containerfile),
-                      "files": {n: file_digest(p) for n, p in sorted(files.items())}, "slurm": slurm_version})
+                      "files": key_files or {n: file_digest(p) for n, p in sorted(files.items())},
+                      "slurm": slurm_version})
         if self.image_label(ref, LABEL_INPUTS) == key and not self.args.refresh:
             log("%s: up to date" % ref)
             self.built.append((component, ref, False))
@@ -256,6 +270,46 @@ class Builder(object):
         log("%s: built in %.0f s" % (ref, time.time() - started))
         self.built.append((component, ref, True))
         return ref
+
+
+def tree_digest(path):
+    """sha256 over a directory's relative file names and contents (symbolic links by their target)."""
+    h = hashlib.sha256()
+    for top, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            full = os.path.join(top, name)
+            h.update(os.path.relpath(full, path).encode("utf-8") + b"\0")
+            h.update((os.readlink(full) if os.path.islink(full) else file_digest(full)).encode("utf-8") + b"\0")
+    return h.hexdigest()
+
+
+def build_runner(b, runner_fs):
+    """The ansible-runner image: this collection (ansible-galaxy collection build) and kubernetes.core (the copy
+    installed here with the ansible package: Galaxy is not reachable from every build machine)."""
+    work = os.path.join(b.out, "runner")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    run(["ansible-galaxy", "collection", "build", "--force", "--output-path", work, ROOT], stdout=subprocess.DEVNULL)
+    built = [f for f in os.listdir(work) if f.startswith("soperator-slurm-") and f.endswith(".tar.gz")]
+    collection = os.path.join(work, "soperator-slurm.tar.gz")
+    os.rename(os.path.join(work, built[0]), collection)
+    # The tarball's bytes change with file times: its key is its members' names and contents.
+    h = hashlib.sha256()
+    with tarfile.open(collection) as tar:
+        for member in sorted(tar.getmembers(), key=lambda m: m.name):
+            h.update(member.name.encode("utf-8") + b"\0")
+            if member.isfile():
+                h.update(hashlib.sha256(tar.extractfile(member).read()).hexdigest().encode("ascii"))
+    core = output([sys.executable, "-c", "import ansible_collections.kubernetes.core as k; "
+                                         "print(list(k.__path__)[0])"]).strip()
+    core_tar = os.path.join(work, "kubernetes-core.tar")
+    with tarfile.open(core_tar, "w") as tar:
+        tar.add(core, arcname=".", filter=lambda ti: None if "__pycache__" in ti.name else ti)
+    files = {"soperator-slurm.tar.gz": collection, "kubernetes-core.tar": core_tar}
+    key_files = {"soperator-slurm.tar.gz": h.hexdigest(), "kubernetes-core.tar": tree_digest(core)}
+    b.build_image("ansible-runner", "remediation", runner_fs[0], runner_fs[1], files, "", key_files=key_files)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def dpkg_versions(rootfs_tar, packages):
@@ -325,6 +379,9 @@ def main(argv=None):
     fs = {"controller": (controller_fs, controller_key)}
     for name in ("worker", "login", "accounting", "populate"):
         fs[name] = b.rootfs(name)
+    if "ansible-runner" in only:
+        ca = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt"
+        fs["runner"] = b.rootfs("runner", substitutions={"ca": ca})
     fs["jail-rootfs"] = b.rootfs("jail-rootfs", {"plugin": plugin_key}, subs)
     subs["jail_rootfs"] = fs["jail-rootfs"][0]
 
@@ -344,8 +401,7 @@ def main(argv=None):
         b.build_image(component, containerfile_dir, fs_path, fs_key, files, version)
 
     if "ansible-runner" in only:
-        import runner_image   # images/runner_image.py: the collection and its Python dependencies
-        runner_image.build(b, fs)
+        build_runner(b, fs["runner"])
 
     rows = []
     for component, ref, rebuilt in b.built:
