@@ -87,3 +87,30 @@ k8s-up: k8s-build
 
 k8s-down:
 	$(PYTHON) tools/k8s/cluster.py down --state $(K8S_STATE)
+
+# --- Container images (images/): built here with buildah from Debian root filesystems that mmdebstrap makes from
+# Debian's packages (no registry pull, no Docker engine). SUITE=forky (Slurm 26.05, the default) or trixie (24.11);
+# the tag defaults to <Slurm version>-<collection version>; REGISTRY=... and TAG=... override, PUSH=1 pushes.
+# Root filesystems and .deb files are cached in $${SOPERATOR_CACHE:-~/.cache/soperator}/images and every image is
+# keyed by its inputs: a second `make images` rebuilds nothing. images-smoke runs them as a Slurm cluster with
+# podman from the rendered manifests of $(IMAGES_SPEC) (images/smoke.py). images-save writes OCI archives.
+IMAGES_APT_PACKAGES := podman buildah runc mmdebstrap uidmap netavark aardvark-dns openssh-client
+IMAGES_SPEC ?= examples/small-cpu.yml
+IMAGES_ENV = SUITE=$(SUITE) REGISTRY=$(REGISTRY) TAG=$(TAG)
+.PHONY: images-deps images images-save images-smoke
+
+images-deps:
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	missing=$$(for p in $(IMAGES_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+images: images-deps
+	$(IMAGES_ENV) $(PYTHON) images/build.py $(if $(PUSH),--push)
+
+images-save: images-deps
+	$(IMAGES_ENV) $(PYTHON) images/build.py --save build/images/oci
+
+images-smoke: images
+	$(IMAGES_ENV) $(PYTHON) images/smoke.py --spec $(IMAGES_SPEC)
