@@ -66,6 +66,7 @@ bench:
 	$(PYTHON) bench/bench_drain.py
 	$(PYTHON) bench/bench_kube_apply.py
 	$(PYTHON) bench/bench_health_drain.py
+	$(PYTHON) bench/bench_exporter.py
 
 crds:
 	$(PYTHON) tools/generate_crds.py
