@@ -94,7 +94,8 @@ k8s-down:
 # the tag defaults to <Slurm version>-<collection version>; REGISTRY=... and TAG=... override, PUSH=1 pushes.
 # Root filesystems and .deb files are cached in $${SOPERATOR_CACHE:-~/.cache/soperator}/images and every image is
 # keyed by its inputs: a second `make images` rebuilds nothing. images-smoke runs them as a Slurm cluster with
-# podman from the rendered manifests of $(IMAGES_SPEC) (images/smoke.py). images-save writes OCI archives.
+# podman from the rendered manifests of $(IMAGES_SPEC) with accounting (images/smoke.py). images-save writes OCI
+# archives.
 IMAGES_APT_PACKAGES := podman buildah runc mmdebstrap uidmap netavark aardvark-dns openssh-client
 IMAGES_SPEC ?= examples/small-cpu.yml
 IMAGES_ENV = SUITE=$(SUITE) REGISTRY=$(REGISTRY) TAG=$(TAG)
@@ -114,4 +115,4 @@ images-save: images-deps
 	$(IMAGES_ENV) $(PYTHON) images/build.py --save build/images/oci
 
 images-smoke: images
-	$(IMAGES_ENV) $(PYTHON) images/smoke.py --spec $(IMAGES_SPEC)
+	$(IMAGES_ENV) $(PYTHON) images/smoke.py --accounting --spec $(IMAGES_SPEC)

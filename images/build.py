@@ -12,8 +12,8 @@ then built by buildah from images/<component>/Containerfile. The chroot SPANK pl
 filesystem of the same suite (libslurm-dev, gcc), so it matches the Slurm it is loaded by.
 
 Images: <registry>/<component>:<tag>, the spec's default (spec/validate.py): controller, worker, login,
-accounting, jail (the populate Job's image: jail.py and the jail root filesystem as a tarball) and ansible-runner
-(the remediation CronJob's). The default tag is <Slurm version>-<collection version>, e.g. 26.05.5-0.1.0.
+accounting, jail (the populate Job's image: jail.py and the jail root filesystem as a tarball), ansible-runner
+(the remediation CronJob's) and mariadb (the accounting database, for machines that cannot pull the public one). The default tag is <Slurm version>-<collection version>, e.g. 26.05.5-0.1.0.
 
 Cache by content: every root filesystem and image is keyed by a sha256 of its inputs (suite, packages, hooks, the
 files copied in, this script's RECIPE_VERSION). A root filesystem tarball is kept in the cache directory
@@ -44,7 +44,7 @@ LABEL_INPUTS = "dev.soperator.inputs"
 LABEL_SLURM = "dev.soperator.slurm-version"
 LABEL_SUITE = "dev.soperator.debian-suite"
 DEFAULT_REGISTRY = "ghcr.io/soperator-slurm"
-COMPONENTS = ("controller", "worker", "login", "accounting", "jail", "ansible-runner")
+COMPONENTS = ("controller", "worker", "login", "accounting", "jail", "ansible-runner", "mariadb")
 
 # Smaller images: no manuals, docs (but the copyright files) or translations.
 DPKG_OPTS = ["path-exclude=/usr/share/man/*", "path-exclude=/usr/share/doc/*",
@@ -76,6 +76,8 @@ ROOTFS = {
             'printf "soperator.slurm jail root filesystem\\n" > "$1"/etc/soperator-jail-release',
         ]},
     "populate": {"packages": ["python3"]},
+    # The accounting database for machines that cannot pull the public MariaDB image (images/mariadb).
+    "mariadb": {"packages": ["mariadb-server", "util-linux"]},
     # An Ansible execution environment: ansible-core and the kubernetes client from PyPI in a venv (pinned: the
     # versions our tests run with), the collections added by the Containerfile.
     "runner": {
@@ -103,6 +105,7 @@ IMAGE_RECIPES = {
                                  "health_check.py": os.path.join(NODE, "health_check.py"),
                                  "active_check.py": os.path.join(NODE, "active_check.py")}),
     "accounting": ("accounting", "accounting", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh")}),
+    "mariadb": ("mariadb", "mariadb", {"entrypoint.sh": os.path.join(IMAGES, "mariadb", "entrypoint.sh")}),
     "jail": ("populate_jail", "populate", {"jail-rootfs.tar": "{jail_rootfs}",
                                            "jail.py": os.path.join(NODE, "jail.py"),
                                            "safe_tree.py": os.path.join(NODE, "safe_tree.py")}),
@@ -379,6 +382,8 @@ def main(argv=None):
     fs = {"controller": (controller_fs, controller_key)}
     for name in ("worker", "login", "accounting", "populate"):
         fs[name] = b.rootfs(name)
+    if "mariadb" in only:
+        fs["mariadb"] = b.rootfs("mariadb")
     if "ansible-runner" in only:
         ca = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt"
         fs["runner"] = b.rootfs("runner", substitutions={"ca": ca})
@@ -391,6 +396,9 @@ def main(argv=None):
         containerfile_dir, rootfs_name, files = IMAGE_RECIPES[component]
         files = {n: p.format(**subs) for n, p in files.items()}
         fs_path, fs_key = fs[rootfs_name]
+        if component == "mariadb":
+            b.build_image(component, containerfile_dir, fs_path, fs_key, files, "")
+            continue
         version_source = fs["jail-rootfs"][0] if component == "jail" else fs_path
         versions = dpkg_versions(version_source, {"slurmctld", "slurmd", "slurmdbd", "slurm-client"})
         if len(set(map(upstream, versions.values()))) != 1:

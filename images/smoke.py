@@ -15,7 +15,9 @@ podman network of their own, with the StatefulSet's per-pod DNS names as aliases
 
 Checks: slurmctld -V is the images' Slurm; every worker registers; `srun -N2 hostname` prints both workers' names;
 the steps ran inside the jail (the SPANK plugin); ssh with the key into the login container lands in the jail, and
-`sbatch` from there runs a job whose srun step spans the workers; the health check program passes on each worker.
+`sbatch` from there runs a job whose srun step spans the workers; with accounting (--accounting, or a spec that has
+it: slurmdbd and the MariaDB image built here), sacct lists the jobs; the health check program passes on each
+worker.
 Exits non-zero on any failure; the last line is one line of results. Everything started is removed at the end
 (by the IDs this run created), also on failure; --keep leaves it running for a look.
 """
@@ -107,6 +109,10 @@ class Cluster(object):
                 images["tag"] = self.tag
                 images["registry"] = self.args.registry
                 spec.setdefault("login", {})["sshRootPublicKeys"] = [public]
+                if self.args.accounting:
+                    spec["accounting"] = {"enabled": True, "database": {"inCluster": {"storage": "1Gi"}}}
+                # The public MariaDB image cannot be pulled here: the one built by images/build.py.
+                images["mariadb"] = "%s/mariadb:%s" % (self.args.registry, self.tag)
         spec_file = os.path.join(self.work, "spec.yml")
         with open(spec_file, "w") as f:
             yaml.safe_dump_all(docs, f)
@@ -178,6 +184,14 @@ class Cluster(object):
         if service:
             cmd += ["--network-alias", "%s.%s" % (pod, service),
                     "--network-alias", "%s.%s.%s.svc.cluster.local" % (pod, service, namespace)]
+        # Every Service that selects this pod resolves to it, as cluster DNS would (one pod per Service here, or
+        # several for a headless one).
+        labels = template["metadata"].get("labels", {})
+        for svc in self.get("Service"):
+            selector = svc["spec"].get("selector") or {}
+            if selector and all(labels.get(k) == v for k, v in selector.items()):
+                name = svc["metadata"]["name"]
+                cmd += ["--network-alias", name, "--network-alias", "%s.%s.svc.cluster.local" % (name, namespace)]
         for search in spec.get("dnsConfig", {}).get("searches", []):
             cmd += ["--dns-search", search]
         sec = ctr.get("securityContext", {})
@@ -233,14 +247,15 @@ class Cluster(object):
                 raise SmokeError("populate Job printed no result line:\n%s" % out)
             log("jail populated: %s" % lines[-1][:160])
 
-    def start(self):
+    def start(self, components=None):
+        """Start the populate Job, then every StatefulSet's pods (only those of `components` when given)."""
         sh(["podman", "network", "create", "--label", "dev.soperator.smoke=%s" % self.run_id, self.network])
-        self.populate_jail()
+        if components is None or "jail" in components:
+            self.populate_jail()
         for sts in self.get("StatefulSet"):
             component = sts["metadata"]["labels"]["app.kubernetes.io/component"]
-            if component == "accounting-db":
-                raise SmokeError("the in-cluster MariaDB is not part of this smoke yet: use a spec without "
-                                 "accounting")
+            if components is not None and component not in components:
+                continue
             for i in range(sts["spec"]["replicas"]):
                 pod = "%s-%d" % (sts["metadata"]["name"], i)
                 log("starting %s (%s)" % (pod, sts["spec"]["template"]["spec"]["containers"][0]["image"]))
@@ -323,6 +338,14 @@ def check(cluster, results):
         raise SmokeError("sbatch from the login session: output %r, expected %r" % (out, workers))
     results.append("sbatch=ok")
 
+    if cluster.get("StatefulSet", "%s-accounting" % controller.rsplit("-controller-", 1)[0]):
+        def recorded():
+            out = cluster.exec(login, ["sacct", "-n", "-X", "-a", "-P", "-o", "JobID,State"])
+            jobs = [l.split("|") for l in out.split()]
+            return len([j for j in jobs if j[1] == "COMPLETED"]) >= 3 and jobs
+        jobs = wait_for("sacct lists the smoke's jobs as COMPLETED", recorded, 90)
+        results.append("sacct=%d jobs" % len(jobs))
+
     # The passive health check program, as slurmd runs it (HealthCheckProgram, root, SLURMD_NODENAME only).
     for worker in workers:
         out = cluster.exec(worker, ["env", "-i", "SLURMD_NODENAME=%s" % worker, "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
@@ -339,13 +362,15 @@ def main(argv=None):
     parser.add_argument("--tag", default=os.environ.get("TAG") or "")
     parser.add_argument("--expect-slurm", default=os.environ.get("EXPECT_SLURM") or "26.05")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running (remove it by hand)")
+    parser.add_argument("--accounting", action="store_true",
+                        help="enable accounting with the in-cluster database (MariaDB image built here)")
     args = parser.parse_args(argv)
     os.environ.setdefault("CONTAINERS_CONF", os.path.join(IMAGES, "containers.conf"))
     os.chdir(ROOT)
     started = time.time()
     tag = args.tag or sh([sys.executable, os.path.join(IMAGES, "build.py"), "--print-tag"], timeout=600).strip()
     results = []
-    for component in ("controller", "worker", "login", "jail"):
+    for component in ("controller", "worker", "login", "jail") + (("accounting", "mariadb") if args.accounting else ()):
         ref = "%s/%s:%s" % (args.registry, component, tag)
         if subprocess.run(["podman", "image", "exists", ref]).returncode != 0:
             print("images-smoke: FAILED: %s is not built (make images)" % ref)
