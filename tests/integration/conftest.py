@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -78,6 +79,7 @@ def pytest_terminal_summary(terminalreporter):
 def real_cluster(tmp_path_factory):
     kubeconfig = os.environ.get("KUBECONFIG")
     if kubeconfig:
+        kubeconfig = os.path.abspath(kubeconfig)  # the modules run in the checkout, not in our directory
         audit = os.environ.get("SOPERATOR_K8S_AUDIT_LOG") or os.path.join(os.path.dirname(kubeconfig), "audit.log")
         yield Cluster(kubeconfig, audit if os.path.isfile(audit) else None)
         return
@@ -92,6 +94,37 @@ def real_cluster(tmp_path_factory):
 @pytest.fixture(scope="session")
 def kubeconfig(real_cluster):
     return real_cluster.kubeconfig
+
+
+@pytest.fixture
+def volumes(real_cluster):
+    """provide(namespace, claims): a PersistentVolume bound ahead (claimRef) to each named claim, as a provisioner
+    would make it (none runs here; the controller-manager completes the binding). Pre-bound, so no claim of
+    another test takes it. A hostPath never mounted: kwok runs no pod. Deleted after the test."""
+    from kubernetes import client, config
+    api = config.new_client_from_config(config_file=real_cluster.kubeconfig)
+    core = client.CoreV1Api(api)
+    made = []
+
+    def provide(namespace, claims):
+        for claim in claims:
+            name = "soperator-it-%s" % uuid.uuid4().hex[:8]
+            core.create_persistent_volume({
+                "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+                "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                         "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/nonexistent/" + name},
+                         "claimRef": {"namespace": namespace, "name": claim}}})
+            made.append(name)
+    try:
+        yield provide
+    finally:
+        for name in made:
+            try:
+                core.delete_persistent_volume(name)
+            except client.exceptions.ApiException as e:
+                if e.status != 404:
+                    raise
+        api.close()
 
 
 @pytest.fixture

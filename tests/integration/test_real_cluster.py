@@ -15,6 +15,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from test_slurm_cluster_kube import SMALL, module, spec_docs  # noqa: E402
 
 
+# The claims of examples/small-cpu.yml: the jail and the controller's spool (its StatefulSet's claim template).
+CLAIMS = ("small-jail", "spool-small-controller-0")
+
+
 @pytest.fixture
 def docs(kubeconfig):
     namespace = "soperator-it-%s" % uuid.uuid4().hex[:8]
@@ -33,7 +37,10 @@ def docs(kubeconfig):
 
 
 def run(documents, kubeconfig, **kw):
-    args = dict(state="present", target="kubernetes", definition=documents, kubeconfig=kubeconfig)
+    # Waits until Ready: a re-run then finds the status final (the controllers and kwok have caught up), as a
+    # re-run a while later would.
+    args = dict(state="present", target="kubernetes", definition=documents, kubeconfig=kubeconfig, wait=True,
+                wait_timeout=120)
     args.update(kw)
     return module("slurm_cluster", **args)
 
@@ -42,14 +49,17 @@ def changed(result):
     return sorted((o["kind"], o["name"], o["action"]) for o in result["objects"] if o["action"] != "unchanged")
 
 
-def test_apply_rerun_plan_and_change(docs, kubeconfig):
+def test_apply_rerun_plan_and_change(docs, kubeconfig, volumes):
+    volumes(docs[0]["metadata"]["namespace"], CLAIMS)
     planned = module(
         "slurm_cluster", check=True, state="present", target="kubernetes", definition=docs,
         kubeconfig=kubeconfig)
     assert planned["changed"] and planned["requests"]["writes"] == 0
     first = run(docs, kubeconfig)
     assert [(o["kind"], o["name"]) for o in first["objects"]] == [(o["kind"], o["name"]) for o in planned["objects"]]
-    assert set(o["action"] for o in first["objects"]) <= {"created", "updated"}
+    # The CRDs are cluster-wide: an earlier test (or run) may have installed them already.
+    assert set(o["action"] for o in first["objects"] if o["kind"] != "CustomResourceDefinition") <= {
+        "created", "updated"}
     second = run(docs, kubeconfig)
     assert not second["changed"] and second["requests"]["writes"] == 0, changed(second)
     docs[0]["spec"]["login"]["replicas"] = 2

@@ -1,6 +1,7 @@
 """playbooks/site.yml of examples/small-cpu.yml against a real API server, judged by its audit log: the first run
 creates, the second changes nothing and writes nothing, check mode writes only dry runs."""
 import os
+import re
 import uuid
 
 import pytest
@@ -12,6 +13,8 @@ from k8s_audit import reads_per_resource
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = os.path.join(ROOT, "examples", "small-cpu.yml")
 APPLY = "soperator.slurm.cluster : Converge the Slurm cluster on Kubernetes"
+# The claims of examples/small-cpu.yml: the jail and the controller's spool (its StatefulSet's claim template).
+CLAIMS = ("small-jail", "spool-small-controller-0")
 
 
 def admin_user(kubeconfig):
@@ -52,28 +55,29 @@ def small_spec(kubeconfig, tmp_path):
 
 def site(spec, kubeconfig, *extra, **kw):
     return ansible_run.playbook("site.yml", "-e", "spec_file=%s" % spec, "-e", "kubeconfig=%s" % kubeconfig,
-                                "-e", "wait=false", *extra, **kw)
+                                "-e", "wait_timeout=120", *extra, **kw)
 
 
-def test_site_creates_then_a_rerun_writes_nothing(kubeconfig, audit, small_spec):
+def test_site_creates_then_a_rerun_writes_nothing(kubeconfig, audit, small_spec, volumes):
     spec, namespace, docs = small_spec
+    volumes(namespace, CLAIMS)
     user = admin_user(kubeconfig)
 
     mark = audit.mark()
     plan = site(spec, kubeconfig, "--check")
-    ours = audit.requests(mark, user=user)
-    writes = [r for r in ours if r.write]
-    assert writes, "check mode sent no dry-run write at all"
-    assert [r for r in writes if not r.dry_run] == [], "check mode wrote for real"
     assert plan.tasks()[APPLY]["changed"]
+    ours = audit.requests(mark, user=user)
+    assert ours and [r for r in ours if r.write and not r.dry_run] == [], ours
 
+    # The first run waits (site.yml's default) until the scheduler has placed the pods on kwok's nodes, kwok has
+    # made them Ready and completed the populate Job: the cluster is Ready, its status final.
     mark = audit.mark()
     first = site(spec, kubeconfig)
-    assert first.tasks()[APPLY]["changed"]
-    created = [r for r in audit.requests(mark, user=user) if r.write and not r.dry_run and r.code in (200, 201)]
-    kinds = {r.resource for r in created}
-    assert {"customresourcedefinitions", "slurmclusters", "nodesets", "statefulsets", "configmaps", "secrets",
-            "services", "jobs", "cronjobs", "roles", "rolebindings", "serviceaccounts"} <= kinds, kinds
+    applied = first.tasks()[APPLY]
+    assert applied["changed"] and applied["status"]["phase"] == "Ready", applied.get("status")
+    written = {r.resource for r in audit.requests(mark, user=user) if r.write and r.code in (200, 201)}
+    assert {"slurmclusters", "nodesets", "statefulsets", "configmaps", "secrets", "services", "jobs", "cronjobs",
+            "roles", "rolebindings", "serviceaccounts", "persistentvolumeclaims"} <= written, written
 
     mark = audit.mark()
     second = site(spec, kubeconfig)
@@ -82,3 +86,19 @@ def test_site_creates_then_a_rerun_writes_nothing(kubeconfig, audit, small_spec)
     assert [r for r in ours if r.write] == []
     reads = reads_per_resource(ours)
     assert reads and max(reads.values()) == 1, reads
+
+    # A change in check mode with --diff: the API server's dry run answers, the slurm.conf change is shown, nothing
+    # is written for real.
+    docs[0]["spec"]["slurmConfig"]["SlurmdTimeout"] = 150
+    changed_spec = spec + ".changed.yml"
+    with open(changed_spec, "w") as f:
+        yaml.safe_dump_all(docs, f)
+    mark = audit.mark()
+    plan = ansible_run.playbook("site.yml", "-e", "spec_file=%s" % changed_spec, "-e", "kubeconfig=%s" % kubeconfig,
+                                "--check", "--diff", env=ansible_run.ansible_env(json_output=False))
+    ours = audit.requests(mark, user=user)
+    assert [r for r in ours if r.write and not r.dry_run] == [], ours
+    assert [r for r in ours if r.write and r.dry_run], ours
+    # slurm.conf as a line of the slurm-configs ConfigMap's diff
+    assert re.search(r"^-\s+SlurmdTimeout=120$", plan.stdout, re.M), plan.output()
+    assert re.search(r"^\+\s+SlurmdTimeout=150$", plan.stdout, re.M), plan.output()

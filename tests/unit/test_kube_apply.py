@@ -30,6 +30,16 @@ def test_server_defaults_and_canonical_quantities_count_as_unchanged():
     assert ka.unchanged(STS, live_of(STS))
 
 
+def test_crd_schema_bounds_compare_as_the_float64_the_api_server_keeps():
+    # kube-apiserver 1.37 returns a CRD's `maximum: 9223372036854775807` as 9223372036854776000 (JSONSchemaProps
+    # holds float64): the same bound, not an edit. Other numbers stay exact.
+    want = {"properties": {"n": {"type": "integer", "minimum": 0, "maximum": 2 ** 63 - 1}}}
+    have = {"properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9223372036854776000}}}
+    assert ka.contained(want, have)
+    assert not ka.contained(want, {"properties": {"n": {"type": "integer", "minimum": 0, "maximum": 2 ** 53}}})
+    assert not ka.contained({"replicas": 2 ** 63 - 1}, {"replicas": 9223372036854776000})
+
+
 def test_a_field_we_set_edited_by_someone_else_is_a_change():
     live = live_of(STS)
     live["spec"]["replicas"] = 5

@@ -83,9 +83,19 @@ def with_digest(obj):
     return out
 
 
+_FLOAT64_KEYS = frozenset(("maximum", "minimum", "multipleOf"))
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _same_scalar(want, have, key):
     if want == have:
         return True
+    # A CRD schema's bounds are float64 in the API server (JSONSchemaProps): 2**63-1 comes back as 2**63.
+    if key in _FLOAT64_KEYS and _number(want) and _number(have):
+        return float(want) == float(have)
     # The server stores quantities canonically (1000m -> 1, 1024Mi -> 1Gi).
     if isinstance(want, str) and isinstance(have, str) and is_quantity(want) and is_quantity(have) and \
             key not in ("name", "image"):
