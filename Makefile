@@ -99,7 +99,7 @@ k8s-down:
 IMAGES_APT_PACKAGES := podman buildah runc mmdebstrap uidmap netavark aardvark-dns openssh-client
 IMAGES_SPEC ?= examples/small-cpu.yml
 IMAGES_ENV = SUITE=$(SUITE) REGISTRY=$(REGISTRY) TAG=$(TAG)
-.PHONY: images-deps images images-save images-smoke
+.PHONY: images-deps images images-save images-smoke images-check-configs
 
 images-deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -116,3 +116,7 @@ images-save: images-deps
 
 images-smoke: images
 	$(IMAGES_ENV) $(PYTHON) images/smoke.py --accounting --spec $(IMAGES_SPEC)
+
+# Each example's rendered slurm.conf, started by the controller image's slurmctld (with slurmdbd where it has one).
+images-check-configs: images
+	$(IMAGES_ENV) $(PYTHON) images/check_configs.py
