@@ -99,7 +99,7 @@ k8s-down:
 IMAGES_APT_PACKAGES := podman buildah runc mmdebstrap uidmap netavark aardvark-dns openssh-client
 IMAGES_SPEC ?= examples/small-cpu.yml
 IMAGES_ENV = SUITE=$(SUITE) REGISTRY=$(REGISTRY) TAG=$(TAG)
-.PHONY: images-deps images images-save images-smoke images-check-configs
+.PHONY: images-deps images images-save images-smoke images-check-configs jail
 
 images-deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -116,6 +116,12 @@ images-save: images-deps
 
 images-smoke: images
 	$(IMAGES_ENV) $(PYTHON) images/smoke.py --accounting --spec $(IMAGES_SPEC)
+
+# The jail root filesystem for the local target: the jail image's recipe (Slurm clients, munge, python3, the SPANK
+# plugin at /usr/lib/slurm/spank_chroot.so, /etc/hosts) from this machine's Debian suite, so its Slurm is the host's.
+JAIL_SUITE ?= $(shell . /etc/os-release 2>/dev/null && echo $$VERSION_CODENAME)
+jail: images-deps
+	$(PYTHON) images/build.py --suite $(JAIL_SUITE) --jail-tarball build/jail/jail-rootfs.tar
 
 # Each example's rendered slurm.conf, started by the controller image's slurmctld (with slurmdbd where it has one).
 images-check-configs: images

@@ -358,6 +358,9 @@ def main(argv=None):
     parser.add_argument("--push", action="store_true", help="push every image to its registry")
     parser.add_argument("--save", default="", help="also write each image as an OCI archive into this directory")
     parser.add_argument("--print-tag", action="store_true", help="print the default tag and exit")
+    parser.add_argument("--jail-tarball", default="",
+                        help="only write the jail root filesystem (the jail image's recipe) as a tarball here, "
+                             "e.g. for the local target with the host's suite")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     os.environ.setdefault("CONTAINERS_CONF", os.path.join(IMAGES, "containers.conf"))
@@ -368,6 +371,17 @@ def main(argv=None):
 
     started = time.time()
     b = Builder(args)
+    if args.jail_tarball:
+        plugin, plugin_key = b.spank_plugin()
+        path, _ = b.rootfs("jail-rootfs", {"plugin": plugin_key}, {"plugin": plugin})
+        target = os.path.abspath(args.jail_tarball)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(path, target + ".tmp")
+        os.replace(target + ".tmp", target)
+        versions = dpkg_versions(target, {"slurm-client"})
+        print("images: jail root filesystem %s (%s, Slurm %s, %d MB)" % (
+            os.path.relpath(target), args.suite, upstream(versions["slurm-client"]), os.path.getsize(target) >> 20))
+        return 0
     # The Slurm version decides the default tag: read it from the controller's root filesystem.
     controller_fs, controller_key = b.rootfs("controller")
     slurm = upstream(dpkg_versions(controller_fs, {"slurmctld"})["slurmctld"])

@@ -1,0 +1,148 @@
+"""The container images (images/): build.py's pure helpers always; the built images themselves when `make images`
+ran on this machine (otherwise those tests skip, environmentally: building takes minutes and root)."""
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from ci_skips import environmental
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+IMAGES = os.path.join(ROOT, "images")
+sys.path.insert(0, IMAGES)
+
+import build  # noqa: E402  (images/build.py)
+
+REGISTRY = os.environ.get("REGISTRY") or build.DEFAULT_REGISTRY
+ENV = dict(os.environ, CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF") or os.path.join(IMAGES, "containers.conf"))
+
+
+# --- build.py, pure -----------------------------------------------------------------------------------------------
+
+def test_upstream_version_drops_epoch_and_debian_revision():
+    assert build.upstream("26.05.5-1") == "26.05.5"
+    assert build.upstream("1:24.11.5-2+b1") == "24.11.5"
+    assert build.upstream("22.05.8-4+deb12u3") == "22.05.8"
+
+
+def _rootfs_with_status(tmp_path, status):
+    path = str(tmp_path / "rootfs.tar")
+    with tarfile.open(path, "w") as tar:
+        data = status.encode("utf-8")
+        info = tarfile.TarInfo("./var/lib/dpkg/status")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_dpkg_versions_reads_installed_packages_only(tmp_path):
+    path = _rootfs_with_status(tmp_path, (
+        "Package: slurmctld\nStatus: install ok installed\nVersion: 26.05.5-1\n\n"
+        "Package: slurmd\nStatus: deinstall ok config-files\nVersion: 24.11.5-1\n\n"
+        "Package: munge\nStatus: install ok installed\nVersion: 0.5.16-1\n"))
+    assert build.dpkg_versions(path, {"slurmctld", "slurmd"}) == {"slurmctld": "26.05.5-1"}
+
+
+def test_keys_change_with_any_input_and_only_then():
+    a = build.key_of({"packages": ["slurmctld"], "suite": "forky"})
+    assert a == build.key_of({"suite": "forky", "packages": ["slurmctld"]})
+    assert a != build.key_of({"packages": ["slurmctld"], "suite": "trixie"})
+
+
+def test_every_component_has_a_recipe_and_a_containerfile():
+    for component in build.COMPONENTS:
+        if component == "ansible-runner":
+            directory = "remediation"
+        else:
+            directory, rootfs, _ = build.IMAGE_RECIPES[component]
+            assert rootfs in build.ROOTFS
+        assert os.path.isfile(os.path.join(IMAGES, directory, "Containerfile"))
+
+
+# --- the built images ---------------------------------------------------------------------------------------------
+
+def _podman(*args, **kw):
+    return subprocess.run(["podman"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, env=ENV, timeout=kw.pop("timeout", 120), **kw)
+
+
+def _built_tag():
+    if not shutil.which("podman"):
+        pytest.skip(environmental("podman is not installed (make images-deps)"))
+    if os.geteuid() != 0:
+        pytest.skip(environmental("the images are built and run as root"))
+    proc = _podman("images", "--format", "{{.Tag}}", "--filter", "label=dev.soperator.slurm-version",
+                   "%s/controller" % REGISTRY)
+    tags = sorted(t for t in proc.stdout.split() if t != "<none>")
+    wanted = os.environ.get("TAG")
+    if wanted:
+        tags = [t for t in tags if t == wanted]
+    for tag in reversed(tags):
+        if all(_podman("image", "exists", "%s/%s:%s" % (REGISTRY, c, tag)).returncode == 0
+               for c in ("controller", "worker", "login", "jail", "accounting", "mariadb")):
+            return tag
+    pytest.skip(environmental("the images are not built on this machine (make images)"))
+
+
+@pytest.fixture(scope="module")
+def tag():
+    return _built_tag()
+
+
+def _label(ref, name):
+    return _podman("image", "inspect", "--format", '{{index .Labels "%s"}}' % name, ref).stdout.strip()
+
+
+def test_controller_runs_the_slurm_its_label_and_tag_name(tag):
+    ref = "%s/controller:%s" % (REGISTRY, tag)
+    version = _label(ref, build.LABEL_SLURM)
+    out = _podman("run", "--rm", "--network", "none", ref, "slurmctld", "-V").stdout.strip()
+    assert re.match(r"slurm(-wlm)? %s$" % re.escape(version), out), out
+    assert tag.startswith(version + "-") or os.environ.get("TAG")
+    if _label(ref, build.LABEL_SUITE) == "forky":
+        assert version.startswith("26.05.")
+
+
+def test_entrypoint_refuses_a_daemon_without_the_munge_key(tag):
+    proc = _podman("run", "--rm", "--network", "none", "%s/controller:%s" % (REGISTRY, tag), "slurmctld", "-D")
+    assert proc.returncode == 1
+    assert "no munge key at /etc/munge/munge.key" in proc.stderr
+
+
+def test_munged_runs_as_munge_with_a_root_owned_key(tag, tmp_path):
+    key = tmp_path / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)   # as the Secret is mounted: root's, mode 0400
+    script = ('for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = munged ] && stat -c %U $p; done; '
+              'echo hello | munge | unmunge >/dev/null && echo credential-ok')
+    proc = _podman("run", "--rm", "--network", "none", "-v", "%s:/etc/munge:ro" % tmp_path,
+                   "%s/controller:%s" % (REGISTRY, tag), "sh", "-c", script)
+    assert proc.stdout.split() == ["munge", "credential-ok"], proc.stdout + proc.stderr
+
+
+def test_the_jail_image_holds_the_plugin_built_for_its_slurm(tag, tmp_path):
+    """The jail tarball carries the SPANK plugin at the path plugstack.conf names, the marker file the smoke test
+    looks for, and Slurm clients of the images' version."""
+    ref = "%s/jail:%s" % (REGISTRY, tag)
+    script = ("tar -tf /opt/soperator/jail-rootfs.tar ./usr/lib/slurm/spank_chroot.so ./etc/soperator-jail-release "
+              "./usr/bin/srun && tar -xOf /opt/soperator/jail-rootfs.tar ./var/lib/dpkg/status "
+              "| grep -A8 '^Package: slurm-client$' | grep '^Version:'")
+    proc = _podman("run", "--rm", "--network", "none", "--entrypoint", "sh", ref, "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    assert "Version: %s-" % _label("%s/controller:%s" % (REGISTRY, tag), build.LABEL_SLURM) in proc.stdout
+
+
+def test_the_images_run_as_a_slurm_cluster(tag):
+    """images/smoke.py: the rendered small-cpu example with accounting as podman containers; srun, the jail, ssh,
+    sbatch, sacct, health checks (about a minute)."""
+    proc = subprocess.run([sys.executable, os.path.join(IMAGES, "smoke.py"), "--accounting", "--tag", tag,
+                           "--registry", REGISTRY], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, env=ENV, timeout=900)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 0 and last.startswith("images-smoke: OK"), proc.stdout[-4000:]
+    assert "srun -N2 hostname=cpu-0,cpu-1" in last and "jail=yes" in last and "sacct=" in last
