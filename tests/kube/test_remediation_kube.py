@@ -62,12 +62,15 @@ def granted(role):
 def used(requests):
     out = set()
     for r in requests:
-        if r.verb in ("discovery", "health") or r.kind is None:
+        # a kind the server does not serve (the prometheus-operator's, no CRD here) is still a request the
+        # authorizer judges before the 404: it counts
+        if r.verb in ("discovery", "health"):
             continue
+        verb = r.verb or {"GET": "list"}.get(r.method, r.method.lower())     # an unserved kind: only lists here
         resource = r.path.split("/")[-1] if r.name is None else r.path.split("/")[-2]
         if r.subresource:
             resource = r.path.split("/")[-3] + "/" + r.subresource
-        out.add((resource, r.verb))
+        out.add((resource, verb))
     return out
 
 

@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import metrics
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import DEFAULT_REASON_PREFIX, read_sinfo
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
-    LocalTransport, SlurmError, SlurmRunner)
+    KubernetesTransport, LocalTransport, SlurmError, SlurmRunner)
 
 
 def read_snapshot(runner, clock=time.monotonic, jail=None):
@@ -76,6 +76,19 @@ def build_registry(runner_factory, prefix=DEFAULT_REASON_PREFIX, jail=None):
     return registry
 
 
+def _transport(args):
+    """Local Slurm clients, or exec into the controller pod with the pod's ServiceAccount (the Deployment's)."""
+    if not args.kubernetes_namespace:
+        return LocalTransport(slurm_conf=args.slurm_conf)
+    if not args.controller_pod:
+        raise SystemExit("--kubernetes-namespace needs --controller-pod")
+    from kubernetes import client, config      # only the Kubernetes mode needs the client
+    config.load_incluster_config()
+    core_v1 = client.CoreV1Api()
+    return KubernetesTransport(args.kubernetes_namespace, args.controller_pod, container=args.controller_container,
+                               slurm_conf=args.slurm_conf, core_v1=core_v1)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Prometheus exporter of a Slurm cluster (soperator.slurm)")
     parser.add_argument("--port", type=int, required=True)
@@ -83,12 +96,18 @@ def main(argv=None):
     parser.add_argument("--slurm-conf", help="slurm.conf of the cluster (default: $SLURM_CONF, then Slurm's own)")
     parser.add_argument("--reason-prefix", default=DEFAULT_REASON_PREFIX,
                         help="our drain reason prefix: tells our drains from others'")
+    parser.add_argument("--kubernetes-namespace", help="run the Slurm commands in the controller pod of this "
+                        "namespace (in-cluster credentials) instead of locally")
+    parser.add_argument("--controller-pod", help="with --kubernetes-namespace: the pod that runs slurmctld")
+    parser.add_argument("--controller-container", default="slurmctld")
     parser.add_argument("--jail", help="the jail's path: its filesystem's size and free space are reported")
     parser.add_argument("--command-timeout", type=int, default=20, help="seconds one Slurm command may take")
     args = parser.parse_args(argv)
     # No retries: a scrape answers now or says slurm_up 0; Prometheus scrapes again anyway.
+    transport = _transport(args)
+
     def runner():
-        return SlurmRunner(LocalTransport(slurm_conf=args.slurm_conf), retries=0, timeout=args.command_timeout)
+        return SlurmRunner(transport, retries=0, timeout=args.command_timeout)
     server, thread = start_http_server(args.port, addr=args.listen_address,
                                        registry=build_registry(runner, args.reason_prefix, args.jail))
     stop = threading.Event()

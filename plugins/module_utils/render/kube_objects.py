@@ -69,10 +69,12 @@ _API = {
     "Role": "rbac.authorization.k8s.io/v1", "RoleBinding": "rbac.authorization.k8s.io/v1",
     "ClusterRole": "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
     "Job": "batch/v1", "CronJob": "batch/v1", "StatefulSet": "apps/v1", "PodDisruptionBudget": "policy/v1",
+    "Deployment": "apps/v1", "ServiceMonitor": "monitoring.coreos.com/v1", "PrometheusRule": "monitoring.coreos.com/v1",
 }
 # Apply order: what a pod mounts or runs as exists before the pod; the jail is populated before it is used.
 KIND_ORDER = ("ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "Secret", "ConfigMap",
-              "PersistentVolumeClaim", "Service", "Job", "StatefulSet", "PodDisruptionBudget", "CronJob")
+              "PersistentVolumeClaim", "Service", "Job", "StatefulSet", "PodDisruptionBudget", "CronJob",
+              "Deployment", "ServiceMonitor", "PrometheusRule")
 
 
 # --- metadata ----------------------------------------------------------------------------------------------------
@@ -283,7 +285,11 @@ def _service_accounts(model):
     return out
 
 
-def remediation_rules():
+def _observed(model):
+    return model is not None and model.observability.exporter.enabled
+
+
+def remediation_rules(model=None):
     """The namespaced permissions of the remediation CronJob: exactly the calls of playbooks/remediate.yml, which
     reconciles with slurm_cluster (manage_rbac, install_crds and create_namespace off: no RBAC object, CRD or
     namespace is read or written, nothing cluster-scoped at all) and then runs slurm_remediate. No watch: nothing
@@ -304,6 +310,12 @@ def remediation_rules():
         {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list", "patch", "delete"]},
         {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": ["list", "patch", "delete"]},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list", "patch", "delete"]},
+        # spec.observability's exporter Deployment and prometheus-operator objects: listed on every run (one that
+        # was switched off is pruned), written only by the cluster that has them.
+        {"apiGroups": ["apps"], "resources": ["deployments"],
+         "verbs": ["list", "patch", "delete"] if _observed(model) else ["list"]},
+        {"apiGroups": ["monitoring.coreos.com"], "resources": ["servicemonitors", "prometheusrules"],
+         "verbs": ["list", "patch", "delete"] if _observed(model) else ["list"]},
         # Replacing a node: read its worker pod (uid, the Kubernetes node it runs on), delete it, wait for the new one.
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"]},
         # Slurm commands in the controller pod and checks in worker pods. The python client execs over a websocket
@@ -320,7 +332,7 @@ def _rbac(model):
     name = remediation_name(model)
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": model.namespace}]
     out = [
-        _obj("Role", _meta(model, name, REMEDIATION), rules=remediation_rules()),
+        _obj("Role", _meta(model, name, REMEDIATION), rules=remediation_rules(model)),
         _obj("RoleBinding", _meta(model, name, REMEDIATION), subjects=subject,
              roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}),
     ]
@@ -660,6 +672,9 @@ def render_manifests(model, slurm_configs, secret_material):
     if model.remediation.enabled:
         objects.append(_remediation_cron_job(model))
     objects += _active_checks(model)
+    # imported here: observe_objects builds on this module's blocks
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_objects import observability_objects
+    objects += observability_objects(model)
     objects.sort(key=lambda o: KIND_ORDER.index(o["kind"]))   # stable: keeps the order within a kind
     seen = set()
     for obj in objects:

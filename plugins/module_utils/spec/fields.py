@@ -425,13 +425,29 @@ REMEDIATION = Obj("The in-cluster remediation loop.", {
     "successfulJobsHistoryLimit": Int("CronJob history.", minimum=0, maximum=INT32_MAX, default=3),
     "failedJobsHistoryLimit": Int("CronJob history.", minimum=0, maximum=INT32_MAX, default=3),
 })
-OBSERVABILITY = Obj("Metrics of the cluster.", {
+OBSERVABILITY = Obj("Metrics, alert rules and dashboards of the cluster.", {
     "exporter": Obj("The Prometheus exporter: Slurm's nodes, drains, jobs and scheduler, read through the "
-                    "collection's Slurm runner.", {
+                    "collection's Slurm runner (on Kubernetes: a Deployment of the runner image that execs into "
+                    "the controller pod).", {
                         "enabled": Bool("Run the exporter.", default=False),
                         "port": Int("Port it serves /metrics on (a local cluster: on 127.0.0.1).", minimum=1,
                                     maximum=65535, default=9341),
                     }),
+    "serviceMonitor": Obj("A prometheus-operator ServiceMonitor of the exporter (needs its CRDs).", {
+        "enabled": Bool("Render it.", default=False),
+        "interval": Str("Scrape interval.", pattern=r"^[1-9][0-9]{0,4}(s|m)$", pattern_help="is like 30s or 1m",
+                        default="30s"),
+        "labels": _labels("Extra labels (what your Prometheus selects ServiceMonitors by).", default={}),
+    }),
+    "prometheusRule": Obj("A prometheus-operator PrometheusRule holding the alert rule pack (needs its CRDs).", {
+        "enabled": Bool("Render it.", default=False),
+        "labels": _labels("Extra labels (what your Prometheus selects rules by).", default={}),
+    }),
+    "dashboards": Obj("Grafana dashboards as a ConfigMap (with the exporter).", {
+        "enabled": Bool("Render them.", default=True),
+        "labels": _labels("Labels of the ConfigMap: what Grafana's dashboard sidecar looks for.",
+                          default={"grafana_dashboard": "1"}),
+    }),
 })
 CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets.", {
     "clusterDomain": Str("DNS domain of the Kubernetes cluster.", default="cluster.local", pattern=K8S_NAME,

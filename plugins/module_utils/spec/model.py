@@ -255,8 +255,25 @@ class Exporter:
 
 
 @dataclass(frozen=True)
+class ServiceMonitor:
+    enabled: bool
+    interval: str
+    labels: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """An optional object with extra labels (the PrometheusRule, the dashboards ConfigMap)."""
+    enabled: bool
+    labels: Dict[str, str]
+
+
+@dataclass(frozen=True)
 class Observability:
     exporter: Exporter
+    service_monitor: ServiceMonitor
+    prometheus_rule: Labelled
+    dashboards: Labelled
 
 
 @dataclass(frozen=True)

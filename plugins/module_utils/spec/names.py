@@ -33,6 +33,10 @@ def controller_name(model):
     return "%s-controller" % model.name
 
 
+def exporter_name(model):
+    return "%s-exporter" % model.name
+
+
 def login_name(model):
     return "%s-login" % model.name
 

@@ -396,11 +396,19 @@ def _model(cluster, node_set_docs):
             successful_jobs_history_limit=remediation["successfulJobsHistoryLimit"],
             failed_jobs_history_limit=remediation["failedJobsHistoryLimit"],
         ),
-        observability=m.Observability(exporter=m.Exporter(
-            enabled=spec["observability"]["exporter"]["enabled"], port=spec["observability"]["exporter"]["port"])),
+        observability=_observability(spec["observability"]),
         cluster_spec=cluster,
         node_set_specs={d["metadata"]["name"]: d for d in node_set_docs},
     )
+
+
+def _observability(obs):
+    monitor, rule, boards = obs["serviceMonitor"], obs["prometheusRule"], obs["dashboards"]
+    return m.Observability(
+        exporter=m.Exporter(enabled=obs["exporter"]["enabled"], port=obs["exporter"]["port"]),
+        service_monitor=m.ServiceMonitor(monitor["enabled"], monitor["interval"], dict(monitor["labels"])),
+        prometheus_rule=m.Labelled(rule["enabled"], dict(rule["labels"])),
+        dashboards=m.Labelled(boards["enabled"], dict(boards["labels"])))
 
 
 def check_documents(documents):

@@ -92,6 +92,8 @@ def builtin_types():
         R("", "v1", "nodes", "Node", namespaced=False, short_names=["no"], status=True),
         R("apps", "v1", "statefulsets", "StatefulSet", short_names=["sts"], categories=["all"], status=True,
           scale=STS_SCALE, generation=True),
+        R("apps", "v1", "deployments", "Deployment", short_names=["deploy"], categories=["all"], status=True,
+          generation=True),
         R("batch", "v1", "jobs", "Job", categories=["all"], status=True, generation=True),
         R("batch", "v1", "cronjobs", "CronJob", short_names=["cj"], categories=["all"], status=True,
           generation=True),

@@ -1,0 +1,119 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Kubernetes objects of spec.observability: the exporter (Deployment, Service, and the RBAC to exec Slurm
+commands in the controller pod), a ServiceMonitor and a PrometheusRule for the prometheus-operator, and the Grafana
+dashboards as a ConfigMap. Pure, like kube_objects.py, whose building blocks it uses."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
+from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as ko
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (
+    controller_name, exporter_name, service_account_name)
+
+EXPORTER = "exporter"
+DASHBOARDS = "dashboards"
+EXPORTER_MODULE = "ansible_collections.soperator.slurm.plugins.module_utils.observe.exporter"
+# Where the runner image installs the collection (images/remediation): the exporter imports it from there.
+RUNNER_COLLECTIONS = "/usr/share/ansible/collections"
+RUNNER_UID = 1000
+JAIL_MOUNT = "/mnt/jail"
+
+
+def controller_pod(model):
+    return "%s-0" % controller_name(model)
+
+
+def exporter_rules(model):
+    """The exporter's namespaced permissions: exec Slurm's read-only commands in the controller pod, nothing else.
+    The python client execs over a websocket (an HTTP GET, authorized as get before Kubernetes 1.31 and as create
+    since)."""
+    return [{"apiGroups": [""], "resources": ["pods/exec"], "resourceNames": [controller_pod(model)],
+             "verbs": ["create", "get"]}]
+
+
+def _exporter(model):
+    name = exporter_name(model)
+    port = model.observability.exporter.port
+    container = ko._container(
+        model, EXPORTER, model.images.remediation, ports=[("metrics", port)],
+        command=["python3", "-m", EXPORTER_MODULE],
+        args=["--port", str(port), "--listen-address", "0.0.0.0", "--kubernetes-namespace", model.namespace,
+              "--controller-pod", controller_pod(model), "--controller-container", "slurmctld",
+              "--reason-prefix", model.remediation.drain_reason_prefix, "--jail", JAIL_MOUNT],
+        env=[{"name": "PYTHONPATH", "value": RUNNER_COLLECTIONS}],
+        # the jail read-only: its filesystem's size and free space (slurm_jail_filesystem_*)
+        mounts=[ko._mount("jail", JAIL_MOUNT, read_only=True)],
+        resources={"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+        # a scrape runs Slurm commands: the probes only check that the server listens
+        probe_port="metrics",
+        security={"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+                  "runAsUser": RUNNER_UID, "capabilities": {"drop": ["ALL"]},
+                  "seccompProfile": {"type": "RuntimeDefault"}})
+    jail = ko._jail_volume(model)
+    jail["persistentVolumeClaim"]["readOnly"] = True
+    pod = ko._pod_spec(model, EXPORTER, [container], [jail], scheduling=model.controller.scheduling,
+                       api_access=True)
+    subject = [{"kind": "ServiceAccount", "name": service_account_name(model, EXPORTER),
+                "namespace": model.namespace}]
+    return [
+        ko._obj("ServiceAccount", ko._meta(model, service_account_name(model, EXPORTER), EXPORTER),
+                automountServiceAccountToken=True),
+        ko._obj("Role", ko._meta(model, name, EXPORTER), rules=exporter_rules(model)),
+        ko._obj("RoleBinding", ko._meta(model, name, EXPORTER), subjects=subject,
+                roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}),
+        ko._obj("Service", ko._meta(model, name, EXPORTER), spec={
+            "type": "ClusterIP", "selector": ko.selector_labels(model, EXPORTER),
+            "ports": [{"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}]}),
+        ko._obj("Deployment", ko._meta(model, name, EXPORTER), spec={
+            "replicas": 1, "selector": {"matchLabels": ko.selector_labels(model, EXPORTER)},
+            # one exporter at a time: two would double every series for the old one's scrape interval
+            "strategy": {"type": "Recreate"},
+            "template": ko._template(model, EXPORTER, pod)}),
+    ]
+
+
+def _scrape_timeout(interval):
+    """10s, or the interval when it is shorter (Prometheus refuses a timeout longer than the interval)."""
+    seconds = int(interval[:-1]) * (60 if interval.endswith("m") else 1)
+    return "%ds" % min(seconds, 10)
+
+
+def _with_labels(meta, extra):
+    meta["labels"] = dict(sorted(dict(extra, **meta["labels"]).items()))
+    return meta
+
+
+def _monitoring(model):
+    obs = model.observability
+    out = []
+    if obs.service_monitor.enabled:
+        out.append(ko._obj("ServiceMonitor", _with_labels(ko._meta(model, exporter_name(model), EXPORTER),
+                                                          obs.service_monitor.labels), spec={
+            "selector": {"matchLabels": ko.selector_labels(model, EXPORTER)},
+            "namespaceSelector": {"matchNames": [model.namespace]},
+            "endpoints": [{"port": "metrics", "path": "/metrics", "interval": obs.service_monitor.interval,
+                           "scrapeTimeout": _scrape_timeout(obs.service_monitor.interval)}]}))
+    if obs.prometheus_rule.enabled:
+        out.append(ko._obj("PrometheusRule", _with_labels(ko._meta(model, exporter_name(model), EXPORTER),
+                                                          obs.prometheus_rule.labels), spec=alerts.rule_groups()))
+    if obs.dashboards.enabled:
+        data = dict((name, json.dumps(board, indent=1, sort_keys=True))
+                    for name, board in sorted(dashboards.dashboards().items()))
+        out.append(ko._obj("ConfigMap", _with_labels(ko._meta(model, "%s-dashboards" % model.name, DASHBOARDS),
+                                                     obs.dashboards.labels), data=data))
+    return out
+
+
+def observability_objects(model):
+    """The objects of spec.observability (none while the exporter is off: rules and dashboards read its metrics)."""
+    if not model.observability.exporter.enabled:
+        return []
+    return _exporter(model) + _monitoring(model)
+
+

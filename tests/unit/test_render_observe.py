@@ -1,0 +1,99 @@
+"""spec.observability on Kubernetes: the exporter's Deployment, Service and least RBAC, the ServiceMonitor, the
+PrometheusRule (the same rules promtool tests) and the dashboards ConfigMap; nothing while the exporter is off."""
+import json
+
+from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
+from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as rk
+from ansible_collections.soperator.slurm.plugins.module_utils.render import observe_objects as ro
+
+import test_render_kube as trk
+
+OBSERVED = {"exporter": {"enabled": True, "port": 9400},
+            "serviceMonitor": {"enabled": True, "interval": "5s", "labels": {"release": "prom"}},
+            "prometheusRule": {"enabled": True, "labels": {"role": "alert-rules"}}}
+
+
+def _objects(observability):
+    return trk.render(trk.make_model(lambda spec: spec.update(observability=observability)))
+
+
+def _observed(objects):
+    return sorted((o["kind"], o["metadata"]["name"]) for o in objects
+                  if o["metadata"]["labels"].get("app.kubernetes.io/component") in (ro.EXPORTER, ro.DASHBOARDS))
+
+
+def test_nothing_is_rendered_while_the_exporter_is_off():
+    assert _observed(trk.render()) == []
+    assert _observed(_objects({"exporter": {"enabled": False}, "serviceMonitor": {"enabled": True}})) == []
+
+
+def test_the_exporter_and_what_watches_it():
+    objects = _objects(OBSERVED)
+    assert _observed(objects) == [
+        ("ConfigMap", "demo-dashboards"), ("Deployment", "demo-exporter"), ("PrometheusRule", "demo-exporter"),
+        ("Role", "demo-exporter"), ("RoleBinding", "demo-exporter"), ("Service", "demo-exporter"),
+        ("ServiceAccount", "demo-exporter"), ("ServiceMonitor", "demo-exporter")]
+    kinds = [o["kind"] for o in objects]
+    assert kinds == sorted(kinds, key=rk.KIND_ORDER.index)          # applied after what they use
+
+    deploy = trk.find(objects, "Deployment", "demo-exporter")
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == trk.make_model().images.remediation       # the runner image
+    assert container["command"] == ["python3", "-m", ro.EXPORTER_MODULE]
+    args = container["args"]
+    assert args[args.index("--controller-pod") + 1] == "demo-controller-0"
+    assert args[args.index("--kubernetes-namespace") + 1] == "hpc"
+    assert args[args.index("--port") + 1] == "9400"
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    sec = container["securityContext"]
+    assert sec["runAsNonRoot"] and sec["readOnlyRootFilesystem"] and not sec["allowPrivilegeEscalation"]
+    assert sec["capabilities"] == {"drop": ["ALL"]}
+    assert pod["serviceAccountName"] == "demo-exporter" and pod["automountServiceAccountToken"] is True
+    assert [v["persistentVolumeClaim"] for v in pod["volumes"]] == [{"claimName": "demo-jail", "readOnly": True}]
+    selector = deploy["spec"]["selector"]["matchLabels"]
+    assert selector["app.kubernetes.io/component"] == ro.EXPORTER
+    assert set(selector.items()) <= set(deploy["spec"]["template"]["metadata"]["labels"].items())
+
+    # exec into the controller pod only: no other pod, no other verb, nothing else
+    role = trk.find(objects, "Role", "demo-exporter")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods/exec"], "resourceNames": ["demo-controller-0"],
+                              "verbs": ["create", "get"]}]
+    binding = trk.find(objects, "RoleBinding", "demo-exporter")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "demo-exporter", "namespace": "hpc"}]
+
+    svc = trk.find(objects, "Service", "demo-exporter")
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 9400, "targetPort": "metrics", "protocol": "TCP"}]
+    assert svc["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
+
+    monitor = trk.find(objects, "ServiceMonitor", "demo-exporter")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert set(monitor["spec"]["selector"]["matchLabels"].items()) <= set(svc["metadata"]["labels"].items())
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "5s",
+                                             "scrapeTimeout": "5s"}]
+
+    rule = trk.find(objects, "PrometheusRule", "demo-exporter")
+    assert rule["spec"] == alerts.rule_groups() and rule["metadata"]["labels"]["role"] == "alert-rules"
+
+    boards = trk.find(objects, "ConfigMap", "demo-dashboards")
+    assert boards["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert sorted(boards["data"]) == sorted(dashboards.dashboards())
+    assert all(json.loads(text)["uid"].startswith(dashboards.UID_PREFIX) for text in boards["data"].values())
+
+
+def test_the_remediation_role_writes_the_exporters_kinds_only_when_there_is_one():
+    def verbs(objects, resource):
+        role = trk.find(objects, "Role", "demo-remediation")
+        return [r["verbs"] for r in role["rules"] if resource in r["resources"]]
+    assert verbs(trk.render(), "deployments") == [["list"]]
+    assert verbs(trk.render(), "servicemonitors") == [["list"]]
+    observed = _objects(OBSERVED)
+    assert verbs(observed, "deployments") == [["list", "patch", "delete"]]
+    assert verbs(observed, "prometheusrules") == [["list", "patch", "delete"]]
+
+
+def test_a_long_interval_keeps_a_ten_second_timeout():
+    monitor = trk.find(_objects(dict(OBSERVED, serviceMonitor={"enabled": True, "interval": "2m"})),
+                       "ServiceMonitor", "demo-exporter")
+    assert monitor["spec"]["endpoints"][0]["scrapeTimeout"] == "10s"
