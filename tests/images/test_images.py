@@ -77,7 +77,7 @@ def _built_tag():
     if os.geteuid() != 0:
         pytest.skip(environmental("the images are built and run as root"))
     proc = _podman("images", "--format", "{{.Tag}}", "--filter", "label=dev.soperator.slurm-version",
-                   "%s/controller" % REGISTRY)
+                   "--filter", "reference=%s/controller" % REGISTRY)
     tags = sorted(t for t in proc.stdout.split() if t != "<none>")
     wanted = os.environ.get("TAG")
     if wanted:
