@@ -44,6 +44,11 @@ SSH_HOST_KEY_DIR = "/etc/ssh/host-keys"
 
 SLURMD_PORT = 6818
 SLURM_USER = "slurm"
+# The Slurm of the images (images/build.py, Debian forky): what the Kubernetes target renders for.
+IMAGES_SLURM_VERSION = (26, 5)
+# Slurm 25.11 added slurmctld's own metrics endpoints (MetricsType=metrics/openmetrics, on SlurmctldPort).
+SLURM_METRICS_SINCE = (25, 11)
+SLURMCTLD_METRICS_PATHS = ("/metrics/jobs", "/metrics/nodes", "/metrics/partitions", "/metrics/scheduler")
 
 # The in-cluster accounting database (MariaDB).
 MARIADB_PORT = 3306

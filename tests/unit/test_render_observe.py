@@ -29,6 +29,10 @@ def test_nothing_is_rendered_while_the_exporter_is_off():
 
 def test_the_exporter_and_what_watches_it():
     objects = _objects(OBSERVED)
+    controller_monitor = trk.find(objects, "ServiceMonitor", "demo-controller")      # Slurm 26.05's own endpoints
+    assert [e["path"] for e in controller_monitor["spec"]["endpoints"]] == [
+        "/metrics/jobs", "/metrics/nodes", "/metrics/partitions", "/metrics/scheduler"]
+    assert {e["port"] for e in controller_monitor["spec"]["endpoints"]} == {"slurmctld"}
     assert _observed(objects) == [
         ("ConfigMap", "demo-dashboards"), ("Deployment", "demo-exporter"), ("PrometheusRule", "demo-exporter"),
         ("Role", "demo-exporter"), ("RoleBinding", "demo-exporter"), ("Service", "demo-exporter"),
@@ -97,3 +101,15 @@ def test_a_long_interval_keeps_a_ten_second_timeout():
     monitor = trk.find(_objects(dict(OBSERVED, serviceMonitor={"enabled": True, "interval": "2m"})),
                        "ServiceMonitor", "demo-exporter")
     assert monitor["spec"]["endpoints"][0]["scrapeTimeout"] == "10s"
+
+
+def test_slurmctld_metrics_only_where_the_target_slurm_has_them():
+    from dataclasses import replace
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.target import KUBERNETES
+
+    model = trk.make_model(lambda spec: spec.update(observability=OBSERVED))
+    assert "\nMetricsType=metrics/openmetrics\n" in render_slurm_configs(model, KUBERNETES)["slurm.conf"]
+    old = replace(KUBERNETES, slurm_version=(22, 5))
+    assert "MetricsType" not in render_slurm_configs(model, old)["slurm.conf"]
+    assert "MetricsType" not in render_slurm_configs(trk.make_model(), KUBERNETES)["slurm.conf"]

@@ -47,6 +47,8 @@ __metaclass__ = type
 
 import os
 import re
+import shutil
+import subprocess
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
@@ -56,6 +58,25 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     LOOPBACK, Layout, LocalClusterError, check_path, node_ports, _current_user)
 
 LOCAL_NOTE = "local backend: "
+
+
+OLDEST_SLURM = (22, 5)
+_VERSION = re.compile(r"^slurm(?:-wlm)? (\d+)\.(\d+)\b")
+
+
+def host_slurm_version():
+    """(major, minor) of the host's slurmctld (`slurmctld -V`: "slurm 22.05.8"), or None when there is none."""
+    slurmctld = shutil.which("slurmctld") or next(
+        (p for p in ("/usr/sbin/slurmctld", "/usr/local/sbin/slurmctld") if os.access(p, os.X_OK)), None)
+    if slurmctld is None:
+        return None
+    try:
+        out = subprocess.run([slurmctld, "-V"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             universal_newlines=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = _VERSION.match(out.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def pmix_available():
@@ -72,7 +93,7 @@ def _plugstack_word(path, what):
 
 
 def local_target(model, state_dir, base_port, user=None, db_password=None, have_pmix=None, jail_dir=None,
-                 spank_chroot=None):
+                 spank_chroot=None, slurm_version=None):
     """The SlurmTarget of `model`'s daemons as local processes under `state_dir` (see this file's docstring).
     Every argument is checked before anything is rendered."""
     user = user or _current_user()
@@ -87,7 +108,10 @@ def local_target(model, state_dir, base_port, user=None, db_password=None, have_
         jail = _plugstack_word(jail_dir, "jail_dir")
         plugin = _plugstack_word(spank_chroot or c.SPANK_CHROOT_PLUGIN, "spank_chroot")
         binds = ("/tmp", lay.etc, lay.run, lay.spool)
+    # the host's Slurm (unknown: the oldest we support, which reads only keys every version knows)
+    version = slurm_version or host_slurm_version() or OLDEST_SLURM
     return SlurmTarget(
+        slurm_version=version,
         controller_host="%s(%s)" % (LOCAL_HOST, LOOPBACK),
         controller_port=base_port + CTLD_OFFSET,
         node_address=LOOPBACK,

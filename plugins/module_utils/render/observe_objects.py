@@ -11,8 +11,10 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as ko
+from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import slurmctld_metrics
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (
     controller_name, exporter_name, service_account_name)
 
@@ -99,6 +101,15 @@ def _monitoring(model):
             "namespaceSelector": {"matchNames": [model.namespace]},
             "endpoints": [{"port": "metrics", "path": "/metrics", "interval": obs.service_monitor.interval,
                            "scrapeTimeout": _scrape_timeout(obs.service_monitor.interval)}]}))
+    if obs.service_monitor.enabled and slurmctld_metrics(model):
+        # slurmctld's own endpoints (Slurm 25.11+), on the controller's headless Service
+        out.append(ko._obj("ServiceMonitor", _with_labels(ko._meta(model, controller_name(model), ko.CONTROLLER),
+                                                          obs.service_monitor.labels), spec={
+            "selector": {"matchLabels": ko.selector_labels(model, ko.CONTROLLER)},
+            "namespaceSelector": {"matchNames": [model.namespace]},
+            "endpoints": [{"port": "slurmctld", "path": path, "interval": obs.service_monitor.interval,
+                           "scrapeTimeout": _scrape_timeout(obs.service_monitor.interval)}
+                          for path in c.SLURMCTLD_METRICS_PATHS]}))
     if obs.prometheus_rule.enabled:
         out.append(ko._obj("PrometheusRule", _with_labels(ko._meta(model, exporter_name(model), EXPORTER),
                                                           obs.prometheus_rule.labels), spec=alerts.rule_groups()))

@@ -152,6 +152,11 @@ def _given(value, default):
     return default if value is None else value
 
 
+def slurmctld_metrics(model, target=KUBERNETES):
+    """slurmctld's own metrics endpoints: on with the exporter, where the target's Slurm has them."""
+    return model.observability.exporter.enabled and tuple(target.slurm_version) >= c.SLURM_METRICS_SINCE
+
+
 def _slurm_sections(model, target):
     passive = model.health_checks.passive
     daemons = [
@@ -223,6 +228,10 @@ def _slurm_sections(model, target):
     sections.append(("Passive health checks", health))
     if _topology_enabled(model):
         sections.append(("Network topology (topology.conf)", [("TopologyPlugin", "topology/tree", None)]))
+    if slurmctld_metrics(model, target):
+        sections.append(("Metrics", [("MetricsType", "metrics/openmetrics",
+                                      "slurmctld serves %s on its port (spec.observability)."
+                                      % ", ".join(c.SLURMCTLD_METRICS_PATHS))]))
     if model.accounting.enabled:
         accounting = [
             ("AccountingStorageType", "accounting_storage/slurmdbd", None),

@@ -34,6 +34,8 @@ class AccountingStorage:
 
 @dataclass(frozen=True)
 class SlurmTarget:
+    # --- the Slurm that reads the files: a key an older Slurm does not know is left out for it
+    slurm_version: Tuple[int, int] = c.IMAGES_SLURM_VERSION
     # --- hosts and ports (None: the pods' names and the model's ports)
     controller_host: Optional[str] = None          # SlurmctldHost, `host(address)`
     controller_port: Optional[int] = None
