@@ -142,16 +142,16 @@ def setup(local_cluster, faults, tmp_path):
 
 def _drains(prom):
     return dict((r["metric"]["node"], (r["metric"]["owner"], r["metric"]["kind"], r["metric"].get("check", "")))  # an empty label is absent
-                for r in prom.query("slurm_node_drain == 1"))
+                for r in prom.query("soperator_slurm_node_drain == 1"))
 
 
 def _states(prom):
-    return dict((r["metric"]["node"], r["metric"]["state"]) for r in prom.query("slurm_node_state == 1"))
+    return dict((r["metric"]["node"], r["metric"]["state"]) for r in prom.query("soperator_slurm_node_state == 1"))
 
 
 def test_prometheus_sees_our_drains_a_failed_check_and_a_foreign_drain(setup, faults):
     cluster, prom, port = setup
-    wait_for(lambda: [r for r in prom.query("slurm_up == 1")], "slurm_up 1 in Prometheus")
+    wait_for(lambda: [r for r in prom.query("soperator_slurm_up == 1")], "soperator_slurm_up 1 in Prometheus")
     assert _states(prom) == {"cpu-0": "idle", "cpu-1": "idle", "cpu-2": "idle"}
     assert _drains(prom) == {}
 
@@ -165,7 +165,7 @@ def test_prometheus_sees_our_drains_a_failed_check_and_a_foreign_drain(setup, fa
             "cpu-2": ("other", "other", "")}
     wait_for(lambda: _drains(prom) == want, "the three drains in Prometheus (have %s)" % _drains(prom))
     assert _states(prom) == {"cpu-0": "drained", "cpu-1": "drained", "cpu-2": "drained"}
-    assert [r["metric"]["state"] for r in prom.query('slurm_partition_nodes{state="drained"} == 3')] == ["drained"]
+    assert [r["metric"]["state"] for r in prom.query('soperator_slurm_partition_nodes{state="drained"} == 3')] == ["drained"]
     # the alert rules see them: the check's drain is pending (its `for` is 1m), the others are not ours to alert on
     wait_for(lambda: [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] ==
                       "SlurmNodeDrainedByHealthCheck" and a["labels"]["node"] == "cpu-1"], "the check's alert pending")
@@ -183,13 +183,13 @@ def test_prometheus_sees_our_drains_a_failed_check_and_a_foreign_drain(setup, fa
 def test_every_dashboard_expression_and_alert_rule_evaluates(setup):
     cluster, prom, _port = setup
     job = cluster.run(["sbatch", "--parsable", "--wrap", "sleep 30"], timeout=30).stdout.strip()
-    wait_for(lambda: prom.query('slurm_partition_jobs{state="running"}'), "a running job in Prometheus")
+    wait_for(lambda: prom.query('soperator_slurm_partition_jobs{state="running"}'), "a running job in Prometheus")
     for board, panel, expr in dashboards.expressions():
         try:
             prom.query(expr)
         except Exception as e:  # the assertion names the panel; urllib's HTTPError says why Prometheus refused
             raise AssertionError("%s / %s: %s: %s" % (board, panel, expr, getattr(e, "read", lambda: e)()))
-    assert prom.query("slurm_node_cpus_allocated > 0"), "the job's CPUs are allocated"
+    assert prom.query("soperator_slurm_node_cpus_allocated > 0"), "the job's CPUs are allocated"
     groups = wait_for(lambda: [g for g in prom.api("rules")["groups"] if g["name"] == alerts.GROUP
                                and all(r.get("lastEvaluation", "").startswith("2") and
                                        not r["lastEvaluation"].startswith("0001") for r in g["rules"])],

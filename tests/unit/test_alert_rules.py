@@ -14,19 +14,19 @@ PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian package prometheus; "
                                                          "make deps installs it)")
 
-NODE_DRAIN = 'slurm_node_drain{node="%s",owner="%s",kind="%s",check="%s"}'
+NODE_DRAIN = 'soperator_slurm_node_drain{node="%s",owner="%s",kind="%s",check="%s"}'
 
 # alert -> (input series {series: values}, [(eval time, [expected labels + "$value"])] - firing, then quiet)
 CASES = {
     "SlurmControllerUnreachable": (
-        {'slurm_up{instance="exp:9341"}': "0x10", 'slurm_up{instance="ok:9341"}': "1x10"},
+        {'soperator_slurm_up{instance="exp:9341"}': "0x10", 'soperator_slurm_up{instance="ok:9341"}': "1x10"},
         [("1m", []), ("3m", [{"instance": "exp:9341"}])]),
     "SlurmNodeNotResponding": (
-        {'slurm_node_responding{node="cpu-0"}': "0x10", 'slurm_node_responding{node="cpu-1"}': "1x10"},
+        {'soperator_slurm_node_responding{node="cpu-0"}': "0x10", 'soperator_slurm_node_responding{node="cpu-1"}': "1x10"},
         [("4m", []), ("6m", [{"node": "cpu-0"}])]),
     "SlurmNodeDown": (
-        {'slurm_node_state{node="cpu-0",state="down"}': "1x10", 'slurm_node_state{node="cpu-1",state="idle"}': "1x10",
-         'slurm_node_state{node="cpu-2",state="drained"}': "1x10"},
+        {'soperator_slurm_node_state{node="cpu-0",state="down"}': "1x10", 'soperator_slurm_node_state{node="cpu-1",state="idle"}': "1x10",
+         'soperator_slurm_node_state{node="cpu-2",state="drained"}': "1x10"},
         [("6m", [{"node": "cpu-0", "state": "down"}])]),
     "SlurmNodeDrainedByHealthCheck": (
         {NODE_DRAIN % ("cpu-0", "soperator", "health_check", "munge"): "1x5",
@@ -34,16 +34,16 @@ CASES = {
          NODE_DRAIN % ("cpu-2", "soperator", "manual", ""): "1x5"},
         [("0m", []), ("2m", [{"node": "cpu-0", "owner": "soperator", "kind": "health_check", "check": "munge"}])]),
     "SlurmManyNodesDrained": (
-        dict([('slurm_node_state{node="cpu-%d",state="idle"}' % i, "1x10") for i in range(10)]
+        dict([('soperator_slurm_node_state{node="cpu-%d",state="idle"}' % i, "1x10") for i in range(10)]
              + [(NODE_DRAIN % ("cpu-%d" % i, "other", "other", ""), "1x10") for i in range(3)]),
         [("4m", []), ("6m", [{"$value": "3"}])]),
     "SlurmJobsPendingWhileNodesIdle": (
-        {'slurm_partition_jobs_pending{partition="main",reason="Resources"}': "2x20",
-         'slurm_partition_nodes{partition="main",state="idle"}': "1x20",
-         'slurm_partition_jobs_pending{partition="gpu",reason="Resources"}': "5x20",
-         'slurm_partition_nodes{partition="gpu",state="allocated"}': "4x20",
-         'slurm_partition_jobs_pending{partition="debug",reason="QOSMaxJobsPerUserLimit"}': "1x20",
-         'slurm_partition_nodes{partition="debug",state="idle"}': "2x20"},
+        {'soperator_slurm_partition_jobs_pending{partition="main",reason="Resources"}': "2x20",
+         'soperator_slurm_partition_nodes{partition="main",state="idle"}': "1x20",
+         'soperator_slurm_partition_jobs_pending{partition="gpu",reason="Resources"}': "5x20",
+         'soperator_slurm_partition_nodes{partition="gpu",state="allocated"}': "4x20",
+         'soperator_slurm_partition_jobs_pending{partition="debug",reason="QOSMaxJobsPerUserLimit"}': "1x20",
+         'soperator_slurm_partition_nodes{partition="debug",state="idle"}': "2x20"},
         [("10m", []), ("16m", [{"partition": "main"}])]),
     "SlurmNodeDrainNotRemediated": (
         {NODE_DRAIN % ("cpu-0", "soperator", "active_check", "nccl"): "1x70",
@@ -54,11 +54,11 @@ CASES = {
          'kube_job_status_failed{job_name="small-populate-jail"}': "1x3"},
         [("1m", [{"job_name": "small-remediation-2891"}])]),
     "SlurmJailFilesystemNearlyFull": (
-        {"slurm_jail_filesystem_avail_bytes": "50x5 5x15", "slurm_jail_filesystem_size_bytes": "100x20"},
+        {"soperator_slurm_jail_filesystem_avail_bytes": "50x5 5x15", "soperator_slurm_jail_filesystem_size_bytes": "100x20"},
         [("5m", []), ("12m", []), ("17m", [{}])]),
     "SlurmAccountingUnreachable": (
-        {'slurm_scheduler_dbd_agent_queue_size{instance="a"}': "3x20",
-         'slurm_scheduler_dbd_agent_queue_size{instance="b"}': "3 3 0 3 3 3 3 3 3 3 3 3 0 3 3 3 3 3 3 3"},
+        {'soperator_slurm_scheduler_dbd_agent_queue_size{instance="a"}': "3x20",
+         'soperator_slurm_scheduler_dbd_agent_queue_size{instance="b"}': "3 3 0 3 3 3 3 3 3 3 3 3 0 3 3 3 3 3 3 3"},
         [("5m", []), ("12m", [{"instance": "a"}])]),
 }
 

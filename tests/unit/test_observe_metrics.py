@@ -36,10 +36,10 @@ def test_sdiag_sections_keep_their_own_last_cycle():
     assert parsed["main"]["Last cycle"] == 1500 and parsed["backfill"]["Last cycle"] == 250000
     assert parsed["rpc"] == {"REQUEST_PING": (5, 500)}
     fams = dict((f.name, f) for f in metrics.scheduler_families(parsed))
-    assert fams["slurm_scheduler_last_cycle_seconds"].samples[0].value == 0.0015
-    assert fams["slurm_backfill_last_cycle_seconds"].samples[0].value == 0.25
-    assert fams["slurm_backfill_jobs"].type == "counter" and fams["slurm_backfill_jobs"].samples[0].value == 12
-    assert [(s.labels, s.value) for s in fams["slurm_rpc_duration_seconds"].samples] == [({"type": "REQUEST_PING"},
+    assert fams["soperator_slurm_scheduler_last_cycle_seconds"].samples[0].value == 0.0015
+    assert fams["soperator_slurm_backfill_last_cycle_seconds"].samples[0].value == 0.25
+    assert fams["soperator_slurm_backfill_jobs"].type == "counter" and fams["soperator_slurm_backfill_jobs"].samples[0].value == 12
+    assert [(s.labels, s.value) for s in fams["soperator_slurm_rpc_duration_seconds"].samples] == [({"type": "REQUEST_PING"},
                                                                                           0.0005)]
 
 
@@ -49,7 +49,7 @@ def test_squeue_lines_count_each_partition_a_job_may_run_in():
                     ("main", "running", "None")]
     fams = dict((f.name, f) for f in metrics.job_families(jobs))
     assert sorted((s.labels["partition"], s.labels["reason"], s.value)
-                  for s in fams["slurm_partition_jobs_pending"].samples) == [
+                  for s in fams["soperator_slurm_partition_jobs_pending"].samples) == [
         ("gpu", "Priority", 1), ("main", "Priority", 1), ("main", "Resources", 1)]
 
 
@@ -90,16 +90,16 @@ def test_node_and_partition_families():
              _node("gpu-2", "IDLE", ("NOT_RESPONDING",), cpus=8, alloc_cpus=0)]
     fams = dict((f.name, f) for f in metrics.node_families(nodes, PREFIX) + metrics.partition_families(nodes))
     samples = lambda name: sorted((tuple(sorted(s.labels.items())), s.value) for s in fams[name].samples)  # noqa
-    assert samples("slurm_node_state") == [((("node", "gpu-0"), ("state", "mixed")), 1),
+    assert samples("soperator_slurm_node_state") == [((("node", "gpu-0"), ("state", "mixed")), 1),
                                            ((("node", "gpu-1"), ("state", "drained")), 1),
                                            ((("node", "gpu-2"), ("state", "idle")), 1)]
-    assert samples("slurm_node_drain") == [((("check", "gpu"), ("kind", "health_check"), ("node", "gpu-1"),
+    assert samples("soperator_slurm_node_drain") == [((("check", "gpu"), ("kind", "health_check"), ("node", "gpu-1"),
                                              ("owner", "soperator")), 1)]
-    assert [v for _l, v in samples("slurm_node_responding")] == [1, 1, 0]
-    assert samples("slurm_node_memory_allocated_bytes") == [((("node", "gpu-0"),), 512 * 1024 * 1024)]
-    assert samples("slurm_partition_gpus") == [((("partition", "main"),), 8)]
-    assert samples("slurm_partition_gpus_allocated") == [((("partition", "main"),), 1)]
-    assert samples("slurm_partition_cpus_allocated") == [((("partition", "main"),), 2)]
+    assert [v for _l, v in samples("soperator_slurm_node_responding")] == [1, 1, 0]
+    assert samples("soperator_slurm_node_memory_allocated_bytes") == [((("node", "gpu-0"),), 512 * 1024 * 1024)]
+    assert samples("soperator_slurm_partition_gpus") == [((("partition", "main"),), 8)]
+    assert samples("soperator_slurm_partition_gpus_allocated") == [((("partition", "main"),), 1)]
+    assert samples("soperator_slurm_partition_cpus_allocated") == [((("partition", "main"),), 2)]
 
 
 class _Runner(object):
@@ -119,7 +119,7 @@ def test_a_failed_scrape_says_slurm_up_0_and_reports_no_empty_cluster():
     registry.register(exporter.SlurmCollector(lambda: _Runner(fail=("sinfo", "squeue", "sdiag"))))
     text = generate_latest(registry).decode()
     names = set(f.name for f in text_string_to_metric_families(text))
-    assert "slurm_up" in names and "slurm_exporter_command_failed" in names
-    assert not names & {"slurm_node_state", "slurm_partition_jobs", "slurm_partition_nodes", "slurm_rpc_calls"}
+    assert "soperator_slurm_up" in names and "soperator_slurm_exporter_command_failed" in names
+    assert not names & {"soperator_slurm_node_state", "soperator_slurm_partition_jobs", "soperator_slurm_partition_nodes", "soperator_slurm_rpc_calls"}
     values = dict((s.name, s.value) for f in text_string_to_metric_families(text) for s in f.samples if not s.labels)
-    assert values["slurm_up"] == 0
+    assert values["soperator_slurm_up"] == 0

@@ -12,22 +12,22 @@ GROUP = "soperator-slurm"
 
 # (name, expr, for, severity, summary, description)
 _RULES = (
-    ("SlurmControllerUnreachable", "slurm_up == 0", "2m", "critical",
+    ("SlurmControllerUnreachable", "soperator_slurm_up == 0", "2m", "critical",
      "slurmctld does not answer the exporter",
      "The exporter's Slurm commands ({{ $labels.instance }}) fail: users cannot submit or query jobs. Check the "
      "controller (pod <cluster>-controller-0, or the local slurmctld): its log, `scontrol ping`, munge, and that "
-     "its spool volume is not full. slurm_exporter_command_failed says which command failed."),
-    ("SlurmNodeNotResponding", "slurm_node_responding == 0", "5m", "warning",
+     "its spool volume is not full. soperator_slurm_exporter_command_failed says which command failed."),
+    ("SlurmNodeNotResponding", "soperator_slurm_node_responding == 0", "5m", "warning",
      "Slurm node {{ $labels.node }} does not respond",
      "slurmctld has not heard from slurmd on {{ $labels.node }} for SlurmdTimeout. Check the worker pod (is it "
      "running, is slurmd up, can it reach slurmctld by DNS). Jobs on it will be requeued or fail when the node is "
      "set DOWN."),
-    ("SlurmNodeDown", 'slurm_node_state{state=~"down|fail|failing"} == 1', "5m", "warning",
+    ("SlurmNodeDown", 'soperator_slurm_node_state{state=~"down|fail|failing"} == 1', "5m", "warning",
      "Slurm node {{ $labels.node }} is {{ $labels.state }}",
      "The node takes no jobs. `scontrol show node {{ $labels.node }}` gives Slurm's reason; when the cause is fixed, "
      "`scontrol update NodeName={{ $labels.node }} State=RESUME`, or let the remediation CronJob replace the "
      "worker."),
-    ("SlurmNodeDrainedByHealthCheck", 'slurm_node_drain{owner="soperator",kind=~"health_check|active_check"} == 1',
+    ("SlurmNodeDrainedByHealthCheck", 'soperator_slurm_node_drain{owner="soperator",kind=~"health_check|active_check"} == 1',
      "1m", "warning",
      "{{ $labels.node }} drained by the {{ $labels.check }} {{ $labels.kind }}",
      "Our {{ $labels.kind }} '{{ $labels.check }}' failed on {{ $labels.node }} and drained it (running jobs "
@@ -35,15 +35,15 @@ _RULES = (
      "stays drained, read the reason with `scontrol show node {{ $labels.node }}` and fix the hardware or "
      "software it names."),
     ("SlurmManyNodesDrained",
-     "count(slurm_node_drain == 1) >= 3 and count(slurm_node_drain == 1) > 0.1 * count(slurm_node_state == 1)",
+     "count(soperator_slurm_node_drain == 1) >= 3 and count(soperator_slurm_node_drain == 1) > 0.1 * count(soperator_slurm_node_state == 1)",
      "5m", "critical",
      "{{ $value }} Slurm nodes are drained at once",
      "More than a tenth of the nodes (and at least three) are drained: that points to a shared cause (a bad "
      "image or driver, storage, the network, a health check that misfires) rather than bad hardware. Group "
-     "slurm_node_drain by kind and check to find it before resuming anything."),
+     "soperator_slurm_node_drain by kind and check to find it before resuming anything."),
     ("SlurmJobsPendingWhileNodesIdle",
-     'sum by (partition) (slurm_partition_jobs_pending{reason=~"Resources|Priority"}) > 0 '
-     'and on (partition) sum by (partition) (slurm_partition_nodes{state="idle"}) > 0',
+     'sum by (partition) (soperator_slurm_partition_jobs_pending{reason=~"Resources|Priority"}) > 0 '
+     'and on (partition) sum by (partition) (soperator_slurm_partition_nodes{state="idle"}) > 0',
      "15m", "warning",
      "Jobs wait for resources in {{ $labels.partition }} while nodes are idle",
      "Jobs in {{ $labels.partition }} have waited for Resources or Priority for 15 minutes though idle nodes "
@@ -51,7 +51,7 @@ _RULES = (
      "hold) or the scheduler is stuck. Compare `squeue -p {{ $labels.partition }} -t PD -o '%i %r %D %b'` with "
      "`sinfo -p {{ $labels.partition }} -N -o '%N %t %G %m'`."),
     ("SlurmNodeDrainNotRemediated",
-     'slurm_node_drain{owner="soperator",kind=~"health_check|active_check"} == 1', "1h", "warning",
+     'soperator_slurm_node_drain{owner="soperator",kind=~"health_check|active_check"} == 1', "1h", "warning",
      "{{ $labels.node }} has been drained by our checks for an hour",
      "The remediation loop has not brought {{ $labels.node }} back within an hour: the replaced worker fails its "
      "checks again, or remediation does not run. Look at the remediation CronJob's last Jobs and the "
@@ -63,11 +63,11 @@ _RULES = (
      "API permission, a Slurm command that failed, or a check that could not run. Drained nodes stay drained "
      "until a run succeeds."),
     ("SlurmJailFilesystemNearlyFull",
-     "slurm_jail_filesystem_avail_bytes / slurm_jail_filesystem_size_bytes < 0.1", "10m", "warning",
+     "soperator_slurm_jail_filesystem_avail_bytes / soperator_slurm_jail_filesystem_size_bytes < 0.1", "10m", "warning",
      "The jail filesystem is over 90% full",
      "Less than 10% of the jail's filesystem is free. Users' jobs and logins write there: free space (old "
      "outputs, caches) or grow the jail's volume before jobs fail with ENOSPC."),
-    ("SlurmAccountingUnreachable", "slurm_scheduler_dbd_agent_queue_size > 0", "10m", "warning",
+    ("SlurmAccountingUnreachable", "soperator_slurm_scheduler_dbd_agent_queue_size > 0", "10m", "warning",
      "slurmctld cannot deliver accounting records to slurmdbd",
      "slurmctld's queue of messages for slurmdbd has not been empty for 10 minutes: slurmdbd or its database is "
      "unreachable. Jobs still run, but sacct misses them and the queue is lost if slurmctld stops. Check the "

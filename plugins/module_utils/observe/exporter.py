@@ -103,7 +103,7 @@ def main(argv=None):
     parser.add_argument("--jail", help="the jail's path: its filesystem's size and free space are reported")
     parser.add_argument("--command-timeout", type=int, default=20, help="seconds one Slurm command may take")
     args = parser.parse_args(argv)
-    # No retries: a scrape answers now or says slurm_up 0; Prometheus scrapes again anyway.
+    # No retries: a scrape answers now or says soperator_slurm_up 0; Prometheus scrapes again anyway.
     transport = _transport(args)
 
     def runner():

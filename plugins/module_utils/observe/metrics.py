@@ -141,32 +141,32 @@ def parse_sdiag(text):
 # sdiag line -> (metric, help, unit scale, counter?)
 _SDIAG_METRICS = {
     "server": (
-        ("Server thread count", "slurm_scheduler_threads", "slurmctld's server threads in use.", 1, False),
-        ("Agent queue size", "slurm_scheduler_agent_queue_size", "RPCs queued for slurmctld's agents.", 1, False),
-        ("DBD Agent queue size", "slurm_scheduler_dbd_agent_queue_size",
+        ("Server thread count", "soperator_slurm_scheduler_threads", "slurmctld's server threads in use.", 1, False),
+        ("Agent queue size", "soperator_slurm_scheduler_agent_queue_size", "RPCs queued for slurmctld's agents.", 1, False),
+        ("DBD Agent queue size", "soperator_slurm_scheduler_dbd_agent_queue_size",
          "Messages queued for slurmdbd (grows while accounting is unreachable).", 1, False),
-        ("Jobs submitted", "slurm_jobs_submitted", "Jobs submitted since sdiag's counters were reset.", 1, True),
-        ("Jobs started", "slurm_jobs_started", "Jobs started since sdiag's counters were reset.", 1, True),
-        ("Jobs completed", "slurm_jobs_completed", "Jobs completed since sdiag's counters were reset.", 1, True),
-        ("Jobs canceled", "slurm_jobs_canceled", "Jobs canceled since sdiag's counters were reset.", 1, True),
-        ("Jobs failed", "slurm_jobs_failed", "Jobs failed since sdiag's counters were reset.", 1, True),
+        ("Jobs submitted", "soperator_slurm_jobs_submitted", "Jobs submitted since sdiag's counters were reset.", 1, True),
+        ("Jobs started", "soperator_slurm_jobs_started", "Jobs started since sdiag's counters were reset.", 1, True),
+        ("Jobs completed", "soperator_slurm_jobs_completed", "Jobs completed since sdiag's counters were reset.", 1, True),
+        ("Jobs canceled", "soperator_slurm_jobs_canceled", "Jobs canceled since sdiag's counters were reset.", 1, True),
+        ("Jobs failed", "soperator_slurm_jobs_failed", "Jobs failed since sdiag's counters were reset.", 1, True),
     ),
     "main": (
-        ("Last cycle", "slurm_scheduler_last_cycle_seconds", "Duration of the main scheduler's last cycle.",
+        ("Last cycle", "soperator_slurm_scheduler_last_cycle_seconds", "Duration of the main scheduler's last cycle.",
          1e-6, False),
-        ("Mean cycle", "slurm_scheduler_mean_cycle_seconds", "Mean duration of the main scheduler's cycles.",
+        ("Mean cycle", "soperator_slurm_scheduler_mean_cycle_seconds", "Mean duration of the main scheduler's cycles.",
          1e-6, False),
-        ("Total cycles", "slurm_scheduler_cycles", "Main scheduler cycles.", 1, True),
-        ("Last queue length", "slurm_scheduler_last_queue_length", "Jobs the main scheduler last looked at.",
+        ("Total cycles", "soperator_slurm_scheduler_cycles", "Main scheduler cycles.", 1, True),
+        ("Last queue length", "soperator_slurm_scheduler_last_queue_length", "Jobs the main scheduler last looked at.",
          1, False),
     ),
     "backfill": (
-        ("Total backfilled jobs (since last slurm start)", "slurm_backfill_jobs",
+        ("Total backfilled jobs (since last slurm start)", "soperator_slurm_backfill_jobs",
          "Jobs started by the backfill scheduler since slurmctld started.", 1, True),
-        ("Last cycle", "slurm_backfill_last_cycle_seconds", "Duration of the backfill scheduler's last cycle.",
+        ("Last cycle", "soperator_slurm_backfill_last_cycle_seconds", "Duration of the backfill scheduler's last cycle.",
          1e-6, False),
-        ("Total cycles", "slurm_backfill_cycles", "Backfill scheduler cycles.", 1, True),
-        ("Last queue length", "slurm_backfill_last_queue_length", "Jobs the backfill scheduler last looked at.",
+        ("Total cycles", "soperator_slurm_backfill_cycles", "Backfill scheduler cycles.", 1, True),
+        ("Last queue length", "soperator_slurm_backfill_last_queue_length", "Jobs the backfill scheduler last looked at.",
          1, False),
     ),
 }
@@ -184,20 +184,20 @@ def _gauge(name, doc, labels=None):
 
 def node_families(nodes, prefix):
     """Per node: state, reachability, drain (owner, kind, check), CPUs, memory and GPUs, total and allocated."""
-    state = _gauge("slurm_node_state", "1 for the node's current state (sinfo's state name, lower case).",
+    state = _gauge("soperator_slurm_node_state", "1 for the node's current state (sinfo's state name, lower case).",
                    ["node", "state"])
-    responding = _gauge("slurm_node_responding", "0 when slurmctld marks the node NOT_RESPONDING.", ["node"])
-    drain = _gauge("slurm_node_drain",
+    responding = _gauge("soperator_slurm_node_responding", "0 when slurmctld marks the node NOT_RESPONDING.", ["node"])
+    drain = _gauge("soperator_slurm_node_drain",
                    "1 for a drained or draining node: owner is soperator for our reason prefix, kind and check say "
                    "which of our mechanisms drained it (health_check, active_check, scale-down, ...).",
                    ["node", "owner", "kind", "check"])
     res = dict((key, _gauge(name, doc, ["node"])) for key, name, doc in (
-        ("cpus", "slurm_node_cpus", "CPUs of the node."),
-        ("cpus_alloc", "slurm_node_cpus_allocated", "CPUs of the node allocated to jobs."),
-        ("mem", "slurm_node_memory_bytes", "Memory of the node (RealMemory)."),
-        ("mem_alloc", "slurm_node_memory_allocated_bytes", "Memory of the node allocated to jobs."),
-        ("gpus", "slurm_node_gpus", "GPUs of the node (its gpu GRES)."),
-        ("gpus_alloc", "slurm_node_gpus_allocated", "GPUs of the node allocated to jobs."),
+        ("cpus", "soperator_slurm_node_cpus", "CPUs of the node."),
+        ("cpus_alloc", "soperator_slurm_node_cpus_allocated", "CPUs of the node allocated to jobs."),
+        ("mem", "soperator_slurm_node_memory_bytes", "Memory of the node (RealMemory)."),
+        ("mem_alloc", "soperator_slurm_node_memory_allocated_bytes", "Memory of the node allocated to jobs."),
+        ("gpus", "soperator_slurm_node_gpus", "GPUs of the node (its gpu GRES)."),
+        ("gpus_alloc", "soperator_slurm_node_gpus_allocated", "GPUs of the node allocated to jobs."),
     ))
     for r in nodes:
         state.add_metric([r.name, node_state_name(r)], 1)
@@ -226,14 +226,14 @@ def partition_families(nodes):
             t[1] += r.alloc_cpus or 0
             t[2] += gpu_count(r.gres)
             t[3] += gpu_count(r.gres_used)
-    fam_nodes = _gauge("slurm_partition_nodes", "Nodes of the partition by state.", ["partition", "state"])
+    fam_nodes = _gauge("soperator_slurm_partition_nodes", "Nodes of the partition by state.", ["partition", "state"])
     for (part, st), n in sorted(nodes_by_state.items()):
         fam_nodes.add_metric([part, st], n)
     sums = [_gauge(n, d, ["partition"]) for n, d in (
-        ("slurm_partition_cpus", "CPUs of the partition's nodes."),
-        ("slurm_partition_cpus_allocated", "Allocated CPUs of the partition's nodes."),
-        ("slurm_partition_gpus", "GPUs of the partition's nodes."),
-        ("slurm_partition_gpus_allocated", "Allocated GPUs of the partition's nodes."))]
+        ("soperator_slurm_partition_cpus", "CPUs of the partition's nodes."),
+        ("soperator_slurm_partition_cpus_allocated", "Allocated CPUs of the partition's nodes."),
+        ("soperator_slurm_partition_gpus", "GPUs of the partition's nodes."),
+        ("soperator_slurm_partition_gpus_allocated", "Allocated GPUs of the partition's nodes."))]
     for part, values in sorted(totals.items()):
         for fam, value in zip(sums, values):
             fam.add_metric([part], value)
@@ -248,11 +248,11 @@ def job_families(jobs):
         if st == "pending":
             key = (part, pending_reason(reason))
             pending[key] = pending.get(key, 0) + 1
-    fam_jobs = _gauge("slurm_partition_jobs", "Jobs (array tasks counted one by one) by partition and state.",
+    fam_jobs = _gauge("soperator_slurm_partition_jobs", "Jobs (array tasks counted one by one) by partition and state.",
                       ["partition", "state"])
     for (part, st), n in sorted(by_state.items()):
         fam_jobs.add_metric([part, st], n)
-    fam_pending = _gauge("slurm_partition_jobs_pending", "Pending jobs by partition and Slurm's pending reason.",
+    fam_pending = _gauge("soperator_slurm_partition_jobs_pending", "Pending jobs by partition and Slurm's pending reason.",
                          ["partition", "reason"])
     for (part, reason), n in sorted(pending.items()):
         fam_pending.add_metric([part, reason], n)
@@ -271,8 +271,8 @@ def scheduler_families(sdiag):
             fam.add_metric([], values[key] * scale)
             out.append(fam)
     rpc = sdiag.get("rpc", {})
-    calls = CounterMetricFamily("slurm_rpc_calls", "RPCs slurmctld handled, by message type.", labels=["type"])
-    seconds = CounterMetricFamily("slurm_rpc_duration_seconds", "Time slurmctld spent in RPCs, by message type.",
+    calls = CounterMetricFamily("soperator_slurm_rpc_calls", "RPCs slurmctld handled, by message type.", labels=["type"])
+    seconds = CounterMetricFamily("soperator_slurm_rpc_duration_seconds", "Time slurmctld spent in RPCs, by message type.",
                                   labels=["type"])
     for kind, (count, total_us) in sorted(rpc.items()):
         calls.add_metric([kind], count)
@@ -283,24 +283,24 @@ def scheduler_families(sdiag):
 def jail_families(statvfs):
     """Size and free space of the jail's filesystem (os.statvfs of the jail, as the exporter sees it)."""
     block = statvfs.f_frsize or statvfs.f_bsize
-    size = _gauge("slurm_jail_filesystem_size_bytes", "Size of the filesystem holding the jail.")
+    size = _gauge("soperator_slurm_jail_filesystem_size_bytes", "Size of the filesystem holding the jail.")
     size.add_metric([], statvfs.f_blocks * block)
-    avail = _gauge("slurm_jail_filesystem_avail_bytes", "Space of the jail's filesystem its users can still write.")
+    avail = _gauge("soperator_slurm_jail_filesystem_avail_bytes", "Space of the jail's filesystem its users can still write.")
     avail.add_metric([], statvfs.f_bavail * block)
     return [size, avail]
 
 
 def exporter_families(snapshot, scrape_seconds):
-    """slurm_up, and what the scrape cost: per command, and in all."""
-    up = _gauge("slurm_up", "1 when every Slurm command of the scrape answered.")
+    """soperator_slurm_up, and what the scrape cost: per command, and in all."""
+    up = _gauge("soperator_slurm_up", "1 when every Slurm command of the scrape answered.")
     up.add_metric([], 0 if snapshot.errors else 1)
-    failed = _gauge("slurm_exporter_command_failed", "1 when the command gave no usable answer this scrape.",
+    failed = _gauge("soperator_slurm_exporter_command_failed", "1 when the command gave no usable answer this scrape.",
                     ["command"])
-    took = _gauge("slurm_exporter_command_seconds", "How long the command took this scrape.", ["command"])
+    took = _gauge("soperator_slurm_exporter_command_seconds", "How long the command took this scrape.", ["command"])
     for command, seconds in sorted(snapshot.seconds.items()):
         took.add_metric([command], seconds)
         failed.add_metric([command], 1 if command in snapshot.errors else 0)
-    total = _gauge("slurm_exporter_scrape_seconds", "How long the whole scrape took.")
+    total = _gauge("soperator_slurm_exporter_scrape_seconds", "How long the whole scrape took.")
     total.add_metric([], scrape_seconds)
     return [up, failed, took, total]
 
