@@ -182,7 +182,7 @@ def test_prometheus_sees_our_drains_a_failed_check_and_a_foreign_drain(setup, fa
 
 def test_every_dashboard_expression_and_alert_rule_evaluates(setup):
     cluster, prom, _port = setup
-    job = cluster.run(["sbatch", "--parsable", "--wrap", "sleep 30"], timeout=30).stdout.strip()
+    job = cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 30"], timeout=30).stdout.strip()
     wait_for(lambda: prom.query('soperator_slurm_partition_jobs{state="running"}'), "a running job in Prometheus")
     for board, panel, expr in dashboards.expressions():
         try:
