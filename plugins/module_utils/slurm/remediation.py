@@ -32,6 +32,8 @@ import json
 import os
 import subprocess
 import time
+from dataclasses import dataclass, field
+from typing import Optional
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.wait import wait_until
@@ -201,16 +203,15 @@ def _pod_ready(pod):
 
 # --- events ------------------------------------------------------------------------------------------------------
 
-class EventRecorder(object):
+@dataclass
+class EventRecorder:
     """core/v1 Events on the SlurmCluster (kubectl describe slurmcluster shows them)."""
-
-    def __init__(self, client, namespace, cluster_name, api_version):
-        self.client = client
-        self.namespace = namespace
-        self.cluster_name = cluster_name
-        self.api_version = api_version
-        self._uid = None
-        self.sent = []
+    client: object
+    namespace: str
+    cluster_name: str
+    api_version: str
+    _uid: Optional[str] = None          # the SlurmCluster's, read once
+    sent: list = field(default_factory=list)
 
     def emit(self, reason, message, warning=False, check_mode=False):
         event = {"reason": reason, "message": message, "type": "Warning" if warning else "Normal"}

@@ -255,17 +255,15 @@ class Exporter:
 
 
 @dataclass(frozen=True)
-class ServiceMonitor:
-    enabled: bool
-    interval: str
-    labels: Dict[str, str]
-
-
-@dataclass(frozen=True)
 class Labelled:
     """An optional object with extra labels (the PrometheusRule, the dashboards ConfigMap)."""
     enabled: bool
     labels: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class ServiceMonitor(Labelled):
+    interval: str
 
 
 @dataclass(frozen=True)

@@ -406,7 +406,8 @@ def _observability(obs):
     monitor, rule, boards = obs["serviceMonitor"], obs["prometheusRule"], obs["dashboards"]
     return m.Observability(
         exporter=m.Exporter(enabled=obs["exporter"]["enabled"], port=obs["exporter"]["port"]),
-        service_monitor=m.ServiceMonitor(monitor["enabled"], monitor["interval"], dict(monitor["labels"])),
+        service_monitor=m.ServiceMonitor(enabled=monitor["enabled"], labels=dict(monitor["labels"]),
+                                         interval=monitor["interval"]),
         prometheus_rule=m.Labelled(rule["enabled"], dict(rule["labels"])),
         dashboards=m.Labelled(boards["enabled"], dict(boards["labels"])))
 
