@@ -27,9 +27,10 @@ import smoke
 
 READY = "Running as primary controller"
 # Log lines about this short-lived setup rather than the config: no workers, no mail program, reverse DNS,
-# slurmdbd still waiting for its new database when slurmctld first calls.
+# slurmdbd still waiting for its new database when slurmctld first calls, a new spool without state files.
 NOT_CONFIG = ("auth_p_get_host", "MailProg", "_xgetaddrinfo", "slurm_set_addr", "Unable to resolve", "slurmdbd",
-              "PersistInit", "persistent connection", "ClusterID", "Association database", "the state file")
+              "PersistInit", "persistent connection", "ClusterID", "Association database", "state file",
+              "state save file")
 
 
 def check(spec, args, tag):
