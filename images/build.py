@@ -55,12 +55,15 @@ DPKG_OPTS = ["path-exclude=/usr/share/man/*", "path-exclude=/usr/share/doc/*",
 ROOTFS = {
     # Only to compile the SPANK plugin against this suite's <slurm/spank.h>.
     "build": {"packages": ["libslurm-dev", "gcc", "libc6-dev", "make"]},
-    "controller": {"packages": ["slurmctld", "slurm-client", "munge", "util-linux"]},
-    # dmesg (util-linux) and scontrol for the health check; procps for ps/kill in jobs' epilogs.
-    "worker": {"packages": ["slurmd", "slurm-client", "munge", "util-linux", "python3", "procps", "hostname"]},
+    "controller": {"packages": ["slurmctld", "slurm-client", "munge", "util-linux", "tini"]},
+    # dmesg (util-linux) and scontrol for the health check; procps for ps/kill in jobs' epilogs. tini (every Slurm
+    # image) is PID 1: it reaps the orphans the daemons leave (slurmstepd double-forks, munged daemonizes), which
+    # slurmd as PID 1 leaves as zombies.
+    "worker": {"packages": ["slurmd", "slurm-client", "munge", "util-linux", "python3", "procps", "hostname",
+                          "tini"]},
     "login": {"packages": ["openssh-server", "slurm-client", "munge", "util-linux", "libnss-extrausers",
-                           "python3"]},
-    "accounting": {"packages": ["slurmdbd", "munge", "util-linux"]},
+                           "python3", "tini"]},
+    "accounting": {"packages": ["slurmdbd", "munge", "util-linux", "tini"]},
     # What users get as / on login and worker nodes: Slurm clients of the same version, munge, python3, ssh, the
     # plugin at the path plugstack.conf names (srun/sbatch in the jail load it), and localhost in /etc/hosts.
     "jail-rootfs": {

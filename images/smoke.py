@@ -346,6 +346,13 @@ def check(cluster, results):
         jobs = wait_for("sacct lists the smoke's jobs as COMPLETED", recorded, 90)
         results.append("sacct=%d jobs" % len(jobs))
 
+    # Finished steps leave no zombies: PID 1 (tini) reaps what slurmstepd's double fork hands to it.
+    for worker in workers:
+        wait_for("no zombie processes on %s" % worker, lambda: not [
+            l for l in cluster.exec(worker, ["ps", "-eo", "stat=,comm="]).splitlines() if l.strip().startswith("Z")],
+            15, sleep=1)
+    results.append("zombies=0")
+
     # The passive health check program, as slurmd runs it (HealthCheckProgram, root, SLURMD_NODENAME only).
     for worker in workers:
         out = cluster.exec(worker, ["env", "-i", "SLURMD_NODENAME=%s" % worker, "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
