@@ -92,6 +92,8 @@ ROOTFS = {
             'chroot "$1" env SSL_CERT_FILE=/tmp/build-ca.crt REQUESTS_CA_BUNDLE=/tmp/build-ca.crt '
             'PIP_CERT=/tmp/build-ca.crt PIP_FIND_LINKS= /opt/ansible/bin/pip install --no-cache-dir '
             '--disable-pip-version-check -q ansible-core==2.19.14 kubernetes==37.0.2 PyYAML==6.0.3 '
+            # ansible-runner: AWX/AAP run an execution environment's jobs through `ansible-runner worker`.
+            'ansible-runner==2.4.3 '
             'prometheus-client==0.26.0',   # the exporter Deployment (render/observe_objects.py) runs in this image
             'rm -f "$1"/tmp/build-ca.crt',
         ]},
