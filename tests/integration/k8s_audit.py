@@ -52,6 +52,8 @@ class AuditLog:
         with open(self.path, "rb") as f:
             f.seek(since)
             for line in f:
+                if not line.endswith(b"\n"):
+                    break  # an event the API server is still writing (another client's request)
                 if not line.strip():
                     continue
                 event = json.loads(line)

@@ -429,7 +429,11 @@ def _up(state, pki, records, binary, nodes, timeout, started):
         binary("kwok"), "--config=" + os.path.join(state, "kwok.yaml"),
         "--kubeconfig=" + os.path.join(kubeconfigs, "kwok"), "--manage-all-nodes=false",
         "--manage-nodes-with-annotation-selector=%s=fake" % KWOK_ANNOTATION, "--cidr=" + POD_RANGE,
-        "--node-ip=127.0.0.1"])
+        "--node-ip=127.0.0.1",
+        # The heartbeat stage refreshes node status every 10 minutes and leaves liveness to node Leases, which kwok
+        # renews only with a lease duration (0 when --config holds no KwokConfiguration): without it the node
+        # lifecycle controller marks the nodes NotReady and their pods unready.
+        "--node-lease-duration-seconds=40"])
     names = ["kwok-node-%d" % i for i in range(nodes)]
     for name in names:
         _request(server + "/api/v1/nodes", ctx, "POST", _fake_node(name))
@@ -440,6 +444,11 @@ def _up(state, pki, records, binary, nodes, timeout, started):
                  if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))}
         return ready >= set(names)
     _wait("%d kwok nodes Ready" % nodes, nodes_ready, timeout, records, "kwok", state)
+
+    def leases_held():
+        _, body = _request(server + "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", ctx)
+        return {lease["metadata"]["name"] for lease in json.loads(body)["items"]} >= set(names)
+    _wait("the kwok nodes' Leases", leases_held, timeout, records, "kwok", state)
     # The service account controller (kube-controller-manager) has run: pods can be created in `default`.
     _wait("the default ServiceAccount", lambda: _request(
         server + "/api/v1/namespaces/default/serviceaccounts/default", ctx)[0] == 200, timeout)
