@@ -1,0 +1,96 @@
+"""spec.observability against a real API server: the exporter's Deployment, Service, ServiceAccount, Role and
+RoleBinding and the dashboards ConfigMap apply; the scheduler places the exporter's pod (kwok runs it); a re-run
+changes nothing; the exporter's ServiceAccount may exec into the controller pod and nothing else; switching the
+exporter off prunes every one of them. The prometheus-operator's kinds are not served here: their objects are
+tested as rendered (tests/unit/test_render_observe.py)."""
+import copy
+import os
+import sys
+import time
+import uuid
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kube"))
+from test_slurm_cluster_kube import SMALL, module, spec_docs  # noqa: E402
+
+CLAIMS = ("small-jail", "spool-small-controller-0")
+OBSERVED = {("Deployment", "small-exporter"), ("Service", "small-exporter"), ("ServiceAccount", "small-exporter"),
+            ("Role", "small-exporter"), ("RoleBinding", "small-exporter"), ("ConfigMap", "small-dashboards")}
+
+
+@pytest.fixture
+def docs(kubeconfig):
+    namespace = "soperator-it-%s" % uuid.uuid4().hex[:8]
+    documents = spec_docs(SMALL)
+    for d in documents:
+        d["metadata"]["namespace"] = namespace
+    documents[0]["spec"]["observability"] = {"exporter": {"enabled": True}}
+    yield documents
+    module("slurm_cluster", state="absent", target="kubernetes", definition=documents,
+           kubeconfig=kubeconfig, purge_volumes=True)
+    from kubernetes import client, config
+    api = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        client.CoreV1Api(api).delete_namespace(namespace)
+    finally:
+        api.close()
+
+
+def run(documents, kubeconfig, **kw):
+    args = dict(state="present", target="kubernetes", definition=documents, kubeconfig=kubeconfig, wait=True,
+                wait_timeout=120)
+    args.update(kw)
+    return module("slurm_cluster", **args)
+
+
+def _can_i(real_cluster, namespace, verb, resource, subresource=None):
+    argv = ["auth", "can-i", verb, resource, "-n", namespace, "--as=system:serviceaccount:%s:small-exporter" % namespace]
+    if subresource:
+        argv.append("--subresource=%s" % subresource)
+    return real_cluster.kubectl(*argv, check=False).stdout.strip()
+
+
+def test_the_exporter_applies_runs_and_is_pruned(docs, kubeconfig, real_cluster, volumes):
+    namespace = docs[0]["metadata"]["namespace"]
+    volumes(namespace, CLAIMS)
+    first = run(docs, kubeconfig)
+    made = set((o["kind"], o["name"]) for o in first["objects"] if o["action"] == "created")
+    assert OBSERVED <= made, made
+
+    from kubernetes import client, config
+    api = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        apps = client.AppsV1Api(api)
+        deadline = time.monotonic() + 120
+        while True:          # the Deployment controller, the scheduler and kwok: a Ready replica
+            status = apps.read_namespaced_deployment_status("small-exporter", namespace).status
+            if status.ready_replicas == 1:
+                break
+            assert time.monotonic() < deadline, "the exporter Deployment has no ready replica: %s" % status
+            time.sleep(1)
+        pods = client.CoreV1Api(api).list_namespaced_pod(
+            namespace, label_selector="app.kubernetes.io/component=exporter").items
+        assert len(pods) == 1 and pods[0].spec.node_name, pods
+        assert pods[0].spec.service_account_name == "small-exporter"
+    finally:
+        api.close()
+
+    second = run(docs, kubeconfig)
+    assert not second["changed"] and second["requests"]["writes"] == 0, [
+        (o["kind"], o["name"], o["action"]) for o in second["objects"] if o["action"] != "unchanged"]
+
+    # its ServiceAccount execs into the controller pod, and can do nothing else
+    assert _can_i(real_cluster, namespace, "create", "pods/small-controller-0", "exec") == "yes"
+    assert _can_i(real_cluster, namespace, "create", "pods/small-cpu-0", "exec") == "no"
+    assert _can_i(real_cluster, namespace, "get", "secrets") == "no"
+    assert _can_i(real_cluster, namespace, "list", "pods") == "no"
+    assert _can_i(real_cluster, namespace, "delete", "pods/small-controller-0") == "no"
+
+    off = copy.deepcopy(docs)
+    off[0]["spec"]["observability"] = {"exporter": {"enabled": False}}
+    # slurm.conf loses MetricsType with the exporter; the reconfigure that follows execs into the controller pod,
+    # which needs a kubelet (kwok has none: that is the real node's suite)
+    pruned = run(off, kubeconfig, reconfigure=False)
+    gone = set((o["kind"], o["name"]) for o in pruned["objects"] if o["action"] == "pruned")
+    assert OBSERVED <= gone, gone
