@@ -79,6 +79,24 @@ def test_site_creates_then_a_rerun_writes_nothing(kubeconfig, audit, small_spec,
     assert {"slurmclusters", "nodesets", "statefulsets", "configmaps", "secrets", "services", "jobs", "cronjobs",
             "roles", "rolebindings", "serviceaccounts", "persistentvolumeclaims"} <= written, written
 
+    # kwok completed the populate Job's pod: the Job succeeded once, the cluster records it; the remediation
+    # CronJob runs the playbook every spec.remediation.schedule as its own ServiceAccount.
+    from kubernetes import client, config
+    api = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        batch = client.BatchV1Api(api)
+        job = batch.read_namespaced_job("small-populate-jail", namespace)
+        assert job.status.succeeded == 1 and not job.status.failed, job.status
+        cron = batch.read_namespaced_cron_job("small-remediation", namespace)
+        assert cron.spec.schedule == "*/5 * * * *" and cron.spec.concurrency_policy == "Forbid"
+        assert cron.spec.job_template.spec.template.spec.service_account_name == "small-remediation"
+        live = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            "slurm.soperator.dev", "v1alpha1", namespace, "slurmclusters", "small")
+    finally:
+        api.close()
+    conditions = {c["type"]: c["status"] for c in live["status"]["conditions"]}
+    assert conditions["JailPopulated"] == "True" and live["status"]["phase"] == "Ready", live["status"]
+
     mark = audit.mark()
     second = site(spec, kubeconfig)
     again = second.tasks()[APPLY]
