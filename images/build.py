@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Build the container images the rendered manifests name, here, from Debian packages.
@@ -13,7 +12,8 @@ filesystem of the same suite (libslurm-dev, gcc), so it matches the Slurm it is 
 
 Images: <registry>/<component>:<tag>, the spec's default (spec/validate.py): controller, worker, login,
 accounting, jail (the populate Job's image: jail.py and the jail root filesystem as a tarball), ansible-runner
-(the remediation CronJob's) and mariadb (the accounting database, for machines that cannot pull the public one). The default tag is <Slurm version>-<collection version>, e.g. 26.05.5-0.1.0.
+(the remediation CronJob's) and mariadb (the accounting database, for machines that cannot pull the public one).
+The default tag is <Slurm version>-<collection version>, e.g. 26.05.5-0.1.0.
 
 Cache by content: every root filesystem and image is keyed by a sha256 of its inputs (suite, packages, hooks, the
 files copied in, this script's RECIPE_VERSION). A root filesystem tarball is kept in the cache directory
@@ -60,7 +60,7 @@ ROOTFS = {
     # image) is PID 1: it reaps the orphans the daemons leave (slurmstepd double-forks, munged daemonizes), which
     # slurmd as PID 1 leaves as zombies.
     "worker": {"packages": ["slurmd", "slurm-client", "munge", "util-linux", "python3", "procps", "hostname",
-                          "tini"]},
+                            "tini"]},
     "login": {"packages": ["openssh-server", "slurm-client", "munge", "util-linux", "libnss-extrausers",
                            "python3", "tini"]},
     "accounting": {"packages": ["slurmdbd", "munge", "util-linux", "tini"]},
@@ -237,12 +237,12 @@ class Builder(object):
     def image_label(self, ref, label):
         proc = subprocess.run(["buildah", "inspect", "--type", "image", "--format",
                                '{{index .OCIv1.Config.Labels "%s"}}' % label, ref],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True, check=False)
         return proc.stdout.strip() if proc.returncode == 0 else None
 
     def image_id(self, ref):
         proc = subprocess.run(["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", ref],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True, check=False)
         return proc.stdout.strip() if proc.returncode == 0 else None
 
     def build_image(self, component, containerfile_dir, rootfs_path, rootfs_key, files, slurm_version,
@@ -275,7 +275,8 @@ class Builder(object):
         shutil.rmtree(ctx, ignore_errors=True)
         if previous and previous != self.image_id(ref):
             # The image this tag named before, now untagged: ours (it carried the tag we build), so remove it.
-            subprocess.run(["buildah", "rmi", previous], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(["buildah", "rmi", previous], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=False)
         log("%s: built in %.0f s" % (ref, time.time() - started))
         self.built.append((component, ref, True))
         return ref
@@ -347,12 +348,12 @@ def collection_version():
 
 def image_size(ref):
     proc = subprocess.run(["podman", "image", "inspect", "--format", "{{.Size}}", ref],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True, check=False)
     return int(proc.stdout.strip()) if proc.returncode == 0 else 0
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--suite", default=os.environ.get("SUITE") or "forky",
                         help="Debian suite of every root filesystem (forky: Slurm 26.05, trixie: 24.11)")
     parser.add_argument("--mirror", default=os.environ.get("MIRROR") or "", help="Debian mirror (mmdebstrap's default)")
@@ -379,7 +380,7 @@ def main(argv=None):
     b = Builder(args)
     if args.jail_tarball:
         plugin, plugin_key = b.spank_plugin()
-        path, _ = b.rootfs("jail-rootfs", {"plugin": plugin_key}, {"plugin": plugin})
+        path = b.rootfs("jail-rootfs", {"plugin": plugin_key}, {"plugin": plugin})[0]
         target = os.path.abspath(args.jail_tarball)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(path, target + ".tmp")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Is each example's rendered slurm.conf accepted by the controller image's slurmctld (the real daemon)?
@@ -39,7 +38,7 @@ def check(spec, args, tag):
     try:
         cluster.render()
         cluster.start(components={"controller", "accounting", "accounting-db"})
-        controller = [n for n, _ in cluster.containers if "-controller-" in n][0]
+        controller = [c[0] for c in cluster.containers if "-controller-" in c[0]][0]
         deadline = time.monotonic() + args.timeout
         while True:
             # slurmctld -D writes to its LogFile only (slurm.conf's SlurmctldLogFile), not to the container's log.
@@ -60,7 +59,7 @@ def check(spec, args, tag):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("specs", nargs="*")
     parser.add_argument("--registry", default=os.environ.get("REGISTRY") or "ghcr.io/soperator-slurm")
     parser.add_argument("--tag", default=os.environ.get("TAG") or "")

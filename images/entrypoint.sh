@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Entrypoint of the Slurm images (controller, worker, login, accounting): the pod templates of
 # plugins/module_utils/render/kube_objects.py give only args (`slurmctld -D`, `slurmd -D -N <pod>`, `slurmdbd -D`,
 # `/usr/sbin/sshd -D -e -f ...`, `/opt/soperator/bin/active-check ...`). This script starts munged with the

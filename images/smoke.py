@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run the built images as a real Slurm cluster with podman, driven by the rendered manifests of an example.
@@ -59,7 +58,7 @@ def sh(cmd, timeout=CMD_TIMEOUT, check=True, input=None):
     """Run a command (bounded) -> stdout; raises SmokeError with its output when it fails."""
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                              timeout=timeout, input=input)
+                              timeout=timeout, input=input, check=False)
     except subprocess.TimeoutExpired:
         raise SmokeError("timed out after %ds: %s" % (timeout, " ".join(cmd)))
     if check and proc.returncode != 0:
@@ -240,8 +239,8 @@ class Cluster(object):
             out = self.podman_run(name, job["spec"]["template"], detach=False)
             rc = sh(["podman", "inspect", "--format", "{{.State.ExitCode}}", name]).strip()
             if rc != "0":
-                raise SmokeError("populate Job exited %s:\n%s%s" % (rc, out, sh(["podman", "logs", name],
-                                                                                   check=False)))
+                logs = sh(["podman", "logs", name], check=False)
+                raise SmokeError("populate Job exited %s:\n%s%s" % (rc, out, logs))
             lines = [l for l in out.splitlines() if l.startswith("{")]
             if not lines or json.loads(lines[-1]).get("action") not in ("populated", "kept"):
                 raise SmokeError("populate Job printed no result line:\n%s" % out)
@@ -363,7 +362,7 @@ def check(cluster, results):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--spec", default="examples/small-cpu.yml")
     parser.add_argument("--registry", default=os.environ.get("REGISTRY") or "ghcr.io/soperator-slurm")
     parser.add_argument("--tag", default=os.environ.get("TAG") or "")
@@ -379,7 +378,7 @@ def main(argv=None):
     results = []
     for component in ("controller", "worker", "login", "jail") + (("accounting", "mariadb") if args.accounting else ()):
         ref = "%s/%s:%s" % (args.registry, component, tag)
-        if subprocess.run(["podman", "image", "exists", ref]).returncode != 0:
+        if subprocess.run(["podman", "image", "exists", ref], check=False).returncode != 0:
             print("images-smoke: FAILED: %s is not built (make images)" % ref)
             return 1
     cluster = Cluster(args, tag)
@@ -396,7 +395,7 @@ def main(argv=None):
     finally:
         if args.keep:
             log("kept: containers %s, network %s, files %s" % (
-                " ".join(n for n, _ in cluster.containers), cluster.network, cluster.work))
+                " ".join(c[0] for c in cluster.containers), cluster.network, cluster.work))
         else:
             cluster.cleanup()
     print("images-smoke: %s %s (%s, %.0f s)" % ("OK" if ok else "FAILED", " ".join(results), args.spec,

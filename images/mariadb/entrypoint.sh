@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # MariaDB entrypoint: on an empty data directory, create the system tables, set root's password and create the
 # database and its user from the environment (the public image's variables); then run mariadbd as mysql with the
 # container's args as options. Root is used only to own the data directory.
