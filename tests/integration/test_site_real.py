@@ -1,5 +1,6 @@
 """playbooks/site.yml of examples/small-cpu.yml against a real API server, judged by its audit log: the first run
 creates, the second changes nothing and writes nothing, check mode writes only dry runs."""
+import json
 import os
 import re
 import uuid
@@ -58,7 +59,7 @@ def site(spec, kubeconfig, *extra, **kw):
                                 "-e", "wait_timeout=120", *extra, **kw)
 
 
-def test_site_creates_then_a_rerun_writes_nothing(kubeconfig, audit, small_spec, volumes):
+def test_site_creates_then_a_rerun_writes_nothing(kubeconfig, real_cluster, audit, small_spec, volumes):
     spec, namespace, docs = small_spec
     volumes(namespace, CLAIMS)
     user = admin_user(kubeconfig)
@@ -107,6 +108,16 @@ def test_site_creates_then_a_rerun_writes_nothing(kubeconfig, audit, small_spec,
     assert [r for r in ours if r.write] == []
     reads = reads_per_resource(ours)
     assert reads and max(reads.values()) == 1, reads
+
+    # Someone else's field manager (kubectl) changes a field we own and adds one we do not: the next run takes back
+    # ours, reports that one object, and leaves theirs.
+    real_cluster.kubectl("scale", "statefulset", "small-login", "-n", namespace, "--replicas=3")
+    real_cluster.kubectl("annotate", "statefulset", "small-login", "-n", namespace, "example.com/owner=someone")
+    third = site(spec, kubeconfig).tasks()[APPLY]
+    assert [(o["kind"], o["name"], o["action"]) for o in third["objects"] if o["action"] != "unchanged"] == [
+        ("StatefulSet", "small-login", "updated")]
+    sts = json.loads(real_cluster.kubectl("get", "statefulset", "small-login", "-n", namespace, "-o", "json").stdout)
+    assert sts["spec"]["replicas"] == 1 and sts["metadata"]["annotations"]["example.com/owner"] == "someone", sts
 
     # A change in check mode with --diff: the API server's dry run answers, the slurm.conf change is shown, nothing
     # is written for real.
