@@ -134,3 +134,13 @@ def test_site_creates_then_a_rerun_writes_nothing(kubeconfig, real_cluster, audi
     # slurm.conf as a line of the slurm-configs ConfigMap's diff
     assert re.search(r"^-\s+SlurmdTimeout=120$", plan.stdout, re.M), plan.output()
     assert re.search(r"^\+\s+SlurmdTimeout=150$", plan.stdout, re.M), plan.output()
+
+    # Teardown without purge: our objects go, the CRDs and the volume claims stay.
+    ansible_run.playbook("teardown.yml", "-e", "spec_file=%s" % spec, "-e", "kubeconfig=%s" % kubeconfig)
+    left = real_cluster.kubectl("get", "statefulsets,jobs,cronjobs,configmaps,secrets,services,pvc", "-n", namespace,
+                                "-l", "app.kubernetes.io/managed-by=soperator.slurm", "-o", "name").stdout.split()
+    assert left == ["persistentvolumeclaim/small-jail"]
+    # the controller's spool, made by the StatefulSet controller from its claim template, outlives it as well
+    claims = real_cluster.kubectl("get", "pvc", "-n", namespace, "-o", "name").stdout.split()
+    assert sorted(claims) == ["persistentvolumeclaim/small-jail", "persistentvolumeclaim/spool-small-controller-0"]
+    real_cluster.kubectl("get", "crd", "slurmclusters.slurm.soperator.dev", "nodesets.slurm.soperator.dev")
