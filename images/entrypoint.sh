@@ -101,6 +101,22 @@ share_resolv_conf() {
     mv -fT "$tmp" "$etc/resolv.conf"
 }
 
+# The populate Job may still be filling the jail when this pod starts (it swaps the jail's entries for the
+# tarball's, which has no resolv.conf), and a later populate with overwrite=always swaps them again: once the
+# jail's sentinel is there, compare every 30 s and copy again when the jail's file differs.
+keep_resolv_conf_shared() {
+    if [ -e "$JAIL/.soperator-jail.json" ]; then
+        share_resolv_conf
+    fi
+    (
+        while sleep 30; do
+            if [ -e "$JAIL/.soperator-jail.json" ]; then
+                share_resolv_conf >/dev/null 2>&1 || true
+            fi
+        done
+    ) &
+}
+
 if [ $# -eq 0 ]; then
     log "no command given (the pod template's args)"
     exit 2
@@ -130,14 +146,14 @@ case $(basename -- "$1") in
         start_munged
         slurm_dirs
         install -d -m 0755 /var/spool/slurmd
-        share_resolv_conf
+        keep_resolv_conf_shared
         exec "$@"
         ;;
     sshd)
         start_munged
         # sshd's privilege separation directory.
         install -d -m 0755 /run/sshd
-        share_resolv_conf
+        keep_resolv_conf_shared
         exec "$@"
         ;;
     *)

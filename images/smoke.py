@@ -9,8 +9,8 @@ Every pod the manifests define is started as a podman container the way a kubele
 command/args (with $(VAR) expanded), env (values, the pod name, Secret keys), securityContext (privileged, added
 capabilities over the container runtime's default set, no-new-privileges) and volumes (ConfigMaps and Secrets
 written out as files with their modes, the jail claim as one directory every pod shares, emptyDirs, subPath).
-The populate Job fills the jail first. Containers are named like the pods (cpu-0, cpu-1: Slurm node names) on a
-podman network of their own, with the StatefulSet's per-pod DNS names as aliases.
+The populate Job fills the jail first, as the kube backend orders it. Containers are named like the pods (cpu-0,
+cpu-1: Slurm node names) on a podman network of their own, with the StatefulSet's per-pod DNS names as aliases.
 
 Checks: slurmctld -V is the images' Slurm; every worker registers; `srun -N2 hostname` prints both workers' names;
 the steps ran inside the jail (the SPANK plugin); ssh with the key into the login container lands in the jail, and
@@ -247,7 +247,10 @@ class Cluster(object):
             log("jail populated: %s" % lines[-1][:160])
 
     def start(self, components=None):
-        """Start the populate Job, then every StatefulSet's pods (only those of `components` when given)."""
+        """Run the populate Job to its end, then start every StatefulSet's pods (only those of `components` when
+        given): the kube backend's order (kube/backend.py applies the workloads once the Job completed). The other
+        order fails: the login pod's mounts below the jail (etc/slurm, run/munge) create those directories in the
+        empty volume, and the populate Job then refuses a jail that is not empty (overwrite=never)."""
         sh(["podman", "network", "create", "--label", "dev.soperator.smoke=%s" % self.run_id, self.network])
         if components is None or "jail" in components:
             self.populate_jail()
@@ -302,6 +305,14 @@ def check(cluster, results):
         return all(states.get(w, "").rstrip("*~#") == "idle" for w in workers)
     wait_for("workers %s idle" % ",".join(workers), idle, 120)
     results.append("nodes=%s" % ",".join(workers))
+
+    # The login and worker pods copy their resolv.conf into the jail (entrypoint.sh), or job steps in the jail could
+    # not resolve slurmctld.
+    jail = [o["spec"]["template"]["spec"]["volumes"] for o in cluster.get("Job")][0]
+    claim = [v["persistentVolumeClaim"]["claimName"] for v in jail if "persistentVolumeClaim" in v][0]
+    resolv = os.path.join(cluster.work, "claims", claim, "etc", "resolv.conf")
+    wait_for("the pods' resolv.conf in the jail", lambda: os.path.isfile(resolv), 60)
+    results.append("jail-resolv.conf=ok")
 
     n = str(len(workers))
     out = cluster.exec(login, ["timeout", "90", "srun", "-N", n, "hostname"], timeout=100)
