@@ -1,0 +1,123 @@
+"""A 4-nodeset, 1,024-worker cluster (bench_render.documents) applied to a real kube-apiserver (tools/k8s: needs
+`make k8s-build`; the control plane is started in a temporary directory and stopped at the end): the first run, then
+no-op re-runs. Requests are counted from the API server's audit log, not by the client.
+
+Rows: the backend in-process (as bench_kube_apply.py runs it against the emulator), then `ansible-playbook
+site.yml` no-op runs and an empty ansible-playbook for scale. No wait for readiness: 3 kwok nodes cannot hold 1,024
+workers (nor the example's GPUs); before the no-op runs the StatefulSet controller has caught up (bounded wait), so
+the status each run writes is final. Goal: the no-op run writes nothing and costs at most 2x an empty
+ansible-playbook. Prints numbers only.
+"""
+import collections
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "collections"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+
+from bench_render import documents  # noqa: E402
+from k8s_audit import AuditLog  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (  # noqa: E402
+    KubeClient, api_client_from_params)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("soperator_k8s_cluster", os.path.join(ROOT, "tools", "k8s",
+                                                                                     "cluster.py"))
+k8s = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(k8s)
+
+
+def counted(audit, mark, user):
+    reqs = audit.requests(mark, user=user)
+    reads = collections.Counter((r.group, r.resource) for r in reqs if r.read)
+    return sum(reads.values()), max(reads.values() or [0]), sum(1 for r in reqs if r.write)
+
+
+def settle(kubeconfig, namespace, timeout=300):
+    """Until every StatefulSet's controller has observed its spec and made its pods (bounded)."""
+    from kubernetes import client, config
+    api = config.new_client_from_config(config_file=kubeconfig)
+    apps = client.AppsV1Api(api)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            items = apps.list_namespaced_stateful_set(namespace).items
+            if items and all(s.status.observed_generation == s.metadata.generation
+                             and (s.status.replicas or 0) == s.spec.replicas for s in items):
+                return
+            time.sleep(1)
+    finally:
+        api.close()
+    raise SystemExit("the StatefulSets did not settle in %ss" % timeout)
+
+
+def playbook(argv):
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_NOCOLOR="1")
+    started = time.perf_counter()
+    proc = subprocess.run(["ansible-playbook"] + argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=1200, check=False)
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit("ansible-playbook failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
+    return seconds, json.loads(proc.stdout)["stats"].get("localhost", {}).get("changed", 0)
+
+
+def main():
+    bin_dir = k8s.cached_bin()
+    if not bin_dir:
+        raise SystemExit("no control plane built: run `make k8s-build` first")
+    docs = documents(1024)
+    model = build_model(docs)
+    with tempfile.TemporaryDirectory() as tmp:
+        state = os.path.join(tmp, "k8s")
+        try:
+            info = k8s.up(state, bin_dir, nodes=3)
+            kubeconfig, audit = info["kubeconfig"], AuditLog(info["audit_log"])
+            print("workers %d in %d nodesets; control plane from %s" % (model.total_workers, len(model.node_sets),
+                                                                       bin_dir))
+            print("%-28s %-8s %-6s %-14s %-7s %s" % ("run", "wall s", "reads", "max reads/kind", "writes",
+                                                     "changed"))
+            user = "soperator-admin"
+            client = KubeClient(api_client_from_params({"kubeconfig": kubeconfig}), c.FIELD_MANAGER)
+            for label in ("backend: first", "backend: no-op", "backend: no-op"):
+                mark = audit.mark()
+                started = time.perf_counter()
+                result = KubeCluster(client, model, wait=False).present()
+                seconds = time.perf_counter() - started
+                reads, most, writes = counted(audit, mark, user)
+                print("%-28s %-8.2f %-6d %-14d %-7d %s" % (label, seconds, reads, most, writes, result["changed"]))
+                if label.endswith("first"):
+                    settle(kubeconfig, model.namespace)
+            spec = os.path.join(tmp, "spec.yml")
+            with open(spec, "w") as f:
+                yaml.safe_dump_all(docs, f)
+            for label in ("site.yml: no-op", "site.yml: no-op"):
+                mark = audit.mark()
+                seconds, changed = playbook([os.path.join(ROOT, "playbooks", "site.yml"), "-e", "spec_file=" + spec,
+                                             "-e", "kubeconfig=" + kubeconfig, "-e", "wait=false"])
+                reads, most, writes = counted(audit, mark, user)
+                print("%-28s %-8.2f %-6d %-14d %-7d %s" % (label, seconds, reads, most, writes, changed))
+            empty = os.path.join(tmp, "empty.yml")
+            with open(empty, "w") as f:
+                f.write("- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks: []\n")
+            for label in ("empty ansible-playbook",) * 2:
+                seconds, changed = playbook([empty])
+                print("%-28s %-8.2f" % (label, seconds))
+        finally:
+            k8s.down(state)
+
+
+if __name__ == "__main__":
+    main()
