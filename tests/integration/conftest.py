@@ -37,8 +37,8 @@ REASON = environmental(
 class Cluster:
     """The cluster under test: its kubeconfig and, when known, its audit log (one JSON event per request)."""
 
-    def __init__(self, kubeconfig, audit_log=None, own=False):
-        self.kubeconfig, self.audit_log, self.own = kubeconfig, audit_log, own
+    def __init__(self, kubeconfig, audit_log=None, state=None):
+        self.kubeconfig, self.audit_log, self.state = kubeconfig, audit_log, state  # state: ours (cluster.py)
 
     def kubectl(self, *args, input=None, check=True):
         """The kubectl we built (else the one on PATH) against this cluster; the finished process."""
@@ -81,12 +81,14 @@ def real_cluster(tmp_path_factory):
     if kubeconfig:
         kubeconfig = os.path.abspath(kubeconfig)  # the modules run in the checkout, not in our directory
         audit = os.environ.get("SOPERATOR_K8S_AUDIT_LOG") or os.path.join(os.path.dirname(kubeconfig), "audit.log")
-        yield Cluster(kubeconfig, audit if os.path.isfile(audit) else None)
+        state = os.path.dirname(kubeconfig)  # `make k8s-up`'s, when cluster.py's records are there
+        yield Cluster(kubeconfig, audit if os.path.isfile(audit) else None,
+                      state if os.path.isfile(os.path.join(state, "processes.json")) else None)
         return
     state = str(tmp_path_factory.mktemp("k8s"))
     try:
         info = k8s_cluster.up(state, _BIN, nodes=3, timeout=180)
-        yield Cluster(info["kubeconfig"], info["audit_log"], own=True)
+        yield Cluster(info["kubeconfig"], info["audit_log"], state=state)
     finally:
         k8s_cluster.down(state)
 
