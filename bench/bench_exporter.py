@@ -75,7 +75,7 @@ def main():
         cluster.run(["scontrol", "update", "NodeName=n-[2-5]", "State=DRAIN",
                      "Reason=soperator: health:gpu 7 of 8 GPUs"], timeout=60)
         cluster.run(["scontrol", "update", "NodeName=n-[6-9]", "State=DRAIN", "Reason=admin: cabling"], timeout=60)
-        for _ in range(JOBS):
+        for _job in range(JOBS):
             cluster.run(["sbatch", "--hold", "-o", "/dev/null", "--wrap", "true"], timeout=30)
 
         collector = TimedCollector(lambda: SlurmRunner(LocalTransport(slurm_conf=slurm_conf), retries=0, timeout=30))
@@ -83,7 +83,7 @@ def main():
         registry.register(collector)
         generate_latest(registry)            # warm: the first sinfo after a start is slower
         totals, per_command, size = [], {}, 0
-        for _ in range(SCRAPES):
+        for _scrape in range(SCRAPES):
             started = time.perf_counter()
             size = len(generate_latest(registry))
             totals.append(time.perf_counter() - started)

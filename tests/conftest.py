@@ -11,4 +11,4 @@ _TESTS = os.path.dirname(os.path.abspath(__file__))
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
-from ci_skips import pytest_runtest_makereport  # noqa: E402,F401 pylint: disable=unused-import  (the hook, by its name)
+from ci_skips import pytest_runtest_makereport  # noqa: E402,F401  (the hook, by its name) pylint: disable=unused-import

@@ -151,7 +151,7 @@ def _states(prom):
 
 def test_prometheus_sees_our_drains_a_failed_check_and_a_foreign_drain(setup, faults):
     cluster, prom, port = setup
-    wait_for(lambda: [r for r in prom.query("soperator_slurm_up == 1")], "soperator_slurm_up 1 in Prometheus")
+    wait_for(lambda: prom.query("soperator_slurm_up == 1"), "soperator_slurm_up 1 in Prometheus")
     assert _states(prom) == {"cpu-0": "idle", "cpu-1": "idle", "cpu-2": "idle"}
     assert _drains(prom) == {}
 

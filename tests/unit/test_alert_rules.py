@@ -1,6 +1,5 @@
 """The alert rule pack through Prometheus' own promtool: `check rules`, and `test rules` with a firing and a quiet
 case for every alert (its labels and its rendered summary and description)."""
-import os
 import re
 import shutil
 import subprocess

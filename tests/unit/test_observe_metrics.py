@@ -38,9 +38,10 @@ def test_sdiag_sections_keep_their_own_last_cycle():
     fams = dict((f.name, f) for f in metrics.scheduler_families(parsed))
     assert fams["soperator_slurm_scheduler_last_cycle_seconds"].samples[0].value == 0.0015
     assert fams["soperator_slurm_backfill_last_cycle_seconds"].samples[0].value == 0.25
-    assert fams["soperator_slurm_backfill_jobs"].type == "counter" and fams["soperator_slurm_backfill_jobs"].samples[0].value == 12
-    assert [(s.labels, s.value) for s in fams["soperator_slurm_rpc_duration_seconds"].samples] == [({"type": "REQUEST_PING"},
-                                                                                          0.0005)]
+    backfilled = fams["soperator_slurm_backfill_jobs"]
+    assert backfilled.type == "counter" and backfilled.samples[0].value == 12
+    rpc = fams["soperator_slurm_rpc_duration_seconds"]
+    assert [(s.labels, s.value) for s in rpc.samples] == [({"type": "REQUEST_PING"}, 0.0005)]
 
 
 def test_squeue_lines_count_each_partition_a_job_may_run_in():
@@ -89,12 +90,14 @@ def test_node_and_partition_families():
                    gres="gpu:h100:4"),
              _node("gpu-2", "IDLE", ("NOT_RESPONDING",), cpus=8, alloc_cpus=0)]
     fams = dict((f.name, f) for f in metrics.node_families(nodes, PREFIX) + metrics.partition_families(nodes))
-    samples = lambda name: sorted((tuple(sorted(s.labels.items())), s.value) for s in fams[name].samples)  # noqa
+
+    def samples(name):
+        return sorted((tuple(sorted(s.labels.items())), s.value) for s in fams[name].samples)
     assert samples("soperator_slurm_node_state") == [((("node", "gpu-0"), ("state", "mixed")), 1),
-                                           ((("node", "gpu-1"), ("state", "drained")), 1),
-                                           ((("node", "gpu-2"), ("state", "idle")), 1)]
-    assert samples("soperator_slurm_node_drain") == [((("check", "gpu"), ("kind", "health_check"), ("node", "gpu-1"),
-                                             ("owner", "soperator")), 1)]
+                                                     ((("node", "gpu-1"), ("state", "drained")), 1),
+                                                     ((("node", "gpu-2"), ("state", "idle")), 1)]
+    assert samples("soperator_slurm_node_drain") == [
+        ((("check", "gpu"), ("kind", "health_check"), ("node", "gpu-1"), ("owner", "soperator")), 1)]
     assert [v for _l, v in samples("soperator_slurm_node_responding")] == [1, 1, 0]
     assert samples("soperator_slurm_node_memory_allocated_bytes") == [((("node", "gpu-0"),), 512 * 1024 * 1024)]
     assert samples("soperator_slurm_partition_gpus") == [((("partition", "main"),), 8)]

@@ -19,7 +19,8 @@ import socket
 import sys
 
 from ansible_collections.soperator.slurm.plugins.module_utils import files, wait
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import EXPORTER_DAEMON, LOOPBACK
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
+    EXPORTER_DAEMON, LOOPBACK, LocalClusterError)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _digest
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir, current_text
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import exporter, metrics
@@ -85,6 +86,9 @@ class LocalExporter(object):
                 self._stop_daemon(EXPORTER_DAEMON)
                 changes.append("stopped %s (disabled)" % EXPORTER_DAEMON)
             return
+        if not metrics.HAS_PROMETHEUS_CLIENT:
+            raise LocalClusterError("spec.observability.exporter needs the Python package prometheus_client for %s "
+                                    "(pip install prometheus-client; requirements.txt)" % sys.executable)
         top = self.layout.state_dir
         for path, text in sorted(exporter_files(self.layout).items()):
             parts = os.path.relpath(os.path.dirname(path), top).split(os.sep)

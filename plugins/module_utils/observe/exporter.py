@@ -22,7 +22,10 @@ import sys
 import threading
 import time
 
-from prometheus_client import CollectorRegistry, start_http_server
+try:
+    from prometheus_client import CollectorRegistry, start_http_server
+except ImportError:  # the program needs it (requirements.txt); importing this file (local/exporter.py) does not
+    CollectorRegistry = start_http_server = None
 
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import metrics
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import DEFAULT_REASON_PREFIX, read_sinfo
@@ -123,4 +126,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -15,7 +15,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+try:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    HAS_PROMETHEUS_CLIENT = True
+except ImportError:  # only the exporter program builds metrics; the modules import this package for the rest
+    CounterMetricFamily = GaugeMetricFamily = None
+    HAS_PROMETHEUS_CLIENT = False
 
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import SCALE_DOWN_REASON
 

@@ -126,5 +126,3 @@ def observability_objects(model):
     if not model.observability.exporter.enabled:
         return []
     return _exporter(model) + _monitoring(model)
-
-
