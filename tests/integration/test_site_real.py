@@ -109,6 +109,14 @@ def test_site_creates_then_a_rerun_writes_nothing(kubeconfig, real_cluster, audi
     reads = reads_per_resource(ours)
     assert reads and max(reads.values()) == 1, reads
 
+    # A Job the remediation CronJob starts (as its schedule would; by hand here) has our labels but is the
+    # CronJob's: a run leaves it alone (it used to prune it, killing a remediation in progress).
+    real_cluster.kubectl("create", "job", "--from=cronjob/small-remediation", "remediation-now", "-n", namespace)
+    rerun = site(spec, kubeconfig)
+    assert rerun.stats()["changed"] == 0, [(o["kind"], o["name"], o["action"]) for o in rerun.tasks()[APPLY][
+        "objects"] if o["action"] != "unchanged"]
+    real_cluster.kubectl("get", "job", "remediation-now", "-n", namespace)
+
     # Someone else's field manager (kubectl) changes a field we own and adds one we do not: the next run takes back
     # ours, reports that one object, and leaves theirs.
     real_cluster.kubectl("scale", "statefulset", "small-login", "-n", namespace, "--replicas=3")

@@ -30,6 +30,17 @@ def test_server_defaults_and_canonical_quantities_count_as_unchanged():
     assert ka.unchanged(STS, live_of(STS))
 
 
+def test_what_a_controller_made_from_our_template_is_not_pruned():
+    # The remediation CronJob's Jobs carry our labels (its jobTemplate's): found by our selector, never rendered.
+    made = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "demo-remediation-29925530", "namespace": "slurm", "labels": {"app.kubernetes.io/instance": "demo"},
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "demo-remediation", "uid": "u",
+                             "controller": True}]}}
+    ours = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "old-job", "namespace": "slurm"}}
+    changes = ka.plan([], {ka.object_key(made): made, ka.object_key(ours): ours})
+    assert [(ch.action, ch.live["metadata"]["name"]) for ch in changes] == [(ka.PRUNE, "old-job")]
+
+
 def test_crd_schema_bounds_compare_as_the_float64_the_api_server_keeps():
     # kube-apiserver 1.37 returns a CRD's `maximum: 9223372036854775807` as 9223372036854776000 (JSONSchemaProps
     # holds float64): the same bound, not an edit. Other numbers stay exact.

@@ -230,6 +230,12 @@ class PlanError(Exception):
     """The plan needs something the caller did not allow; nothing was written."""
 
 
+def _made_by_a_controller(obj):
+    """We set no ownerReferences: a controller made this one from a template of ours, labels included (the Jobs the
+    remediation CronJob starts). Not ours to prune: the garbage collector removes it with its owner."""
+    return any(ref.get("controller") for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
+
+
 def plan(desired, live, purge_volumes=False, recreate_statefulsets=False):
     """Changes that bring `live` (key -> object we own) to `desired` (objects in apply order). PlanError when a
     StatefulSet's immutable fields changed and recreate_statefulsets is off."""
@@ -255,7 +261,7 @@ def plan(desired, live, purge_volumes=False, recreate_statefulsets=False):
             changes.append(Change(UPDATE, obj, current))
     # Reverse apply order: workloads go before what they mount, the custom resources last.
     order = dict((kind, i) for i, kind in enumerate(("SlurmCluster", "NodeSet") + KIND_ORDER))
-    gone = [obj for key, obj in live.items() if key not in wanted]
+    gone = [obj for key, obj in live.items() if key not in wanted and not _made_by_a_controller(obj)]
     gone.sort(key=lambda o: (-order.get(o["kind"], -1), object_key(o)[1] or "", object_key(o)[2]))
     for obj in gone:
         if obj["kind"] in VOLUME_KINDS and not purge_volumes:
