@@ -58,7 +58,12 @@ def _render_and_adapt(path, have_pmix=False):
     from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
     with open(path) as f:
         model = spec.build_model(spec.load_documents(f.read()))
-    rendered = render_slurm_configs(model)
+    from dataclasses import replace
+    from ansible_collections.soperator.slurm.plugins.module_utils.local import configs
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.target import KUBERNETES
+    # the pods' files for the host's Slurm: what differs below is the target's doing, not the Slurm version's
+    rendered = render_slurm_configs(model, replace(KUBERNETES, slurm_version=configs.host_slurm_version()
+                                                   or configs.OLDEST_SLURM))
     adapted = lb.local_slurm_configs(model, STATE, 20000, user="someone", db_password="secret", have_pmix=have_pmix)
     return model, rendered, adapted
 

@@ -37,7 +37,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import
 
 
 DEFAULT_REGISTRY = "ghcr.io/soperator-slurm"
-DEFAULT_TAG = "22.05.8-0.1.0"
+DEFAULT_TAG = "26.05.5-0.1.0"   # images/build.py: <the images' Slurm>-<collection version>
 DEFAULT_MARIADB_IMAGE = "docker.io/library/mariadb:10.11"
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 DNS_LABEL_HELP = "must be a lowercase DNS label: letters, digits and '-', starting with a letter"
