@@ -122,6 +122,9 @@ images-smoke: images
 JAIL_SUITE ?= $(shell . /etc/os-release 2>/dev/null && echo $$VERSION_CODENAME)
 jail: images-deps
 	$(PYTHON) images/build.py --suite $(JAIL_SUITE) --jail-tarball build/jail/jail-rootfs.tar
+	@# The host's slurmstepd loads the plugin from the path plugstack.conf names, and srun in the jail from the same
+	@# path inside it: /usr/lib/slurm/spank_chroot.so in both (built against the host's spank.h, as in the tarball).
+	$(MAKE) -C images/spank_chroot install BUILD_DIR=$(CURDIR)/build/spank
 
 # Each example's rendered slurm.conf, started by the controller image's slurmctld (with slurmdbd where it has one).
 images-check-configs: images

@@ -26,6 +26,7 @@ from __future__ import print_function
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import re
@@ -352,6 +353,52 @@ def image_size(ref):
     return int(proc.stdout.strip()) if proc.returncode == 0 else 0
 
 
+# What a jail for this host's local cluster needs of the host itself: its name resolution (srun in a login session
+# or a job opens a socket on the host's own name) and its users (logins are the host's users; srun looks its user
+# up). Passwords (shadow) never go in: sshd on the host authenticates.
+HOST_RESOLUTION = ("/etc/hosts", "/etc/resolv.conf")
+FIRST_USER_ID, NOBODY_ID = 1000, 65534
+
+
+def _merged_entries(jail_text, host_text, first_id=FIRST_USER_ID):
+    """The jail's passwd/group lines, plus the host's regular users or groups (ids from first_id, not nobody)
+    that the jail lacks by name."""
+    names = set(line.split(":", 1)[0] for line in jail_text.splitlines() if line)
+    lines = jail_text.rstrip("\n").split("\n") if jail_text.strip() else []
+    for line in host_text.splitlines():
+        fields = line.split(":")
+        if len(fields) < 4 or fields[0] in names or not fields[2].isdigit():
+            continue
+        if first_id <= int(fields[2]) < NOBODY_ID:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def add_host_files(tar_path, host_root="/"):
+    """Append to the jail tarball (uncompressed) this host's name resolution files and its regular users and
+    groups merged into the jail's own: the local target's jail runs on this host only."""
+    with tarfile.open(tar_path) as tar:
+        jail = {}
+        for name in ("etc/passwd", "etc/group"):
+            member = next((m for m in tar.getmembers() if m.name.lstrip("./") == name and m.isfile()), None)
+            jail[name] = tar.extractfile(member).read().decode("utf-8") if member else ""
+    texts = {}
+    for path in HOST_RESOLUTION:
+        full = os.path.join(host_root, path.lstrip("/"))
+        if os.path.isfile(full):
+            with open(full) as f:
+                texts[path.lstrip("/")] = f.read()
+    for name in ("etc/passwd", "etc/group"):
+        with open(os.path.join(host_root, name)) as f:
+            texts[name] = _merged_entries(jail[name], f.read())
+    with tarfile.open(tar_path, "a") as tar:
+        for name, text in sorted(texts.items()):
+            data = text.encode("utf-8")
+            info = tarfile.TarInfo("./" + name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--suite", default=os.environ.get("SUITE") or "forky",
@@ -384,6 +431,7 @@ def main(argv=None):
         target = os.path.abspath(args.jail_tarball)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(path, target + ".tmp")
+        add_host_files(target + ".tmp")
         os.replace(target + ".tmp", target)
         versions = dpkg_versions(target, {"slurm-client"})
         print("images: jail root filesystem %s (%s, Slurm %s, %d MB)" % (
