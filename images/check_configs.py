@@ -38,7 +38,7 @@ def check(spec, args, tag):
     try:
         cluster.render()
         cluster.start(components={"controller", "accounting", "accounting-db"})
-        controller = [c[0] for c in cluster.containers if "-controller-" in c[0]][0]
+        controller = [c[1] for c in cluster.containers if "-controller-" in c[0]][0]     # its container
         deadline = time.monotonic() + args.timeout
         while True:
             # slurmctld -D writes to its LogFile only (slurm.conf's SlurmctldLogFile), not to the container's log.

@@ -88,7 +88,8 @@ class Cluster(object):
         self.run_id = "%d-%d" % (os.getpid(), int(time.time()))
         self.work = tempfile.mkdtemp(prefix="smoke-", dir=os.path.join(ROOT, "build", "images"))
         self.network = "soperator-smoke-%s" % self.run_id
-        self.containers = []      # (name, id) of every container this run created
+        self.containers = []      # (pod, container name) of every container this run created
+        self.names = {}           # pod -> its container's name
         self.objects = []
         self.secrets = {}
 
@@ -176,8 +177,12 @@ class Cluster(object):
         for claim in claims or []:
             name = claim["metadata"]["name"]
             volumes[name] = {"name": name, "persistentVolumeClaim": {"claimName": "%s-%s" % (name, pod)}}
-        cmd = ["podman", "run", "--name", pod, "--hostname", pod, "--label", "dev.soperator.smoke=%s" % self.run_id,
-               "--network", self.network, "--cap-drop=all"]
+        # The container's name is this run's (another smoke may run on the machine); the pod's name is its
+        # hostname and a name on this run's network, as in a cluster.
+        container = pod if pod.endswith(self.run_id) else "%s-%s" % (pod, self.run_id)
+        self.names[pod] = container
+        cmd = ["podman", "run", "--name", container, "--hostname", pod, "--label", "dev.soperator.smoke=%s" % self.run_id,
+               "--network", self.network, "--network-alias", pod, "--cap-drop=all"]
         if detach:
             cmd.append("-d")
         if service:
@@ -227,10 +232,10 @@ class Cluster(object):
         # The kubelet expands $(VAR) in args from the container's env.
         cmd += [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda mo: env.get(mo.group(1), mo.group(0)), a)
                 for a in ctr.get("args", [])]
-        out = sh(cmd, timeout=300 if not detach else CMD_TIMEOUT, check=False) if not detach else sh(cmd)
         if detach:
-            self.containers.append((pod, out.strip()))
-        return out
+            # recorded before it runs: a container that was created but failed to start is removed too
+            self.containers.append((pod, container))
+        return sh(cmd, timeout=300 if not detach else CMD_TIMEOUT, check=False) if not detach else sh(cmd)
 
     def populate_jail(self):
         for job in self.get("Job"):
@@ -264,8 +269,8 @@ class Cluster(object):
                 self.podman_run(pod, sts["spec"]["template"], service=sts["spec"]["serviceName"],
                                 claims=sts["spec"].get("volumeClaimTemplates"))
 
-    def exec(self, container, cmd, timeout=CMD_TIMEOUT, check=True):
-        return sh(["podman", "exec", container] + cmd, timeout=timeout, check=check)
+    def exec(self, pod, cmd, timeout=CMD_TIMEOUT, check=True):
+        return sh(["podman", "exec", self.names.get(pod, pod)] + cmd, timeout=timeout, check=check)
 
     def diagnostics(self):
         for name, cid in self.containers:
