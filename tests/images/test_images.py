@@ -146,3 +146,39 @@ def test_the_images_run_as_a_slurm_cluster(tag):
     last = proc.stdout.strip().splitlines()[-1]
     assert proc.returncode == 0 and last.startswith("images-smoke: OK"), proc.stdout[-4000:]
     assert "srun -N2 hostname=cpu-0,cpu-1" in last and "jail=yes" in last and "sacct=" in last
+
+
+def test_slurmctld_of_the_images_serves_its_own_metrics(tag, tmp_path):
+    """With spec.observability.exporter on, the rendered slurm.conf turns on slurmctld's metrics (Slurm >= 25.11):
+    the images' slurmctld, started as smoke.py starts it, answers /metrics/nodes and /metrics/scheduler on its port
+    in the Prometheus text format (what the second ServiceMonitor scrapes)."""
+    import argparse
+    import yaml
+    import smoke
+    with open(os.path.join(ROOT, "examples", "small-cpu.yml")) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    docs[0]["spec"]["observability"] = {"exporter": {"enabled": True}}
+    spec = os.path.join(ROOT, "build", "images", "metrics-spec-%d.yml" % os.getpid())
+    os.makedirs(os.path.dirname(spec), exist_ok=True)
+    with open(spec, "w") as f:
+        yaml.safe_dump_all(docs, f)
+    os.environ.setdefault("CONTAINERS_CONF", ENV["CONTAINERS_CONF"])
+    cluster = smoke.Cluster(argparse.Namespace(spec=os.path.relpath(spec, ROOT), registry=REGISTRY,
+                                               accounting=False), tag)
+    try:
+        cluster.render()
+        conf = [o for o in cluster.get("ConfigMap") if "slurm.conf" in o.get("data", {})][0]["data"]["slurm.conf"]
+        assert "\nMetricsType=metrics/openmetrics\n" in conf
+        cluster.start(components={"controller"})
+        pod = cluster.containers[-1][0]
+
+        def get(path):
+            return cluster.exec(pod, ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/6817 && printf 'GET %s HTTP/1.0\\r\\n"
+                                                    "\\r\\n' >&3 && timeout 5 cat <&3" % path], check=False)
+        smoke.wait_for("slurmctld's /metrics/nodes", lambda: get("/metrics/nodes").startswith("HTTP/1.0 200"), 60, 1)
+        nodes = get("/metrics/nodes")
+        assert "# TYPE slurm_nodes gauge" in nodes and 'slurm_node_cpus{node="cpu-0"}' in nodes, nodes[:2000]
+        assert "# TYPE slurm_server_thread_cnt gauge" in get("/metrics/scheduler")
+    finally:
+        cluster.cleanup()
+        os.unlink(spec)
