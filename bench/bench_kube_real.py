@@ -85,8 +85,8 @@ def main():
         try:
             info = k8s.up(state, bin_dir, nodes=3)
             kubeconfig, audit = info["kubeconfig"], AuditLog(info["audit_log"])
-            print("workers %d in %d nodesets; control plane from %s" % (model.total_workers, len(model.node_sets),
-                                                                       bin_dir))
+            print("workers %d in %d nodesets; control plane from %s" % (
+                model.total_workers, len(model.node_sets), bin_dir))
             print("%-28s %-8s %-6s %-14s %-7s %s" % ("run", "wall s", "reads", "max reads/kind", "writes",
                                                      "changed"))
             user = "soperator-admin"

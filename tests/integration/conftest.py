@@ -49,8 +49,8 @@ class Cluster:
         proc = subprocess.run([path, "--kubeconfig", self.kubeconfig] + list(args), input=input,
                               capture_output=True, text=True, timeout=120, check=False)
         if check:
-            assert proc.returncode == 0, "kubectl %s: rc %d\n%s%s" % (" ".join(args), proc.returncode,
-                                                                    proc.stdout[-3000:], proc.stderr[-3000:])
+            assert proc.returncode == 0, "kubectl %s: rc %d\n%s%s" % (
+                " ".join(args), proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
         return proc
 
 

@@ -33,9 +33,10 @@ class Request:
         return self.verb in READ_VERBS
 
     def __repr__(self):
-        return "%s %s%s/%s%s%s (%s)" % (self.verb, self.group + "/" if self.group else "", self.resource,
-                                          self.name or "", "/" + self.subresource if self.subresource else "",
-                                          " dryRun" if self.dry_run else "", self.code)
+        group = self.group + "/" if self.group else ""
+        sub = "/" + self.subresource if self.subresource else ""
+        return "%s %s%s/%s%s%s (%s)" % (self.verb, group, self.resource, self.name or "", sub,
+                                        " dryRun" if self.dry_run else "", self.code)
 
 
 class AuditLog:

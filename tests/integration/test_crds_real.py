@@ -111,8 +111,8 @@ def test_kubectl_scale_goes_through_the_scale_subresource(crds, namespace):
     nodeset["metadata"]["namespace"] = namespace
     crds.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(nodeset))
     crds.kubectl("scale", "nodeset", "cpu", "-n", namespace, "--replicas=3")
-    scale = json.loads(crds.kubectl("get", "--raw", "/apis/slurm.soperator.dev/v1alpha1/namespaces/%s/nodesets/cpu/"
-                                                   "scale" % namespace).stdout)
+    path = "/apis/slurm.soperator.dev/v1alpha1/namespaces/%s/nodesets/cpu/scale" % namespace
+    scale = json.loads(crds.kubectl("get", "--raw", path).stdout)
     assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 3
     live = json.loads(crds.kubectl("get", "nodeset", "cpu", "-n", namespace, "-o", "json").stdout)
     assert live["spec"]["replicas"] == 3

@@ -40,7 +40,7 @@ def allowed(cluster, user, namespace, verb, group, resource):
     resource type the server does not serve, e.g. ServiceMonitors without prometheus-operator)."""
     from kubernetes import client, config
     api = config.new_client_from_config(config_file=cluster.kubeconfig)
-    resource, _, sub = resource.partition("/")
+    resource, dummy, sub = resource.partition("/")
     try:
         review = client.AuthorizationV1Api(api).create_subject_access_review({
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
 kwok with a few fake Nodes, from the binaries tools/k8s/build.sh builds.
 
-    cluster.py up   [--state DIR] [--bin DIR] [--nodes N]   start (does nothing when it is already up)
-    cluster.py down [--state DIR]                           stop what `up` started (by pid + start time)
-    cluster.py status [--state DIR]
+    python3 tools/k8s/cluster.py up   [--state DIR] [--bin DIR] [--nodes N]   start (nothing when it is up)
+    python3 tools/k8s/cluster.py down [--state DIR]             stop what `up` started (by pid + start time)
+    python3 tools/k8s/cluster.py status [--state DIR]
 
 State (certificates, etcd data, logs, audit.log, kubeconfig) lives in --state (default $SOPERATOR_K8S_STATE or
 build/k8s of the checkout). The audit log records every request once (stage ResponseComplete) at Metadata level.
@@ -109,7 +108,7 @@ def _spawn(state, records, name, argv):
                             start_new_session=True, cwd=state)
     log.close()
     start = None
-    for _ in range(50):
+    for dummy in range(50):
         start = _start_time(proc.pid)
         if start is not None:
             break
@@ -298,7 +297,7 @@ class _Argv:
         self.n_ports, self.build = n_ports, build
 
     def ports(self):
-        return [_free_port() for _ in range(self.n_ports)]
+        return [_free_port() for dummy in range(self.n_ports)]
 
     def __call__(self, ports):
         return self.build(*ports)
@@ -361,16 +360,20 @@ def up(state=DEFAULT_STATE, bin_dir=None, nodes=3, timeout=180):
             with open(os.path.join(stages, name)) as stage:
                 f.write("---\n" + stage.read().strip() + "\n")
     records = {}
-    binary = lambda name: os.path.join(bin_dir, name)  # noqa: E731
     try:
-        return _up(state, pki, records, binary, nodes, timeout, started)
+        return _up(state, pki, records, bin_dir, nodes, timeout, started)
     except BaseException:
         down(state)
         raise
 
 
-def _up(state, pki, records, binary, nodes, timeout, started):
-    p = lambda name: os.path.join(pki, name)  # noqa: E731
+def _up(state, pki, records, bin_dir, nodes, timeout, started):
+    def binary(name):
+        return os.path.join(bin_dir, name)
+
+    def p(name):
+        return os.path.join(pki, name)
+
     etcd = _start_with_retry(state, records, "etcd", _Argv(2, lambda client, peer: [
         binary("etcd"), "--name=soperator-test", "--data-dir=" + os.path.join(state, "etcd"),
         "--listen-client-urls=http://127.0.0.1:%d" % client,
@@ -439,14 +442,14 @@ def _up(state, pki, records, binary, nodes, timeout, started):
         _request(server + "/api/v1/nodes", ctx, "POST", _fake_node(name))
 
     def nodes_ready():
-        _, body = _request(server + "/api/v1/nodes", ctx)
+        body = _request(server + "/api/v1/nodes", ctx)[1]
         ready = {n["metadata"]["name"] for n in json.loads(body)["items"]
                  if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))}
         return ready >= set(names)
     _wait("%d kwok nodes Ready" % nodes, nodes_ready, timeout, records, "kwok", state)
 
     def leases_held():
-        _, body = _request(server + "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", ctx)
+        body = _request(server + "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", ctx)[1]
         return {lease["metadata"]["name"] for lease in json.loads(body)["items"]} >= set(names)
     _wait("the kwok nodes' Leases", leases_held, timeout, records, "kwok", state)
     # The service account controller (kube-controller-manager) has run: pods can be created in `default`.
@@ -481,14 +484,14 @@ def cached_bin():
     """The bin directory build.sh would use, if its binaries are already there (no build)."""
     try:
         out = subprocess.run([os.path.join(HERE, "build.sh"), "--cached"], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, timeout=60)
+                             stderr=subprocess.DEVNULL, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--state", default=DEFAULT_STATE, help="state directory (default %(default)s)")
     parser.add_argument("--bin", help="binaries (default: tools/k8s/build.sh's cache, built if missing)")
@@ -511,8 +514,8 @@ def main(argv=None):
     if info["already_up"]:
         print("already up (%s); nothing started" % info["server"])
     else:
-        print("started in %.1fs: %s with %d kwok nodes" % (info["startup_seconds"], info["server"],
-                                                          len(info["nodes"])))
+        print("started in %.1fs: %s with %d kwok nodes" % (
+            info["startup_seconds"], info["server"], len(info["nodes"])))
     print("kubeconfig: %s" % info["kubeconfig"])
     print("audit log:  %s" % info["audit_log"])
     return 0
