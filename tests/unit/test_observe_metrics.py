@@ -103,6 +103,9 @@ def test_node_and_partition_families():
     assert samples("soperator_slurm_partition_gpus") == [((("partition", "main"),), 8)]
     assert samples("soperator_slurm_partition_gpus_allocated") == [((("partition", "main"),), 1)]
     assert samples("soperator_slurm_partition_cpus_allocated") == [((("partition", "main"),), 2)]
+    assert samples("soperator_slurm_partition_memory_bytes") == [((("partition", "main"),), 1024 * 1024 * 1024)]
+    assert samples("soperator_slurm_partition_memory_allocated_bytes") == [((("partition", "main"),),
+                                                                            512 * 1024 * 1024)]
 
 
 class _Runner(object):

@@ -220,23 +220,27 @@ def node_families(nodes, prefix):
 
 
 def partition_families(nodes):
-    """Per partition: nodes by state, CPUs and GPUs total/allocated."""
+    """Per partition: nodes by state, CPUs, memory and GPUs total/allocated."""
     nodes_by_state, totals = {}, {}
     for r in nodes:
         for part in r.partitions:
             key = (part, node_state_name(r))
             nodes_by_state[key] = nodes_by_state.get(key, 0) + 1
-            t = totals.setdefault(part, [0, 0, 0, 0])
+            t = totals.setdefault(part, [0] * 6)
             t[0] += r.cpus or 0
             t[1] += r.alloc_cpus or 0
-            t[2] += gpu_count(r.gres)
-            t[3] += gpu_count(r.gres_used)
+            t[2] += (r.real_memory or 0) * MIB
+            t[3] += (r.alloc_memory or 0) * MIB
+            t[4] += gpu_count(r.gres)
+            t[5] += gpu_count(r.gres_used)
     fam_nodes = _gauge("soperator_slurm_partition_nodes", "Nodes of the partition by state.", ["partition", "state"])
     for (part, st), n in sorted(nodes_by_state.items()):
         fam_nodes.add_metric([part, st], n)
     sums = [_gauge(n, d, ["partition"]) for n, d in (
         ("soperator_slurm_partition_cpus", "CPUs of the partition's nodes."),
         ("soperator_slurm_partition_cpus_allocated", "Allocated CPUs of the partition's nodes."),
+        ("soperator_slurm_partition_memory_bytes", "Memory (RealMemory) of the partition's nodes."),
+        ("soperator_slurm_partition_memory_allocated_bytes", "Allocated memory of the partition's nodes."),
         ("soperator_slurm_partition_gpus", "GPUs of the partition's nodes."),
         ("soperator_slurm_partition_gpus_allocated", "Allocated GPUs of the partition's nodes."))]
     for part, values in sorted(totals.items()):
