@@ -4,44 +4,21 @@ changes nothing; the exporter's ServiceAccount may exec into the controller pod 
 exporter off prunes every one of them. The prometheus-operator's kinds are not served here: their objects are
 tested as rendered (tests/unit/test_render_observe.py)."""
 import copy
-import os
-import sys
 import time
-import uuid
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kube"))
-from test_slurm_cluster_kube import SMALL, module, spec_docs  # noqa: E402
+from test_real_cluster import CLAIMS, docs, run  # noqa: F401 (the docs fixture) pylint: disable=unused-import
 
-CLAIMS = ("small-jail", "spool-small-controller-0")
 OBSERVED = {("Deployment", "small-exporter"), ("Service", "small-exporter"), ("ServiceAccount", "small-exporter"),
             ("Role", "small-exporter"), ("RoleBinding", "small-exporter"), ("ConfigMap", "small-dashboards")}
 
 
 @pytest.fixture
-def docs(kubeconfig):
-    namespace = "soperator-it-%s" % uuid.uuid4().hex[:8]
-    documents = spec_docs(SMALL)
-    for d in documents:
-        d["metadata"]["namespace"] = namespace
-    documents[0]["spec"]["observability"] = {"exporter": {"enabled": True}}
-    yield documents
-    module("slurm_cluster", state="absent", target="kubernetes", definition=documents,
-           kubeconfig=kubeconfig, purge_volumes=True)
-    from kubernetes import client, config
-    api = config.new_client_from_config(config_file=kubeconfig)
-    try:
-        client.CoreV1Api(api).delete_namespace(namespace)
-    finally:
-        api.close()
-
-
-def run(documents, kubeconfig, **kw):
-    args = dict(state="present", target="kubernetes", definition=documents, kubeconfig=kubeconfig, wait=True,
-                wait_timeout=120)
-    args.update(kw)
-    return module("slurm_cluster", **args)
+def observed(docs):
+    """examples/small-cpu.yml in a namespace of its own (test_real_cluster's docs: removed at the end), exporter on."""
+    docs[0]["spec"]["observability"] = {"exporter": {"enabled": True}}
+    return docs
 
 
 def _can_i(real_cluster, namespace, verb, resource, subresource=None):
@@ -51,7 +28,8 @@ def _can_i(real_cluster, namespace, verb, resource, subresource=None):
     return real_cluster.kubectl(*argv, check=False).stdout.strip()
 
 
-def test_the_exporter_applies_runs_and_is_pruned(docs, kubeconfig, real_cluster, volumes):
+def test_the_exporter_applies_runs_and_is_pruned(observed, kubeconfig, real_cluster, volumes):
+    docs = observed
     namespace = docs[0]["metadata"]["namespace"]
     volumes(namespace, CLAIMS)
     first = run(docs, kubeconfig)

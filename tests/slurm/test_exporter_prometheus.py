@@ -9,8 +9,6 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
-import time
 import urllib.parse
 import urllib.request
 
@@ -18,6 +16,7 @@ import pytest
 import yaml
 
 import ansible_run
+from test_health_checks import faults, wait_for  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
 
@@ -60,17 +59,6 @@ def _free_ports(count):
     """Two loopback ports nobody listens on, from this process' own range (parallel runs search elsewhere)."""
     base = lb.find_free_base_port(count, start=31000 + (os.getpid() % 100) * 50)
     return list(range(base, base + count))
-
-
-def wait_for(predicate, what, timeout=WAIT):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
-        time.sleep(0.5)
 
 
 class Prometheus(object):
@@ -121,20 +109,12 @@ class Prometheus(object):
 
 
 @pytest.fixture
-def faults():
-    path = tempfile.mkdtemp(prefix="sop-faults-", dir="/tmp")
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
 def setup(local_cluster, faults, tmp_path):
     exporter_port, prometheus_port = _free_ports(2)
     cluster = local_cluster(SPEC % {"port": exporter_port, "interval": INTERVAL, "faults": faults})
     prom = Prometheus(prometheus_port, "127.0.0.1:%d" % exporter_port, str(tmp_path))
     try:
-        wait_for(prom.ready, "prometheus ready")
+        wait_for(prom.ready, timeout=WAIT, what="prometheus ready")
         yield cluster, prom, exporter_port
     finally:
         prom.stop()
@@ -151,7 +131,7 @@ def _states(prom):
 
 def test_prometheus_sees_our_drains_a_failed_check_and_a_foreign_drain(setup, faults):
     cluster, prom, port = setup
-    wait_for(lambda: prom.query("soperator_slurm_up == 1"), "soperator_slurm_up 1 in Prometheus")
+    wait_for(lambda: prom.query("soperator_slurm_up == 1"), timeout=WAIT, what="soperator_slurm_up 1 in Prometheus")
     assert _states(prom) == {"cpu-0": "idle", "cpu-1": "idle", "cpu-2": "idle"}
     assert _drains(prom) == {}
 
@@ -163,12 +143,13 @@ def test_prometheus_sees_our_drains_a_failed_check_and_a_foreign_drain(setup, fa
 
     want = {"cpu-0": ("soperator", "manual", ""), "cpu-1": ("soperator", "health_check", "fault-file"),
             "cpu-2": ("other", "other", "")}
-    wait_for(lambda: _drains(prom) == want, "the three drains in Prometheus (have %s)" % _drains(prom))
+    wait_for(lambda: _drains(prom) == want, timeout=WAIT, what="the three drains in Prometheus")
     assert _states(prom) == {"cpu-0": "drained", "cpu-1": "drained", "cpu-2": "drained"}
     assert [r["metric"]["state"] for r in prom.query('soperator_slurm_partition_nodes{state="drained"} == 3')] == ["drained"]
     # the alert rules see them: the check's drain is pending (its `for` is 1m), the others are not ours to alert on
     wait_for(lambda: [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] ==
-                      "SlurmNodeDrainedByHealthCheck" and a["labels"]["node"] == "cpu-1"], "the check's alert pending")
+                      "SlurmNodeDrainedByHealthCheck" and a["labels"]["node"] == "cpu-1"],
+             timeout=WAIT, what="the check's alert pending")
     assert all(a["labels"].get("node") != "cpu-0" for a in prom.api("alerts")["alerts"]
                if a["labels"]["alertname"] == "SlurmNodeDrainedByHealthCheck")
 
@@ -176,24 +157,26 @@ def test_prometheus_sees_our_drains_a_failed_check_and_a_foreign_drain(setup, fa
                        expect_failed=False)
     os.unlink(os.path.join(faults, "fault-cpu-1"))
     cluster.run(["scontrol", "update", "NodeName=cpu-2", "State=RESUME"], timeout=30)
-    wait_for(lambda: _drains(prom) == {}, "no drain left in Prometheus (have %s)" % _drains(prom))
+    wait_for(lambda: _drains(prom) == {}, timeout=WAIT, what="no drain left in Prometheus")
     assert _states(prom) == {"cpu-0": "idle", "cpu-1": "idle", "cpu-2": "idle"}
 
 
 def test_every_dashboard_expression_and_alert_rule_evaluates(setup):
     cluster, prom, _port = setup
     job = cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 30"], timeout=30).stdout.strip()
-    wait_for(lambda: prom.query('soperator_slurm_partition_jobs{state="running"}'), "a running job in Prometheus")
+    wait_for(lambda: prom.query('soperator_slurm_partition_jobs{state="running"}'), timeout=WAIT,
+             what="a running job in Prometheus")
     for board, panel, expr in dashboards.expressions():
         try:
             prom.query(expr)
         except Exception as e:  # the assertion names the panel; urllib's HTTPError says why Prometheus refused
-            raise AssertionError("%s / %s: %s: %s" % (board, panel, expr, getattr(e, "read", lambda: e)()))
+            detail = e.read() if hasattr(e, "read") else e
+            raise AssertionError("%s / %s: %s: %s" % (board, panel, expr, detail))
     assert prom.query("soperator_slurm_node_cpus_allocated > 0"), "the job's CPUs are allocated"
     groups = wait_for(lambda: [g for g in prom.api("rules")["groups"] if g["name"] == alerts.GROUP
                                and all(r.get("lastEvaluation", "").startswith("2") and
                                        not r["lastEvaluation"].startswith("0001") for r in g["rules"])],
-                      "every rule evaluated")
+                      timeout=WAIT, what="every rule evaluated")
     assert [(r["name"], r["health"], r.get("lastError", "")) for r in groups[0]["rules"]] == [
         (r["alert"], "ok", "") for r in alerts.rules()]
     cluster.run(["scancel", job], timeout=30)
