@@ -45,6 +45,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
 import os
 import re
 import shutil
@@ -64,6 +65,7 @@ OLDEST_SLURM = (22, 5)
 _VERSION = re.compile(r"^slurm(?:-wlm)? (\d+)\.(\d+)\b")
 
 
+@functools.lru_cache(maxsize=None)     # one `slurmctld -V` per process, not one per render
 def host_slurm_version():
     """(major, minor) of the host's slurmctld (`slurmctld -V`: "slurm 22.05.8"), or None when there is none."""
     slurmctld = shutil.which("slurmctld") or next(

@@ -18,11 +18,12 @@ import os
 import socket
 import sys
 
-from ansible_collections.soperator.slurm.plugins.module_utils import files, wait
+from ansible_collections.soperator.slurm.plugins.module_utils import wait
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     EXPORTER_DAEMON, LOOPBACK, LocalClusterError)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _digest
-from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir, current_text
+from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_file
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import exporter, metrics
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist, node_records, nodes, runner
 
@@ -76,8 +77,7 @@ class LocalExporter(object):
                 "--reason-prefix", model.remediation.drain_reason_prefix]
         return argv + (["--jail", self.jail_dir] if self.jail_dir else [])
 
-    def _exporter_digest(self, model):
-        sources = exporter_files(self.layout)
+    def _exporter_digest(self, model, sources):
         return _digest(*(self._exporter_argv(model) + [sources[k] for k in sorted(sources)]))
 
     def _ensure_exporter(self, model, changes):
@@ -90,16 +90,16 @@ class LocalExporter(object):
             raise LocalClusterError("spec.observability.exporter needs the Python package prometheus_client for %s "
                                     "(pip install prometheus-client; requirements.txt)" % sys.executable)
         top = self.layout.state_dir
-        for path, text in sorted(exporter_files(self.layout).items()):
+        sources = exporter_files(self.layout)
+        for path, text in sorted(sources.items()):
             parts = os.path.relpath(os.path.dirname(path), top).split(os.sep)
             for depth in range(1, len(parts) + 1):
                 _own_dir(os.path.join(top, *parts[:depth]))
-            mode = 0o755 if path.endswith("slurm-exporter") else 0o644
-            if current_text(path) != text:
-                files.atomic_write(path, text, mode)
+            install_file(path, text, 0o755 if path.endswith("slurm-exporter") else 0o644)
         port = model.observability.exporter.port
-        self._ensure_daemon(EXPORTER_DAEMON, self._exporter_argv(model), changes, digest=self._exporter_digest(model),
-                            ready=lambda: _listening(port), ports=[port])
+        self._ensure_daemon(EXPORTER_DAEMON, self._exporter_argv(model), changes,
+                            digest=self._exporter_digest(model, sources), ready=lambda: _listening(port),
+                            ports=[port])
 
     def plan_exporter(self, model):
         """What ensure_started() would do about the exporter, as 'would ...' actions. Reads only."""
@@ -108,6 +108,7 @@ class LocalExporter(object):
             return ["would stop %s (disabled)" % EXPORTER_DAEMON] if running else []
         if not running:
             return ["would start %s on %s" % (EXPORTER_DAEMON, LOOPBACK + ":%d" % model.observability.exporter.port)]
-        if self._records()[EXPORTER_DAEMON].get("digest") != self._exporter_digest(model):
+        digest = self._exporter_digest(model, exporter_files(self.layout))
+        if self._records()[EXPORTER_DAEMON].get("digest") != digest:
             return ["would restart %s (configuration changed)" % EXPORTER_DAEMON]
         return []

@@ -41,10 +41,13 @@ def install_health_programs(lay, python=None):
         programs[program.__name__.rsplit(".", 1)[-1] + ".py"] = (inspect.getsource(program), 0o644)
     programs["health-check"] = (_HEALTH_WRAPPER % {"slurm_conf": lay.slurm_conf, "python": python,
                                                    "program": os.path.join(lay.bin, "health_check.py")}, 0o755)
-    written = []
-    for name, (text, mode) in sorted(programs.items()):
-        path = os.path.join(lay.bin, name)
-        if current_text(path) != text or stat.S_IMODE(os.stat(path).st_mode) != mode:
-            files.atomic_write(path, text, mode)
-            written.append(name)
-    return written
+    return [name for name, (text, mode) in sorted(programs.items())
+            if install_file(os.path.join(lay.bin, name), text, mode)]
+
+
+def install_file(path, text, mode):
+    """Write `path` (atomically) unless it already holds `text` with `mode`. -> whether it was written."""
+    if current_text(path) == text and stat.S_IMODE(os.stat(path).st_mode) == mode:
+        return False
+    files.atomic_write(path, text, mode)
+    return True
