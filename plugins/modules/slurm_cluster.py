@@ -358,6 +358,18 @@ exporter:
   returned: when O(target=local) and O(state=present)
   type: str
   sample: http://127.0.0.1:9341/metrics
+logs:
+  description:
+    - Where each daemon of the local cluster logs, all under C(<state_dir>/log) - the daemons running after the run
+      (in check mode, those that would run); when the run fails, every daemon it had recorded. The Slurm daemons and
+      MariaDB write their own log file (C(SlurmctldLogFile), C(SlurmdLogFile), slurmdbd's C(LogFile)), munged, sshd
+      and the exporter log to their standard error, which goes to the same name; what a Slurm daemon prints before
+      its log file is open is in C(<name>.out) beside it.
+  returned: when O(target=local) and O(state=present)
+  type: dict
+  sample: {munged: /root/.local/state/soperator/small/log/munged.log,
+           slurmctld: /root/.local/state/soperator/small/log/slurmctld.log,
+           slurmd-cpu-0: /root/.local/state/soperator/small/log/slurmd-cpu-0.log}
 nodes:
   description:
     - Slurm nodes as C(sinfo --json) reports them after the run (in check mode, as they are now). Empty when

@@ -36,7 +36,7 @@ class LocalAccounting(object):
         argv = [find_binary("mariadbd"), "--no-defaults", "--datadir=%s" % lay.db, "--socket=%s" % lay.db_socket,
                 "--port=%d" % (base_port + DB_OFFSET), "--bind-address=%s" % LOOPBACK,
                 "--pid-file=%s" % os.path.join(lay.run, "mariadbd.pid"),
-                "--log-error=%s" % os.path.join(lay.log, "mariadbd.log"), "--skip-name-resolve",
+                "--log-error=%s" % lay.log_file("mariadbd"), "--skip-name-resolve",
                 # the values slurmdbd recommends (it logs an error for less)
                 "--innodb-buffer-pool-size=128M", "--innodb-lock-wait-timeout=900", "--max-connections=64"]
         if os.getuid() == 0:

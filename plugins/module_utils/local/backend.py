@@ -419,7 +419,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
             for name in pending:
                 if not self._running("slurmd-%s" % name):
                     raise LocalClusterError("slurmd %s exited:\n%s"
-                                            % (name, _tail(os.path.join(self.layout.log, "slurmd-%s.log" % name))))
+                                            % (name, _tail(self.layout.log_file("slurmd-%s" % name))))
             return not pending, pending
 
         def not_up(pending):

@@ -20,6 +20,11 @@ CTLD_OFFSET, DBD_OFFSET, DB_OFFSET, SLURMD_OFFSET = 0, 1, 2, 10
 LOGIN_OFFSET = 3                    # the login sshd (with a jail)
 LOGIN_DAEMON = "sshd"
 EXPORTER_DAEMON = "exporter"
+# Daemons whose log is what they write to stderr (munged in the foreground, sshd -e, the exporter): their standard
+# output and error go to log/<name>.log. The others write log/<name>.log themselves (slurm.conf's SlurmctldLogFile and
+# SlurmdLogFile, slurmdbd.conf's LogFile, mariadbd --log-error; local/configs.py) and their standard output and error,
+# what a daemon prints before its log is open, go to log/<name>.out.
+STDERR_LOGGERS = ("munged", LOGIN_DAEMON, EXPORTER_DAEMON)
 LOGIN_USER = "root"                 # the user the cluster's keys (login.sshRootPublicKeys) are for
 # Local replacements of plugins that need what a laptop or CI box does not give: see local/configs.py.
 LOCAL_PROCTRACK = "proctrack/linuxproc"
@@ -99,6 +104,14 @@ class Layout:
 
     def record(self, name):
         return os.path.join(self.run, "%s.proc.json" % name)
+
+    def output(self, name):
+        """Where daemon `name`'s standard output and error go."""
+        return os.path.join(self.log, "%s.%s" % (name, "log" if name in STDERR_LOGGERS else "out"))
+
+    def log_file(self, name):
+        """Where daemon `name` (munged, slurmctld, slurmd-<node>, slurmdbd, mariadbd, sshd, exporter) logs."""
+        return os.path.join(self.log, "%s.log" % name)
 
 
 def node_ports(model, base_port):

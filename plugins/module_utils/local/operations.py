@@ -57,6 +57,8 @@ def run(model, params, check_mode=False, diff=False):
             _absent(cluster, before, result, params["purge"], check_mode, diff)
     except LocalClusterError as e:
         result.pop("changed")
+        if state == "present":
+            result["logs"] = cluster.log_files()      # of every daemon it recorded: the one that failed among them
         raise LocalOperationError(str(e), result)
     return result
 
@@ -85,6 +87,7 @@ def _present(cluster, model, before, result, check_mode, diff):
         after_nodes = [n["name"] for n in result["nodes"]]
     result["login"] = cluster.login_address()
     result["exporter"] = cluster.exporter_address()
+    result["logs"] = cluster.log_files(after_daemons)
     result.update(changed=bool(actions), actions=actions)
     if diff:
         result["diff"] = {

@@ -189,7 +189,7 @@ class LocalDaemons(object):
             extra["ctld"] = self._ctld_instance()       # the slurmctld it registers with (slurmds_behind)
         env = dict(os.environ)
         env.update(self.env())
-        out_path = os.path.join(lay.log, "%s.out" % name)
+        out_path = lay.output(name)
         try:
             fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as e:
@@ -231,13 +231,14 @@ class LocalDaemons(object):
 
     def _logs_of(self, name):
         lay = self.layout
-        logs = [os.path.join(lay.log, "%s.out" % name)]
-        base = name.split("-", 1)
-        if base[0] == "slurmd" and len(base) == 2:
-            logs.append(os.path.join(lay.log, "slurmd-%s.log" % base[1]))
-        else:
-            logs.append(os.path.join(lay.log, "%s.log" % name))
+        logs = sorted(set([lay.output(name), lay.log_file(name)]), key=lambda p: p != lay.output(name))
         return "\n".join("== %s\n%s" % (p, _tail(p)) for p in logs if os.path.exists(p))
+
+    def log_files(self, names=None):
+        """{daemon: its log file} of `names` (default: every daemon this cluster recorded)."""
+        if names is None:
+            names = self._records()
+        return dict((name, self.layout.log_file(name)) for name in sorted(names))
 
     def _stop_daemon(self, name, sig=signal.SIGTERM):
         """Stop a recorded daemon (SIGTERM, then SIGKILL after the timeout); drop its record. True if it ran."""
@@ -352,7 +353,7 @@ class LocalDaemons(object):
         lay = self.layout
         argv = [find_binary("munged"), "--foreground", "--key-file=%s" % lay.munge_key,
                 "--socket=%s" % lay.munge_socket, "--pid-file=%s" % os.path.join(lay.run, "munged.pid"),
-                "--log-file=%s" % os.path.join(lay.log, "munged.log"), "--seed-file=%s" % lay.munge_seed]
+                "--log-file=%s" % lay.log_file("munged"), "--seed-file=%s" % lay.munge_seed]
         if not self._socket_path_open(lay.run):
             # munged refuses a socket whose directory path is not o+x all the way up (pytest's tmp dirs are 0700);
             # --force turns that into a warning. Nobody else can reach the socket then, which is fine here.
