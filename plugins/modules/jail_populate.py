@@ -42,7 +42,8 @@ attributes:
     details:
       - Reports the action the run would take (RV(outcome)) and, with O(target=local), the sentinel it would write
         (without C(populated_at)). A tarball or directory source is checked as the real run checks it (every
-        member, and its size against the free space), so a source the run would refuse fails in check mode too.
+        member, and its size against the free space), so a source the run would refuse fails in check mode too,
+        and so does a jail in use (O(overwrite)); RV(restarted) lists the login sshds the run would restart.
         Nothing is written.
       - With O(target=kubernetes), the Job's delete and create are sent as server-side dry runs and no status is
         written. Whether the Job's program finds the jail populated is known only when it runs.
@@ -63,16 +64,21 @@ options:
         empty and has no sentinel - it was filled by someone else, or a populate was cut short; it is not ours to
         overwrite.
       - V(if_empty) populates only an empty jail (nothing but C(lost+found)); anything else is left as it is.
-      - V(always) replaces the jail's contents on every run (C(lost+found) stays). With O(target=kubernetes) it is
-        refused while login or worker pods are running, unless O(force=true).
+      - V(always) replaces the jail's contents on every run (C(lost+found) stays). It is refused while the jail is in
+        use, unless O(force=true): with O(target=kubernetes) while login or worker pods are running; with
+        O(target=local) while a local cluster's slurmds or login sshd started with this jail run (the local
+        clusters of the user running the module, known by their records: pid and start time). Refused before
+        anything is written, in check mode too.
       - With O(target=kubernetes), defaults to the spec's C(jail.populate.overwrite); with O(target=local), to
         V(never).
     type: str
     choices: [never, if_empty, always]
   force:
     description:
-      - With O(target=kubernetes) and O(overwrite=always), replace the jail even while login and worker pods have it
-        mounted (their running jobs and sessions see files change under them).
+      - With O(overwrite=always), replace the jail even while it is in use (running jobs and sessions see files
+        change under them). With O(target=kubernetes) the login and worker pods keep running; with
+        O(target=local) the slurmds keep running (each job step enters the jail anew) and each login sshd that
+        used the jail is restarted, so that its mounts are made in the new jail (its sessions end; RV(restarted)).
     type: bool
     default: false
   source:
@@ -152,6 +158,14 @@ EXAMPLES = r"""
     oci_tag: "24.04"
     jail_dir: /srv/slurm/jail
 
+- name: Replace a local jail from a new tarball while the local cluster runs (its login sshd is restarted)
+  soperator.slurm.jail_populate:
+    target: local
+    source: /srv/images/jail-rootfs-v2.tar
+    jail_dir: /srv/slurm/jail
+    overwrite: always
+    force: true
+
 - name: Populate the jail of a cluster on Kubernetes and wait for it
   soperator.slurm.jail_populate:
     target: kubernetes
@@ -204,6 +218,23 @@ jail_dir:
   description: With O(target=local), the jail directory.
   returned: when O(target=local)
   type: str
+in_use_by:
+  description:
+    - With O(target=local) and O(overwrite=always), the running daemons of local clusters that use the jail.
+  returned: when O(target=local), and when a run is refused
+  type: list
+  elements: dict
+  sample: [{state_dir: /root/.local/state/soperator/small, daemons: [{name: slurmd-cpu-0, pid: 4242},
+            {name: sshd, pid: 4250}]}]
+restarted:
+  description:
+    - With O(target=local) and O(force=true), the login sshds restarted in the replaced jail (in check mode, those
+      that would be).
+  returned: when O(target=local)
+  type: list
+  elements: str
+  sample: ["restarted sshd of the local cluster in /root/.local/state/soperator/small (pid 4250 -> 5120): the jail
+           was replaced"]
 objects:
   description: With O(target=kubernetes), the Job created or deleted.
   returned: when O(target=kubernetes)
@@ -232,6 +263,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail
+from ansible_collections.soperator.slurm.plugins.module_utils.local import jail_use
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import jail as jk
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils import args
@@ -250,10 +283,10 @@ def _local(module):
         return module.run_command(argv)
 
     try:
-        result = jail.populate(params["jail_dir"], params["source"], params["overwrite"] or "never",
-                               check_mode=module.check_mode, run=run, label=params["source_label"],
-                               oci_tag=params["oci_tag"])
-    except (jail.JailError, OSError) as e:
+        result = jail_use.populate(params["jail_dir"], params["source"], params["overwrite"] or "never",
+                                   force=params["force"], check_mode=module.check_mode, run=run,
+                                   label=params["source_label"], oci_tag=params["oci_tag"])
+    except (jail.JailError, LocalClusterError, OSError) as e:
         module.fail_json(msg=str(e))
     result["jail_dir"] = result.pop("jail")
     result["outcome"] = result.pop("action")    # "action" is the module's name in a task result

@@ -253,7 +253,8 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
                 raise LocalClusterError("no slurmd of node %s was started in %s" % (node, self.state_dir))
             old_pid = self.pid(name)
             self._stop_daemon(name)
-            self._start_daemon(name, rec["argv"], rec.get("digest"), ready=None, ports=rec.get("ports") or ())
+            self._start_daemon(name, rec["argv"], rec.get("digest"), ready=None, ports=rec.get("ports") or (),
+                               jail=rec.get("jail"))
             return {"node": node, "old_pid": old_pid, "new_pid": self.pid(name)}
 
     # --- Slurm clients -----------------------------------------------------------------------------------------

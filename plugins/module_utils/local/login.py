@@ -22,7 +22,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     LOGIN_USER,
     LOOPBACK,
     LocalClusterError)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _digest, find_binary
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
+    _digest, _record_alive, find_binary)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _own_dir, _read_own_file, _saved_base, current_text)
 from ansible_collections.soperator.slurm.plugins.module_utils.node import safe_tree
@@ -239,6 +240,29 @@ class LocalLogin(object):
         """sshd in a mount namespace of its own: the jail's /dev, /proc and the binds exist only there."""
         return [find_binary("unshare"), "--mount", "--propagation", "private", sys.executable, "-c",
                 _LOGIN_NAMESPACE_PROGRAM, jail, find_binary("mount"), sshd, config] + list(binds)
+
+    def restart_login(self):
+        """Restart the running login sshd with the command it was started with: after its jail was replaced
+        (jail_populate overwrite=always force=true), its mount namespace held /dev, /proc and the binds in the old
+        jail's directories, now gone. The mount points are made in the jail as it is now; its sessions end.
+        -> {'old_pid', 'new_pid'}, or None when no login sshd of this cluster runs."""
+        with self._locked():
+            rec = self._records().get(LOGIN_DAEMON)
+            if rec is None or not _record_alive(rec):
+                return None
+            argv = rec["argv"]
+            program = argv.index(_LOGIN_NAMESPACE_PROGRAM) if _LOGIN_NAMESPACE_PROGRAM in argv else None
+            if program is None or len(argv) < program + 5:
+                raise LocalClusterError("the login sshd of %s was not started by this version (%s): restart the "
+                                        "cluster" % (self.layout.state_dir, " ".join(argv[:4])))
+            jail, binds = argv[program + 1], argv[program + 5:]
+            for point in ["/dev", "/proc"] + binds:
+                _jail_mount_point(jail, point)
+            ports = rec.get("ports") or ()
+            self._stop_daemon(LOGIN_DAEMON)
+            self._start_daemon(LOGIN_DAEMON, argv, rec.get("digest"), ports=ports, jail=rec.get("jail") or jail,
+                               ready=(lambda: self._login_ready(ports[0])) if ports else None)
+            return {"old_pid": rec["pid"], "new_pid": self.pid(LOGIN_DAEMON)}
 
     def _ensure_host_keys(self, model, changes):
         """The login's SSH host keys: generated once (secrets.py, as the Kubernetes Secret), then kept."""

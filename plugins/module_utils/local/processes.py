@@ -22,7 +22,8 @@ import subprocess
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import files, wait
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LOOPBACK, LocalClusterError
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
+    LOGIN_DAEMON, LOOPBACK, LocalClusterError)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import natural_key as _natural
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import _port_free
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
@@ -178,7 +179,15 @@ class LocalDaemons(object):
         self._start_daemon(name, argv, digest, ready, ports)
         return True
 
-    def _start_daemon(self, name, argv, digest, ready, ports=()):
+    def _daemon_jail(self, name):
+        """The jail a daemon started now uses: slurmds enter it for every job step, the login sshd chroots into it."""
+        if self.jail_dir is not None and (name.startswith("slurmd-") or name == LOGIN_DAEMON):
+            return os.path.realpath(self.jail_dir)
+        return None
+
+    def _start_daemon(self, name, argv, digest, ready, ports=(), jail=None):
+        """Start `name` and record it (pid, start time, argv, digest, ports, and `jail`: the jail it uses, by default
+        this cluster's for a slurmd or the login sshd; local/jail_use.py reads it)."""
         lay = self.layout
         held = [p for p in ports if not _port_free(p)]
         if held:
@@ -187,6 +196,9 @@ class LocalDaemons(object):
         extra = {"ports": list(ports)}
         if name.startswith("slurmd-"):
             extra["ctld"] = self._ctld_instance()       # the slurmctld it registers with (slurmds_behind)
+        jail = jail or self._daemon_jail(name)
+        if jail:
+            extra["jail"] = jail
         env = dict(os.environ)
         env.update(self.env())
         out_path = lay.output(name)

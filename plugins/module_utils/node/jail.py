@@ -202,6 +202,14 @@ def plan(jail, overwrite, previous):
                                                             ", ..." if len(entries) > 5 else "", SENTINEL))
 
 
+def in_use_refusal(users, stop):
+    """overwrite=always while something uses the jail - login and worker pods on Kubernetes, a local cluster's slurmds
+    and login sshd - is refused unless force=true: one rule for both targets. `users`: what uses the jail, `stop`:
+    how to stop it. -> the message."""
+    return ("refusing overwrite=always while %s: replacing the root filesystem under them breaks running jobs and "
+            "logins. %s, or set force=true" % (users, stop))
+
+
 def scan(source):
     """Check every entry of a tarball or directory source without writing (check mode, and the real run before
     its first write): the first unsafe one raises JailError naming it. -> the counting writer (bytes, entries,
