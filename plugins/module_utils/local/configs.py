@@ -37,7 +37,8 @@ slurmdbd.conf: DbdHost/DbdAddr/DbdPort on loopback, SlurmUser, AuthInfo, LogFile
   the private MariaDB: StorageHost=127.0.0.1, StoragePort, StorageUser, StorageLoc, StoragePass (the pods' file has
   no password; in Kubernetes the entrypoint appends it from the Secret).
 health.json: the munge socket is ours; the jail path of the disk check is `jail_dir`, or left out without one;
-  check jobs write under the jail, or without one under state_dir/checks.
+  check jobs write under the jail, or without one under state_dir/checks; the checks record their last results in
+  state_dir/status (the pods: in the jail).
 cgroup.conf, mpi.conf, topology.conf: as in the pods.
 """
 
@@ -151,6 +152,7 @@ def local_target(model, state_dir, base_port, user=None, db_password=None, have_
         spank_chroot=plugin or c.SPANK_CHROOT_PLUGIN,
         jail_binds=binds,
         check_output_dir=None if jail else os.path.join(lay.state_dir, "checks"),
+        status_dir=lay.status,
         note=LOCAL_NOTE,
     )
 

@@ -42,7 +42,8 @@ MARKER = ".soperator-local-cluster.json"
 MARKER_KIND = "soperator.slurm/local-cluster"
 LOCK_FILE = ".lock"
 # What LocalCluster creates in a state directory; purge removes these (and the marker, the lock) and nothing else.
-STATE_ENTRIES = ("etc", "bin", "lib", "secrets", "run", "log", "ctld", "spool", "db", "login", "checks", "cluster.json")
+STATE_ENTRIES = ("etc", "bin", "lib", "secrets", "run", "log", "ctld", "spool", "db", "login", "checks", "status",
+                 "cluster.json")
 _TMP_ENTRY = re.compile(r"\A(cluster\.json|%s)\.tmp\.\d+\Z" % re.escape(MARKER))
 # Paths written into slurm.conf, plugstack.conf, slurmdbd.conf and the health-check shell wrapper: a character
 # outside this set could split a line or a word (space, newline, '#', '=', ',', ':'), be expanded by Slurm ('%') or
@@ -88,6 +89,7 @@ class Layout:
         self.db = j("db")                          # MariaDB data directory
         self.login = j("login")                    # login sshd: sshd_config, authorized-keys/<user>
         self.cluster_file = j("cluster.json")      # ports, chosen once and kept
+        self.status = j("status")                  # last health check results, remediation record (the exporter's)
         self.slurm_conf = os.path.join(self.etc, "slurm.conf")
         self.munge_key = os.path.join(self.secrets, "munge.key")
         self.munge_seed = os.path.join(self.secrets, "munged.seed")

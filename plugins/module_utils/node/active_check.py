@@ -15,7 +15,9 @@ anyone) or running jobs are skipped and reported, never waited for. Every job is
 failed drains its node, and never a node someone else drained in the meantime.
 
 Prints one JSON object {"check", "results": [{"node", "result": pass|fail|skipped, "detail", "job"}], "drained"};
-exit 0 when nothing failed, 1 when a node failed its check, 2 when the checks could not run.
+exit 0 when nothing failed, 1 when a node failed its check, 2 when the checks could not run. The last pass or fail of
+each node is kept in health.json's statusDir as active/<check>.json (health_check.write_status; a skipped node keeps
+its earlier result), where the exporter reads it; files of checks no longer configured are removed.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -292,6 +294,45 @@ def drain_failed(node, prefix, name, detail):
     return True
 
 
+def active_record(name, previous, targets, results, now=None):
+    """The check's status record: this run's pass or fail per node, a node skipped now keeping its earlier result,
+    nodes no longer targets left out."""
+    now = round(time.time() if now is None else now, 3)
+    before = (previous or {}).get("nodes")
+    nodes = dict((n, v) for n, v in (before if isinstance(before, dict) else {}).items() if n in targets)
+    for r in results:
+        if r["result"] in (PASS, FAIL):
+            nodes[r["node"]] = {"result": r["result"], "time": now, "detail": r.get("detail") or "",
+                                "job": r.get("job") or ""}
+    return {"version": hc.STATUS_VERSION, "kind": hc.ACTIVE, "check": name, "nodes": nodes}
+
+
+def record_results(config, name, targets, results):
+    """Write the check's status record and remove the records of checks no longer configured. -> None, or why it
+    could not."""
+    directory = config.get("statusDir")
+    if not directory:
+        return None
+    previous = hc.read_status(directory, hc.ACTIVE, name)
+    problem = hc.record_status(config, hc.ACTIVE, name, active_record(name, previous, targets, results))
+    if problem:
+        return problem
+    configured = set(ch["name"] for ch in (config.get("active") or {}).get("checks") or [])
+    try:
+        dfd = hc.open_status_dir(os.path.join(directory, hc.ACTIVE), create=False)
+    except (OSError, hc.StatusError):
+        return None
+    try:
+        for entry in os.listdir(dfd):
+            if entry.endswith(".json") and not entry.startswith(".") and entry[:-5] not in configured:
+                os.unlink(entry, dir_fd=dfd)           # never follows a link
+    except OSError as e:
+        return "cannot remove old status records in %s: %s" % (directory, e)
+    finally:
+        os.close(dfd)
+    return None
+
+
 def run(config, name, only_nodes=None, pending_timeout=PENDING_TIMEOUT):
     active = config.get("active") or {}
     checks = dict((ch["name"], ch) for ch in active.get("checks") or [])
@@ -323,7 +364,11 @@ def run(config, name, only_nodes=None, pending_timeout=PENDING_TIMEOUT):
         if result == FAIL and check.get("drainOnFailure", True) and drain_failed(node, prefix, name, detail):
             drained.append(node)
     results.sort(key=lambda r: r["node"])
-    return {"check": name, "results": results, "drained": drained}
+    report = {"check": name, "results": results, "drained": drained}
+    problem = record_results(config, name, targets, results)
+    if problem:
+        report["statusError"] = problem
+    return report
 
 
 def main(argv=None):

@@ -656,6 +656,8 @@ def health_check_config(model, target=KUBERNETES):
                        for x in passive.custom],
         },
         "nodeSets": node_sets,
+        # The last result of every check, for the exporter (health_check.write_status).
+        "statusDir": target.health_status_dir() or "",
         # Check jobs see the jail (or, without one, the host) as /; outputRoot is where the runner finds that root.
         "active": {"partition": c.CHECKS_PARTITION, "outputDir": target.check_output_dir or CHECK_OUTPUT_DIR,
                    "outputRoot": target.jail or "", "checks": active},

@@ -21,6 +21,9 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 # Where active check jobs write their output, as the jobs see it: a directory of the jail (the workers' /tmp is their
 # own), read by the active check runner under the jail's mount (outputRoot).
 CHECK_OUTPUT_DIR = "/var/lib/soperator/checks"
+# Where the health checks record their last results (node/health_check.py, write_status), as the jail sees it: the
+# programs (the workers' health check, the checks CronJob) and the exporter reach it under the jail's mount.
+STATUS_DIR = "/var/lib/soperator/status"
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,15 @@ class SlurmTarget:
     spank_chroot: str = c.SPANK_CHROOT_PLUGIN
     jail_binds: Optional[Tuple[str, ...]] = None   # None: the plugin's default binds; else only these
     check_output_dir: Optional[str] = None         # None: CHECK_OUTPUT_DIR in the jail
+    status_dir: Optional[str] = None               # None: STATUS_DIR under the jail's mount (no jail: not recorded)
     # --- why: a comment prefix for the lines this target changes or leaves out ("" for the pods: no notes)
     note: str = ""
+
+    def health_status_dir(self):
+        """The status records' directory as the health programs reach it, or None."""
+        if self.status_dir:
+            return self.status_dir
+        return self.jail.rstrip("/") + STATUS_DIR if self.jail else None
 
 
 KUBERNETES = SlurmTarget()
