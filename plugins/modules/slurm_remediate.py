@@ -27,6 +27,10 @@ description:
     with a lasting fault is replaced once and then stays drained without further changes until its checks pass.
   - The outcome of every node out of service is returned in RV(nodes). With O(target=kubernetes) replacements,
     resumes and nodes left drained after a replacement are also recorded as Kubernetes Events on the SlurmCluster.
+  - Every pass (not in check mode) adds what it did to the remediation record the Prometheus exporter reports - with
+    O(target=local) the file C(<state_dir>/status/remediation.json), with O(target=kubernetes) the ConfigMap
+    C(<name>-remediation-status) - counts of replacements, re-checks and resumes by result, and the time and
+    outcome of the last pass. A record that cannot be written fails the task.
 author:
   - soperator.slurm contributors (@soperator-slurm)
 attributes:
@@ -203,6 +207,14 @@ events:
   type: list
   elements: dict
   sample: [{"reason": "NodeResumed", "type": "Normal", "message": "gpu-3 passed its checks and is back in service"}]
+actions:
+  description: The steps this pass took, counted by result - C(replace) (a replacement that registered again),
+    C(recheck) (checks that pass), C(resume) (a resume Slurm took) - as added to the remediation record. In
+    check mode every count is 0.
+  returned: always
+  type: dict
+  sample: {"replace": {"success": 1, "failure": 0}, "recheck": {"success": 1, "failure": 1},
+           "resume": {"success": 1, "failure": 0}}
 queries:
   description: The Slurm commands run.
   returned: always

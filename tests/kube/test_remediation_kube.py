@@ -191,3 +191,16 @@ def test_remediate_playbook_on_kubernetes(emulator, kubeconfig, local_cluster, t
     assert ("nodes", "patch") in made
     assert emulator.get("v1", "Node", "n1")["spec"]["unschedulable"] is True
     assert not (emulator.get("v1", "Node", "n2").get("spec") or {}).get("unschedulable")
+
+    # What the pass did, for the exporter: the remediation record, the key of a ConfigMap the cluster renders; the
+    # key is the remediation's own (its field manager), so the admin's next apply leaves it and changes nothing.
+    def record():
+        data = emulator.get("v1", "ConfigMap", "small-remediation-status", NS).get("data") or {}
+        return json.loads(data["remediation.json"])
+    assert record()["actions"]["replace"] == {"success": 1, "failure": 0}
+    assert record()["runs"] == {"success": 1, "failure": 0} and record()["lastRun"]["success"] is True
+    assert record()["lastRun"]["nodes"] == {"resumed": 1, "skipped-foreign": 1}
+    again = module("slurm_cluster", state="present", target="kubernetes", definition=docs, wait=False,
+                   kubeconfig=str(kubeconfig), slurm_transport="local", slurm_conf=slurm_conf)
+    assert [o["action"] for o in again["objects"] if o["name"] == "small-remediation-status"] == ["unchanged"]
+    assert record()["runs"] == {"success": 1, "failure": 0}

@@ -167,7 +167,7 @@ def test_object_names(objects):
                                          "demo-login-headless", "demo-workers"]
     assert names(objects, "Secret") == ["demo-munge", "demo-ssh-host-keys", "demo-accounting-db"]
     assert names(objects, "ConfigMap") == ["demo-slurm-configs", "demo-root-authorized-keys", "demo-sshd-config",
-                                           "demo-slurmdbd"]
+                                           "demo-slurmdbd", "demo-remediation-status"]
     assert names(objects, "PersistentVolumeClaim") == ["demo-jail"]
     assert names(objects, "Job") == ["demo-populate-jail"]
     assert names(objects, "PodDisruptionBudget") == ["demo-login", "cpu", "gpu"]

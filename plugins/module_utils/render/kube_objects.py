@@ -33,7 +33,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import 
     slurm_configs_name, slurmdbd_config_name, authorized_keys_name, sshd_config_name, jail_claim_name,
     controller_name, login_name, login_headless_name, accounting_name,
     accounting_db_name, populate_jail_name, remediation_name, remediation_cluster_role_name, active_check_name,
-    service_account_name)
+    remediation_status_name, service_account_name)
 
 APP_NAME = "slurm"
 
@@ -610,6 +610,12 @@ def _remediation_cron_job(model):
     })
 
 
+def _remediation_status(model):
+    """The remediation record's ConfigMap (slurm/remediation_record.py). Rendered without data: the remediation run
+    owns its one key (its own field manager), so a reconcile neither compares nor takes it back."""
+    return _obj("ConfigMap", _meta(model, remediation_status_name(model), REMEDIATION))
+
+
 # A pending check job is cancelled after this (the node stays busy); a running one ends at its Slurm time limit.
 CHECK_PENDING_SECONDS = 300
 CHECK_HISTORY_LIMIT = 3
@@ -670,7 +676,7 @@ def render_manifests(model, slurm_configs, secret_material):
     objects += [_worker(model, node_set) for node_set in model.node_sets]
     objects += _disruption_budgets(model)
     if model.remediation.enabled:
-        objects.append(_remediation_cron_job(model))
+        objects += [_remediation_cron_job(model), _remediation_status(model)]
     objects += _active_checks(model)
     # imported here: observe_objects builds on this module's blocks
     from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_objects import observability_objects

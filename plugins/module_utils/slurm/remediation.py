@@ -45,6 +45,10 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner impor
 REPLACED, RECHECKED, RESUMED, LEFT_DRAINED = "replaced", "rechecked", "resumed", "left-drained"
 SKIPPED_FOREIGN, SKIPPED_BUSY, SKIPPED_SCALE_DOWN = "skipped-foreign", "skipped-busy", "skipped-scale-down"
 ACTIONS = (REPLACED, RECHECKED, RESUMED, LEFT_DRAINED, SKIPPED_FOREIGN, SKIPPED_BUSY, SKIPPED_SCALE_DOWN)
+# What a pass did, counted by step and result (the remediation record, slurm/remediation_record.py): a replacement
+# that came back registered, a re-check whose checks pass, a resume that Slurm took count as success.
+REPLACE, RECHECK, RESUME = "replace", "recheck", "resume"
+SUCCESS, FAILURE = "success", "failure"
 WORKER_CONTAINER = "slurmd"
 REPORTING_CONTROLLER = c.FIELD_MANAGER
 # health-check --check-only exit codes (the program's contract).
@@ -253,6 +257,11 @@ class Remediator(object):
         self.sleep = sleep
         self.clock = clock
         self.errors = []
+        self.actions = dict((step, {SUCCESS: 0, FAILURE: 0}) for step in (REPLACE, RECHECK, RESUME))
+
+    def _count(self, step, ok):
+        if not self.check_mode:
+            self.actions[step][SUCCESS if ok else FAILURE] += 1
 
     def run(self):
         records = read_nodes(self.runner)
@@ -275,7 +284,8 @@ class Remediator(object):
             nodes.append(entry)
         changed = any(REPLACED in n["steps"] or RESUMED in n["steps"] for n in nodes)
         return {"changed": changed, "nodes": nodes, "errors": list(self.errors),
-                "events": list(self.events.sent) if self.events else []}
+                "events": list(self.events.sent) if self.events else [],
+                "actions": dict((k, dict(v)) for k, v in self.actions.items())}
 
     @staticmethod
     def _finish(entry, action, why):
@@ -302,6 +312,7 @@ class Remediator(object):
                 entry["replacement"] = self.replacer.replace(name, check_mode=self.check_mode)
             except RemediationError as e:
                 self.errors.append("%s: %s" % (name, e))
+                self._count(REPLACE, False)
                 self._event("NodeReplaceFailed", "%s: %s" % (name, e), warning=True)
                 self._finish(entry, LEFT_DRAINED, str(e))
                 return
@@ -314,14 +325,17 @@ class Remediator(object):
                 record = self._wait_registered(record)
             except RemediationError as e:
                 self.errors.append("%s: %s" % (name, e))
+                self._count(REPLACE, False)
                 self._event("NodeReplaceFailed", "%s: %s" % (name, e), warning=True)
                 self._finish(entry, LEFT_DRAINED, str(e))
                 return
             entry["replacement"]["registered"] = True
+            self._count(REPLACE, True)
             self._event("NodeReplaced", "%s replaced (drained: %s)" % (name, entry["reason"]))
         healthy, report = self.checker.check(name)
         entry["steps"].append(RECHECKED)
         entry["checks"] = report
+        self._count(RECHECK, healthy is True)
         if healthy is not True:
             if healthy is None:
                 why = "its checks could not run (%s): it stays drained" % report.get("error")
@@ -335,10 +349,12 @@ class Remediator(object):
         try:
             done = set_state(self.runner, name, "resumed", prefix=self.prefix, check_mode=self.check_mode)
         except SlurmError as e:
+            self._count(RESUME, False)
             self.errors.append("%s: resume failed: %s" % (name, e))
             self._finish(entry, LEFT_DRAINED, "checks pass but the resume failed: %s" % e)
             return
         entry["commands"] = done["commands"]
+        self._count(RESUME, True)
         self._event("NodeResumed", "%s passed its checks and is back in service (was: %s)" % (name, entry["reason"]))
         self._finish(entry, RESUMED, "checks pass%s" % (" after the replacement" if REPLACED in entry["steps"]
                                                         else ""))

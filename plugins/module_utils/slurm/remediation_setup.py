@@ -1,21 +1,30 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""slurm_remediate's wiring: the runner, checker, replacer and event recorder of a remediation pass for its target
-(a local cluster, or Kubernetes with either Slurm transport), the options that override the spec's remediation
-settings, and the result with its diff. The pass itself is slurm/remediation.py."""
+"""slurm_remediate's wiring: the runner, checker, replacer, event recorder and record store of a remediation pass
+for its target (a local cluster, or Kubernetes with either Slurm transport), the options that override the spec's
+remediation settings, and the result with its diff. The pass itself is slurm/remediation.py, the record it leaves
+for the exporter slurm/remediation_record.py."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
 import os
+import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.args import auth_params, runner_from_params
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation_record as rr
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import (
+    REMEDIATION, labels as component_labels)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
+
+# The field manager of the remediation record's key (the reconcile's is constants.FIELD_MANAGER).
+RECORD_FIELD_MANAGER = c.FIELD_MANAGER + "-remediation"
 
 
 class RemediationFailed(Exception):
@@ -41,7 +50,33 @@ def local_parts(params, model):
     runner = runner_from_params(dict(transport="local", slurm_conf=slurm_conf))
     program = params["health_check_program"] or os.path.join(cluster.state_dir, "bin", "health-check")
     checker = rm.LocalChecker(program, slurm_conf=slurm_conf, timeout=params["check_timeout"])
-    return runner, checker, rm.LocalReplacer(cluster), None
+    store = rr.FileStore(os.path.join(cluster.layout.status, rr.RECORD_KEY))
+    return runner, checker, rm.LocalReplacer(cluster), None, store
+
+
+class ConfigMapStore(object):
+    """The record as the key remediation.json of the ConfigMap <name>-remediation-status: read with the list the
+    remediation's Role allows (by our labels), written with server-side apply under RECORD_FIELD_MANAGER."""
+
+    def __init__(self, client, model):
+        self.client = client
+        self.model = model
+        self.name = names.remediation_status_name(model)
+
+    def load(self):
+        from ansible_collections.soperator.slurm.plugins.module_utils.kube.apply import owner_selector
+        selector = "%s,%s=%s" % (owner_selector(self.model.name), c.LABEL_COMPONENT, REMEDIATION)
+        for item in self.client.list("ConfigMap", self.model.namespace, label_selector=selector):
+            if item.get("metadata", {}).get("name") == self.name:
+                return rr.parse((item.get("data") or {}).get(rr.RECORD_KEY))
+        return None
+
+    def save(self, record):
+        self.client.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": self.name, "namespace": self.model.namespace,
+                                        "labels": component_labels(self.model, REMEDIATION)},
+                           "data": {rr.RECORD_KEY: rr.dumps(record)}},
+                          force=True, field_manager=RECORD_FIELD_MANAGER)
 
 
 def kube_parts(params, model):
@@ -64,17 +99,27 @@ def kube_parts(params, model):
         cordon=setting(params, "cordon_kubernetes_node", model.remediation.cordon_kubernetes_node),
         timeout=params["register_timeout"], poll=params["wait_sleep"])
     events = rm.EventRecorder(client, model.namespace, model.name, CR_API_VERSION) if params["events"] else None
-    return runner, checker, replacer, events
+    return runner, checker, replacer, events, ConfigMapStore(client, model)
+
+
+def record(store, result, success=None, clock=time.time):
+    """Add the pass to the remediation record. -> None, or why it could not be written (the caller reports it as an
+    error: a remediation that cannot say what it did fails loudly)."""
+    try:
+        store.save(rr.updated(store.load(), result, clock(), success=success))
+    except (OSError, KubeError) as e:
+        return "could not write the remediation record: %s" % e
+    return None
 
 
 def remediate(params, model, check_mode=False):
     """One pass over the cluster of `model` with the module's options: -> the module result (its `errors` list the
     nodes whose remediation failed). Raises RemediationFailed with the queries made when the pass cannot run."""
-    result = {"changed": False, "nodes": [], "errors": [], "events": [], "queries": []}
-    runner = None
+    result = {"changed": False, "nodes": [], "errors": [], "events": [], "queries": [], "actions": {}}
+    runner = store = None
     try:
         parts = local_parts if params["target"] == "local" else kube_parts
-        runner, checker, replacer, events = parts(params, model)
+        runner, checker, replacer, events, store = parts(params, model)
         if not setting(params, "replace_drained_nodes", model.remediation.replace_drained_nodes):
             replacer = None
         remediator = rm.Remediator(
@@ -84,8 +129,13 @@ def remediate(params, model, check_mode=False):
         result.update(remediator.run())
     except (SlurmError, rm.RemediationError, KubeError) as e:
         result["queries"] = runner.commands if runner is not None else []
-        raise RemediationFailed(str(e), result)
+        problem = record(store, result, success=False) if store is not None and not check_mode else None
+        raise RemediationFailed(str(e) + ("; " + problem if problem else ""), result)
     result["queries"] = runner.commands
+    if not check_mode:
+        problem = record(store, result)
+        if problem:
+            result["errors"].append(problem)
     return result
 
 

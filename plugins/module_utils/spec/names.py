@@ -61,6 +61,11 @@ def remediation_name(model):
     return "%s-remediation" % model.name
 
 
+def remediation_status_name(model):
+    """ConfigMap holding the remediation record (slurm/remediation_record.py)."""
+    return "%s-remediation-status" % model.name
+
+
 def active_check_name(model, check_name):
     """CronJob of one active health check."""
     return "%s-check-%s" % (model.name, check_name)
