@@ -1,7 +1,8 @@
 """The exporter of a running local cluster (real slurmctld + slurmd), scraped by a real Prometheus (Debian's).
 
 slurm_drain drains one node with our prefix, a passive health check fails on another, an admin drains a third
-by hand: PromQL returns each with its state and drain labels; resuming them clears it. Every dashboard expression
+by hand: PromQL returns each with its state and drain labels; resuming them clears it. The last result of every
+passive and active check per node, and what a remediation pass did, show in PromQL too. Every dashboard expression
 and every alert rule is evaluated by that Prometheus without error. Teardown stops the exporter with the cluster.
 Waits are bounded and poll; nothing asserts on how fast it was."""
 import json
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 import ansible_run
-from test_health_checks import faults, wait_for  # noqa: F401 pylint: disable=unused-import
+from test_health_checks import faults, run_active, wait_for  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
 
@@ -108,16 +109,41 @@ class Prometheus(object):
             return False
 
 
-@pytest.fixture
-def setup(local_cluster, faults, tmp_path):
+# An active check (run by hand here; the checks CronJob on Kubernetes) that fails while a fault file exists.
+ACTIVE = """
+    active:
+      - name: probe
+        type: sbatch
+        schedule: "*/30 * * * *"
+        timeoutSeconds: 60
+        script: |
+          #!/bin/bash
+          test ! -e %(faults)s/active-$SLURMD_NODENAME
+---"""
+
+
+def _started(local_cluster, faults, tmp_path, spec):
     exporter_port, prometheus_port = _free_ports(2)
-    cluster = local_cluster(SPEC % {"port": exporter_port, "interval": INTERVAL, "faults": faults})
+    text = spec % {"port": exporter_port, "interval": INTERVAL, "faults": faults}
+    cluster = local_cluster(text)
+    cluster.spec_text = text             # what slurm_remediate is given
     prom = Prometheus(prometheus_port, "127.0.0.1:%d" % exporter_port, str(tmp_path))
     try:
         wait_for(prom.ready, timeout=WAIT, what="prometheus ready")
         yield cluster, prom, exporter_port
     finally:
         prom.stop()
+
+
+@pytest.fixture
+def setup(local_cluster, faults, tmp_path):
+    yield from _started(local_cluster, faults, tmp_path, SPEC)
+
+
+@pytest.fixture
+def setup_with_active_check(local_cluster, faults, tmp_path):
+    assert SPEC.count("\n---") == 1
+    yield from _started(local_cluster, faults, tmp_path, SPEC.replace("\n---", ACTIVE, 1))
 
 
 def _drains(prom):
@@ -159,6 +185,73 @@ def test_prometheus_sees_our_drains_a_failed_check_and_a_foreign_drain(setup, fa
     cluster.run(["scontrol", "update", "NodeName=cpu-2", "State=RESUME"], timeout=30)
     wait_for(lambda: _drains(prom) == {}, timeout=WAIT, what="no drain left in Prometheus")
     assert _states(prom) == {"cpu-0": "idle", "cpu-1": "idle", "cpu-2": "idle"}
+
+
+def _results(prom, kind, check):
+    return dict(((r["metric"]["node"], r["metric"]["check"]), r["value"][1]) for r in prom.query(
+        'soperator_slurm_health_check_last_result{kind="%s",check="%s"}' % (kind, check)))
+
+
+def _value(prom, expr):
+    found = prom.query(expr)
+    return [r["value"][1] for r in found]
+
+
+def test_prometheus_sees_check_results_and_what_remediation_did(setup_with_active_check, faults):
+    cluster, prom, _port = setup_with_active_check
+    everyone = {("cpu-0", "fault-file"): "1", ("cpu-1", "fault-file"): "1", ("cpu-2", "fault-file"): "1"}
+    wait_for(lambda: _results(prom, "passive", "fault-file") == everyone, timeout=WAIT,
+             what="every node's passive check passed")
+    # the built-in checks too (this cluster has no GPU)
+    assert set(r["metric"]["check"] for r in prom.query('soperator_slurm_health_check_last_result{node="cpu-0"}')) \
+        == {"disk", "memory", "munge", "fault-file"}
+    assert _results(prom, "active", "probe") == {}                  # the active check has not run yet
+
+    # the active check fails on cpu-2 (and drains it), passes elsewhere
+    open(os.path.join(faults, "active-cpu-2"), "w").close()
+    rc, report = run_active(cluster)
+    assert rc == 1 and report["drained"] == ["cpu-2"] and "statusError" not in report, report
+    os.unlink(os.path.join(faults, "active-cpu-2"))
+    active = {("cpu-0", "probe"): "1", ("cpu-1", "probe"): "1", ("cpu-2", "probe"): "0"}
+    wait_for(lambda: _results(prom, "active", "probe") == active, timeout=WAIT,
+             what="the active check's results in Prometheus")
+    # a passive check fails on cpu-1: slurmd's next run records it (and drains the node)
+    open(os.path.join(faults, "fault-cpu-1"), "w").close()
+    wait_for(lambda: _results(prom, "passive", "fault-file").get(("cpu-1", "fault-file")) == "0", timeout=WAIT,
+             what="cpu-1's failed passive check in Prometheus")
+    wait_for(lambda: _drains(prom) == {"cpu-1": ("soperator", "health_check", "fault-file"),
+                                       "cpu-2": ("soperator", "active_check", "probe")},
+             timeout=WAIT, what="both drains in Prometheus")
+    ran = prom.query("soperator_slurm_health_check_last_run_timestamp_seconds"
+                     '{node="cpu-1",check="fault-file",kind="passive"} > 0')
+    assert len(ran) == 1
+    assert prom.query("soperator_slurm_remediation_runs_total") == []      # remediation never ran
+
+    # one remediation pass: both nodes replaced (slurmd restarted) and re-checked; cpu-1 still fails its passive
+    # check and stays drained, cpu-2 passes (its fault was the active check's) and is resumed
+    result = ansible_run.module("slurm_remediate", {
+        "target": "local", "definition": [d for d in yaml.safe_load_all(cluster.spec_text) if d],
+        "state_dir": cluster.state_dir, "register_timeout": 120, "wait_sleep": 0.5}, expect_failed=False)
+    assert dict((n["name"], n["action"]) for n in result["nodes"]) == {"cpu-1": "left-drained", "cpu-2": "resumed"}
+    assert result["actions"] == {"replace": {"success": 2, "failure": 0}, "recheck": {"success": 1, "failure": 1},
+                                 "resume": {"success": 1, "failure": 0}}
+    wait_for(lambda: prom.query("soperator_slurm_remediation_last_run_success == 1"), timeout=WAIT,
+             what="the remediation pass in Prometheus")
+    actions = dict(((r["metric"]["action"], r["metric"]["result"]), r["value"][1])
+                   for r in prom.query("soperator_slurm_remediation_actions_total"))
+    assert actions == {("replace", "success"): "2", ("replace", "failure"): "0", ("recheck", "success"): "1",
+                       ("recheck", "failure"): "1", ("resume", "success"): "1", ("resume", "failure"): "0"}
+    assert dict((r["metric"]["outcome"], r["value"][1]) for r in prom.query(
+        "soperator_slurm_remediation_last_run_nodes")) == {"left-drained": "1", "resumed": "1"}
+    assert _value(prom, 'soperator_slurm_remediation_runs_total{result="success"}') == ["1"]
+    assert _value(prom, "soperator_slurm_remediation_last_success_timestamp_seconds "
+                        "== soperator_slurm_remediation_last_run_timestamp_seconds")
+    assert not [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == "SlurmRemediationFailing"]
+
+    # fixed: slurmd's next passive run records the pass (and resumes cpu-1)
+    os.unlink(os.path.join(faults, "fault-cpu-1"))
+    wait_for(lambda: _results(prom, "passive", "fault-file") == everyone and _drains(prom) == {}, timeout=WAIT,
+             what="every passive check passing again, no drain left")
 
 
 def test_every_dashboard_expression_and_alert_rule_evaluates(setup):

@@ -48,10 +48,11 @@ CASES = {
         {NODE_DRAIN % ("cpu-0", "soperator", "active_check", "nccl"): "1x70",
          NODE_DRAIN % ("cpu-1", "soperator", "scale-down", ""): "1x70"},
         [("30m", []), ("65m", [{"node": "cpu-0", "owner": "soperator", "kind": "active_check", "check": "nccl"}])]),
-    "SlurmRemediationJobFailed": (
-        {'kube_job_status_failed{job_name="small-remediation-2891"}': "1x3",
-         'kube_job_status_failed{job_name="small-populate-jail"}': "1x3"},
-        [("1m", [{"job_name": "small-remediation-2891"}])]),
+    "SlurmRemediationFailing": (
+        # a pass that succeeded, one that failed (another exporter: fires), then one that succeeded again (quiet)
+        {'soperator_slurm_remediation_last_run_success{instance="a"}': "1x10",
+         'soperator_slurm_remediation_last_run_success{instance="b"}': "1x2 0x3 1x5"},
+        [("1m", []), ("4m", [{"instance": "b"}]), ("7m", [])]),
     "SlurmJailFilesystemNearlyFull": (
         {"soperator_slurm_jail_filesystem_avail_bytes": "50x5 5x15", "soperator_slurm_jail_filesystem_size_bytes": "100x20"},
         [("5m", []), ("12m", []), ("17m", [{}])]),

@@ -5,6 +5,7 @@ import json
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as rk
 from ansible_collections.soperator.slurm.plugins.module_utils.render import observe_objects as ro
+from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import health_check_config
 
 import test_render_kube as trk
 
@@ -54,7 +55,17 @@ def test_the_exporter_and_what_watches_it():
     assert sec["runAsNonRoot"] and sec["readOnlyRootFilesystem"] and not sec["allowPrivilegeEscalation"]
     assert sec["capabilities"] == {"drop": ["ALL"]}
     assert pod["serviceAccountName"] == "demo-exporter" and pod["automountServiceAccountToken"] is True
-    assert [v["persistentVolumeClaim"] for v in pod["volumes"]] == [{"claimName": "demo-jail", "readOnly": True}]
+    # the jail read-only (its free space, the health checks' status records), the remediation record's ConfigMap
+    assert [v.get("persistentVolumeClaim") or v.get("configMap") for v in pod["volumes"]] == [
+        {"claimName": "demo-jail", "readOnly": True}, {"name": "demo-remediation-status", "optional": True}]
+    assert [(m["mountPath"], m.get("readOnly")) for m in container["volumeMounts"]] == [
+        (ro.JAIL_MOUNT, True), (ro.REMEDIATION_STATUS_MOUNT, True)]
+    assert args[args.index("--status-dir") + 1] == "/mnt/jail/var/lib/soperator/status"
+    assert args[args.index("--remediation-record") + 1] == "/var/lib/soperator/remediation/remediation.json"
+    # the checks write where the exporter reads: health.json's statusDir, in the worker pods' jail mount
+    assert health_check_config(trk.make_model())["statusDir"] == args[args.index("--status-dir") + 1]
+    record = trk.find(objects, "ConfigMap", "demo-remediation-status")
+    assert "data" not in record and record["metadata"]["labels"]["app.kubernetes.io/component"] == "remediation"
     selector = deploy["spec"]["selector"]["matchLabels"]
     assert selector["app.kubernetes.io/component"] == ro.EXPORTER
     assert set(selector.items()) <= set(deploy["spec"]["template"]["metadata"]["labels"].items())

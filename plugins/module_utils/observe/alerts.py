@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The alert rule pack, over the exporter's metrics (observe/metrics.py). One definition serves the Prometheus rule
+"""The alert rule pack, over the exporter's metrics (observe/metrics.py; nothing else is needed). One definition serves the Prometheus rule
 file (render.yml, `promtool check rules`) and the PrometheusRule object. Every alert says what to do."""
 
 from __future__ import absolute_import, division, print_function
@@ -56,12 +56,13 @@ _RULES = (
      "The remediation loop has not brought {{ $labels.node }} back within an hour: the replaced worker fails its "
      "checks again, or remediation does not run. Look at the remediation CronJob's last Jobs and the "
      "SlurmCluster's events (`kubectl describe slurmcluster`), then at the node's drain reason."),
-    ("SlurmRemediationJobFailed",
-     'kube_job_status_failed{job_name=~".+-remediation-.+"} > 0', "0m", "warning",
-     "A remediation run failed ({{ $labels.job_name }})",
-     "The remediation CronJob's Job {{ $labels.job_name }} failed (kube-state-metrics). Read its pod's log: an "
-     "API permission, a Slurm command that failed, or a check that could not run. Drained nodes stay drained "
-     "until a run succeeds."),
+    ("SlurmRemediationFailing", "soperator_slurm_remediation_last_run_success == 0", "0m", "warning",
+     "The last remediation pass failed",
+     "The last remediation pass failed to bring a node back or could not run; drained nodes stay drained until a "
+     "pass succeeds. soperator_slurm_remediation_actions_total{result=\"failure\"} says which step failed "
+     "(replace, recheck, resume). Read the last remediation Job's log (`kubectl logs job/<name>-remediation-...`) or "
+     "the local `ansible-playbook playbooks/remediate.yml` output, and the SlurmCluster's events: a replaced pod "
+     "that never became Ready, a node whose checks could not run, an API permission, a Slurm command that failed."),
     ("SlurmJailFilesystemNearlyFull",
      "soperator_slurm_jail_filesystem_avail_bytes / soperator_slurm_jail_filesystem_size_bytes < 0.1", "10m", "warning",
      "The jail filesystem is over 90% full",

@@ -23,6 +23,8 @@ _DASHBOARDS = {
         ("Jobs by state", "timeseries", "none", [("sum by (state) (soperator_slurm_partition_jobs)", "{{state}}")]),
         ("Jail filesystem free", "gauge", "percentunit",
          [("soperator_slurm_jail_filesystem_avail_bytes / soperator_slurm_jail_filesystem_size_bytes", "free")]),
+        ("Last remediation pass succeeded", "stat", "none",
+         [("soperator_slurm_remediation_last_run_success", "succeeded")]),
     ]),
     "nodes": ("Slurm nodes and drains", [
         ("Drained nodes by owner and kind", "timeseries", "none",
@@ -36,6 +38,11 @@ _DASHBOARDS = {
          [("soperator_slurm_node_cpus_allocated / clamp_min(soperator_slurm_node_cpus, 1)", "{{node}}")]),
         ("Memory allocated per node", "timeseries", "percentunit",
          [("soperator_slurm_node_memory_allocated_bytes / clamp_min(soperator_slurm_node_memory_bytes, 1)", "{{node}}")]),
+        ("Health checks failing now", "table", "none",
+         [("soperator_slurm_health_check_last_result == 0", "{{node}} {{kind}} {{check}}")]),
+        ("Remediation steps per hour", "timeseries", "none",
+         [("sum by (action, result) (increase(soperator_slurm_remediation_actions_total[1h]))",
+           "{{action}} {{result}}")]),
     ]),
     "jobs": ("Slurm jobs and queues", [
         ("Jobs by partition and state", "timeseries", "none",

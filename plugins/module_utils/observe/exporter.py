@@ -5,7 +5,11 @@
 sdiag: three commands, whatever the cluster's size) and answers with observe/metrics.py's families.
 
     python3 -m ansible_collections.soperator.slurm.plugins.module_utils.observe.exporter \\
-        --port 9341 [--listen-address 127.0.0.1] [--slurm-conf PATH] [--reason-prefix 'soperator:']
+        --port 9341 [--listen-address 127.0.0.1] [--slurm-conf PATH] [--reason-prefix 'soperator:'] \\
+        [--status-dir DIR] [--remediation-record FILE]
+
+Besides Slurm, each scrape reads the health checks' last results under --status-dir and the remediation record
+--remediation-record (observe/status.py).
 
 The local backend runs it next to the cluster's daemons; on Kubernetes the exporter Deployment runs it in the
 runner image against the controller pod.
@@ -27,15 +31,20 @@ try:
 except ImportError:  # the program needs it (requirements.txt); importing this file (local/exporter.py) does not
     CollectorRegistry = start_http_server = None
 
-from ansible_collections.soperator.slurm.plugins.module_utils.observe import metrics
+from ansible_collections.soperator.slurm.plugins.module_utils.observe import metrics, status
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import DEFAULT_REASON_PREFIX, read_sinfo
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, LocalTransport, SlurmError, SlurmRunner)
 
 
-def read_snapshot(runner, clock=time.monotonic, jail=None):
-    """One scrape's reads. A command that fails is recorded in `errors` (the others still count)."""
+def read_snapshot(runner, clock=time.monotonic, jail=None, status_dir=None, remediation_record=None):
+    """One scrape's reads. A command that fails is recorded in `errors` (the others still count); the status files
+    are read as they are (a missing one gives no metrics, never an error)."""
     snap = metrics.Snapshot()
+    if status_dir:
+        snap.health, snap.status_skipped = status.read_health(status_dir)
+    if remediation_record:
+        snap.remediation = status.read_remediation(remediation_record)
     if jail:
         try:
             snap.jail = os.statvfs(jail)
@@ -61,21 +70,25 @@ class SlurmCollector(object):
     """A prometheus_client collector: every scrape reads Slurm anew (no cache that could show a stale drain), with
     a runner of its own (a runner keeps the history of its commands)."""
 
-    def __init__(self, runner_factory, prefix=DEFAULT_REASON_PREFIX, clock=time.monotonic, jail=None):
+    def __init__(self, runner_factory, prefix=DEFAULT_REASON_PREFIX, clock=time.monotonic, jail=None, status_dir=None,
+                 remediation_record=None):
         self.runner_factory = runner_factory
         self.prefix = prefix
         self.clock = clock
         self.jail = jail
+        self.status_dir = status_dir
+        self.remediation_record = remediation_record
 
     def collect(self):
         start = self.clock()
-        snap = read_snapshot(self.runner_factory(), self.clock, self.jail)
+        snap = read_snapshot(self.runner_factory(), self.clock, self.jail, self.status_dir, self.remediation_record)
         return iter(metrics.families(snap, self.prefix, self.clock() - start))
 
 
-def build_registry(runner_factory, prefix=DEFAULT_REASON_PREFIX, jail=None):
+def build_registry(runner_factory, prefix=DEFAULT_REASON_PREFIX, jail=None, status_dir=None, remediation_record=None):
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SlurmCollector(runner_factory, prefix, jail=jail))
+    registry.register(SlurmCollector(runner_factory, prefix, jail=jail, status_dir=status_dir,
+                                     remediation_record=remediation_record))
     return registry
 
 
@@ -104,6 +117,9 @@ def main(argv=None):
     parser.add_argument("--controller-pod", help="with --kubernetes-namespace: the pod that runs slurmctld")
     parser.add_argument("--controller-container", default="slurmctld")
     parser.add_argument("--jail", help="the jail's path: its filesystem's size and free space are reported")
+    parser.add_argument("--status-dir", help="where the health checks record their last results (health.json's "
+                        "statusDir, as this process sees it)")
+    parser.add_argument("--remediation-record", help="the remediation record file (slurm/remediation_record.py)")
     parser.add_argument("--command-timeout", type=int, default=20, help="seconds one Slurm command may take")
     args = parser.parse_args(argv)
     # No retries: a scrape answers now or says soperator_slurm_up 0; Prometheus scrapes again anyway.
@@ -112,7 +128,8 @@ def main(argv=None):
     def runner():
         return SlurmRunner(transport, retries=0, timeout=args.command_timeout)
     server, thread = start_http_server(args.port, addr=args.listen_address,
-                                       registry=build_registry(runner, args.reason_prefix, args.jail))
+                                       registry=build_registry(runner, args.reason_prefix, args.jail,
+                                                               args.status_dir, args.remediation_record))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

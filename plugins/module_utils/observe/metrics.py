@@ -1,10 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the exporter reports, as pure functions: Slurm's answers (node records, squeue lines, sdiag text) in,
-Prometheus metric families out. Every label has bounded values: node, partition and check names come from the
-cluster's spec, states and pending reasons from Slurm's own vocabularies, RPC types from slurmctld's message types.
-Reason texts, users and job ids never become labels.
+"""What the exporter reports, as pure functions: Slurm's answers (node records, squeue lines, sdiag text) and the
+status records of the health checks and the remediation (observe/status.py) in, Prometheus metric families out.
+Every label has bounded values: node, partition and check names come from the cluster's spec, states and pending
+reasons from Slurm's own vocabularies, RPC types from slurmctld's message types, actions and outcomes from the
+remediation's. Reason texts, check details, users and job ids never become labels.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -46,6 +47,9 @@ class Snapshot:
     seconds: Dict[str, float] = field(default_factory=dict)         # command -> seconds
     errors: Dict[str, str] = field(default_factory=dict)            # command -> why it gave nothing
     jail: object = None                                             # os.statvfs of the jail, when it is given
+    health: list = field(default_factory=list)                      # observe/status.py HealthResult values
+    remediation: object = None                                      # the remediation record, when there is one
+    status_skipped: object = None                                   # status files skipped (None: none read)
 
 
 def drain_labels(reason, prefix):
@@ -299,6 +303,61 @@ def jail_families(statvfs):
     return [size, avail]
 
 
+def health_families(results, nodes):
+    """The last result of each passive and active check per node (observe/status.py), for the nodes Slurm lists."""
+    known = set(r.name for r in nodes)
+    result = _gauge("soperator_slurm_health_check_last_result",
+                    "Last result of a health check on a node: 1 passed, 0 failed (kind passive or active).",
+                    ["node", "check", "kind"])
+    when = _gauge("soperator_slurm_health_check_last_run_timestamp_seconds",
+                  "When the health check last gave a result on the node (UNIX time).", ["node", "check", "kind"])
+    for r in results:
+        if r.node in known:
+            result.add_metric([r.node, r.check, r.kind], 1 if r.passed else 0)
+            when.add_metric([r.node, r.check, r.kind], r.time)
+    return [result, when]
+
+
+_OUTCOME = re.compile(r"^[a-z][a-z-]{0,31}$")     # slurm/remediation.py's node actions
+
+
+def remediation_families(record):
+    """The remediation record (slurm/remediation_record.py): passes and their steps by result, the last pass."""
+    runs = CounterMetricFamily("soperator_slurm_remediation_runs", "Remediation passes, by result (failure: a "
+                               "node's remediation failed, or the pass could not run).", labels=["result"])
+    for res, n in sorted(record["runs"].items()):
+        runs.add_metric([res], n)
+    actions = CounterMetricFamily("soperator_slurm_remediation_actions", "Remediation steps by action (replace, "
+                                  "recheck, resume) and result (success, failure).", labels=["action", "result"])
+    for action, counts in sorted(record["actions"].items()):
+        for res, n in sorted(counts.items()):
+            actions.add_metric([action, res], n)
+    out = [runs, actions]
+    last = record.get("lastRun")
+    if last:
+        for name, doc, value in (
+                ("soperator_slurm_remediation_last_run_timestamp_seconds", "When the last remediation pass ended.",
+                 last["time"]),
+                ("soperator_slurm_remediation_last_run_success", "1 when the last remediation pass succeeded.",
+                 1 if last["success"] else 0)):
+            fam = _gauge(name, doc)
+            fam.add_metric([], value)
+            out.append(fam)
+        nodes = _gauge("soperator_slurm_remediation_last_run_nodes", "Nodes out of service in the last remediation "
+                       "pass, by what it did with them (replaced, resumed, left-drained, skipped-foreign, ...).",
+                       ["outcome"])
+        for outcome, n in sorted(last["nodes"].items()):
+            if _OUTCOME.match(outcome):
+                nodes.add_metric([outcome], n)
+        out.append(nodes)
+    if record.get("lastSuccessTime"):
+        fam = _gauge("soperator_slurm_remediation_last_success_timestamp_seconds",
+                     "When a remediation pass last succeeded.")
+        fam.add_metric([], record["lastSuccessTime"])
+        out.append(fam)
+    return out
+
+
 def exporter_families(snapshot, scrape_seconds):
     """soperator_slurm_up, and what the scrape cost: per command, and in all."""
     up = _gauge("soperator_slurm_up", "1 when every Slurm command of the scrape answered.")
@@ -311,7 +370,13 @@ def exporter_families(snapshot, scrape_seconds):
         failed.add_metric([command], 1 if command in snapshot.errors else 0)
     total = _gauge("soperator_slurm_exporter_scrape_seconds", "How long the whole scrape took.")
     total.add_metric([], scrape_seconds)
-    return [up, failed, took, total]
+    out = [up, failed, took, total]
+    if snapshot.status_skipped is not None:
+        skipped = _gauge("soperator_slurm_exporter_status_files_skipped",
+                         "Health check status files this scrape could not use (unreadable, not a record).")
+        skipped.add_metric([], snapshot.status_skipped)
+        out.append(skipped)
+    return out
 
 
 def families(snapshot, prefix, scrape_seconds):
@@ -320,10 +385,13 @@ def families(snapshot, prefix, scrape_seconds):
     out = exporter_families(snapshot, scrape_seconds)
     if "sinfo" not in snapshot.errors:
         out += node_families(snapshot.nodes, prefix) + partition_families(snapshot.nodes)
+        out += health_families(snapshot.health, snapshot.nodes)
     if "squeue" not in snapshot.errors:
         out += job_families(snapshot.jobs)
     if "sdiag" not in snapshot.errors:
         out += scheduler_families(snapshot.sdiag)
     if snapshot.jail is not None:
         out += jail_families(snapshot.jail)
+    if snapshot.remediation is not None:
+        out += remediation_families(snapshot.remediation)
     return out

@@ -2,7 +2,8 @@
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Kubernetes objects of spec.observability: the exporter (Deployment, Service, and the RBAC to exec Slurm
-commands in the controller pod), a ServiceMonitor and a PrometheusRule for the prometheus-operator, and the Grafana
+commands in the controller pod; the jail, for its free space and the health checks' status records, and the
+remediation record's ConfigMap, both mounted read-only), a ServiceMonitor and a PrometheusRule for the prometheus-operator, and the Grafana
 dashboards as a ConfigMap. Pure, like kube_objects.py, whose building blocks it uses."""
 
 from __future__ import absolute_import, division, print_function
@@ -15,8 +16,10 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as ko
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import slurmctld_metrics
+from ansible_collections.soperator.slurm.plugins.module_utils.render.target import STATUS_DIR
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation_record import RECORD_KEY
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (
-    controller_name, exporter_name, service_account_name)
+    controller_name, exporter_name, remediation_status_name, service_account_name)
 
 EXPORTER = "exporter"
 DASHBOARDS = "dashboards"
@@ -25,6 +28,8 @@ EXPORTER_MODULE = "ansible_collections.soperator.slurm.plugins.module_utils.obse
 RUNNER_COLLECTIONS = "/usr/share/ansible/collections"
 RUNNER_UID = 1000
 JAIL_MOUNT = "/mnt/jail"
+# The remediation record's ConfigMap (slurm/remediation_record.py), mounted read-only.
+REMEDIATION_STATUS_MOUNT = "/var/lib/soperator/remediation"
 
 
 def controller_pod(model):
@@ -42,15 +47,22 @@ def exporter_rules(model):
 def _exporter(model):
     name = exporter_name(model)
     port = model.observability.exporter.port
+    # the health checks' last results, in the jail (health.json's statusDir); the remediation record's ConfigMap
+    extra_args, mounts, volumes = ["--status-dir", JAIL_MOUNT + STATUS_DIR], [], []
+    if model.remediation.enabled:
+        extra_args += ["--remediation-record", "%s/%s" % (REMEDIATION_STATUS_MOUNT, RECORD_KEY)]
+        mounts.append(ko._mount("remediation-status", REMEDIATION_STATUS_MOUNT, read_only=True))
+        volumes.append({"name": "remediation-status", "configMap": {"name": remediation_status_name(model),
+                                                                    "optional": True}})
     container = ko._container(
         model, EXPORTER, model.images.remediation, ports=[("metrics", port)],
         command=["python3", "-m", EXPORTER_MODULE],
         args=["--port", str(port), "--listen-address", "0.0.0.0", "--kubernetes-namespace", model.namespace,
               "--controller-pod", controller_pod(model), "--controller-container", "slurmctld",
-              "--reason-prefix", model.remediation.drain_reason_prefix, "--jail", JAIL_MOUNT],
+              "--reason-prefix", model.remediation.drain_reason_prefix, "--jail", JAIL_MOUNT] + extra_args,
         env=[{"name": "PYTHONPATH", "value": RUNNER_COLLECTIONS}],
         # the jail read-only: its filesystem's size and free space (slurm_jail_filesystem_*)
-        mounts=[ko._mount("jail", JAIL_MOUNT, read_only=True)],
+        mounts=[ko._mount("jail", JAIL_MOUNT, read_only=True)] + mounts,
         resources={"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
         # a scrape runs Slurm commands: the probes only check that the server listens
         probe_port="metrics",
@@ -59,7 +71,7 @@ def _exporter(model):
                   "seccompProfile": {"type": "RuntimeDefault"}})
     jail = ko._jail_volume(model)
     jail["persistentVolumeClaim"]["readOnly"] = True
-    pod = ko._pod_spec(model, EXPORTER, [container], [jail], scheduling=model.controller.scheduling,
+    pod = ko._pod_spec(model, EXPORTER, [container], [jail] + volumes, scheduling=model.controller.scheduling,
                        api_access=True)
     subject = [{"kind": "ServiceAccount", "name": service_account_name(model, EXPORTER),
                 "namespace": model.namespace}]
