@@ -2,15 +2,17 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run the built images as a real Slurm cluster with podman, driven by the rendered manifests of an example.
 
-    python3 images/smoke.py [--spec examples/small-cpu.yml] [--tag T] [--keep]
+    python3 images/smoke.py [--spec examples/small-cpu.yml] [--tag T] [--keep] [--accounting] [--pods-first]
 
 The spec is rendered with playbooks/render.yml (its images.tag set to the built tag, a fresh root SSH key added).
 Every pod the manifests define is started as a podman container the way a kubelet would: the pod template's
 command/args (with $(VAR) expanded), env (values, the pod name, Secret keys), securityContext (privileged, added
 capabilities over the container runtime's default set, no-new-privileges) and volumes (ConfigMaps and Secrets
-written out as files with their modes, the jail claim as one directory every pod shares, emptyDirs, subPath).
-The populate Job fills the jail first, as the kube backend orders it. Containers are named like the pods (cpu-0,
-cpu-1: Slurm node names) on a podman network of their own, with the StatefulSet's per-pod DNS names as aliases.
+written out as files with their modes, the jail claim as one directory every pod shares, emptyDirs, subPath), init
+containers first, each to its end. The populate Job fills the jail first, as the kube backend orders it with
+wait=true; --pods-first starts the pods before it (wait=false), their init containers waiting for the jail.
+Containers are named like the pods (cpu-0, cpu-1: Slurm node names) on a podman network of their own, with the
+StatefulSet's per-pod DNS names as aliases.
 
 Checks: slurmctld -V is the images' Slurm; every worker registers; `srun -N2 hostname` prints both workers' names;
 the steps ran inside the jail (the SPANK plugin); ssh with the key into the login container lands in the jail, and
@@ -33,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import yaml
@@ -43,6 +46,8 @@ IMAGES = os.path.join(ROOT, "images")
 K8S_DEFAULT_CAPS = ["CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID", "SETFCAP",
                     "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE"]
 CMD_TIMEOUT = 120
+# An init container waits for the populate Job (the jail's root filesystem: a few hundred MB to unpack).
+INIT_TIMEOUT = 600
 
 
 class SmokeError(Exception):
@@ -90,6 +95,7 @@ class Cluster(object):
         self.network = "soperator-smoke-%s" % self.run_id
         self.containers = []      # (pod, container name) of every container this run created
         self.names = {}           # pod -> its container's name
+        self.started = set()      # pods whose first container (an init container, or the pod's) runs
         self.objects = []
         self.secrets = {}
 
@@ -167,10 +173,11 @@ class Cluster(object):
     # --- pods -------------------------------------------------------------------------------------------------
 
     def podman_run(self, pod, template, service=None, detach=True, claims=None):
+        """Run a pod: its init containers one after the other, each to its end (a kubelet's order: the pod's
+        container, and the mounts it makes, come only after), then its container."""
         spec = template["spec"]
         if len(spec["containers"]) != 1:
             raise SmokeError("pod %s: one container expected" % pod)
-        ctr = spec["containers"][0]
         namespace = self.get("StatefulSet")[0]["metadata"]["namespace"]
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
         # A StatefulSet's volumeClaimTemplates: one claim per pod, <template>-<pod>.
@@ -181,12 +188,20 @@ class Cluster(object):
         # hostname and a name on this run's network, as in a cluster.
         container = pod if pod.endswith(self.run_id) else "%s-%s" % (pod, self.run_id)
         self.names[pod] = container
-        cmd = ["podman", "run", "--name", container, "--hostname", pod, "--label", "dev.soperator.smoke=%s" % self.run_id,
-               "--network", self.network, "--network-alias", pod, "--cap-drop=all"]
+        for init in spec.get("initContainers", []):
+            name = "%s-init-%s" % (container, init["name"])
+            self.containers.append((pod, name))
+            sh(self._run_cmd(pod, init, name, volumes, namespace, ["--network", "none", "-d"]))
+            self.started.add(pod)
+            rc = sh(["podman", "wait", name], timeout=INIT_TIMEOUT).strip()
+            if rc != "0":
+                raise SmokeError("pod %s: init container %s exited %s:\n%s" % (
+                    pod, init["name"], rc, sh(["podman", "logs", name], check=False)))
+        net = ["--network", self.network, "--network-alias", pod]
         if detach:
-            cmd.append("-d")
+            net.append("-d")
         if service:
-            cmd += ["--network-alias", "%s.%s" % (pod, service),
+            net += ["--network-alias", "%s.%s" % (pod, service),
                     "--network-alias", "%s.%s.%s.svc.cluster.local" % (pod, service, namespace)]
         # Every Service that selects this pod resolves to it, as cluster DNS would (one pod per Service here, or
         # several for a headless one).
@@ -195,9 +210,22 @@ class Cluster(object):
             selector = svc["spec"].get("selector") or {}
             if selector and all(labels.get(k) == v for k, v in selector.items()):
                 name = svc["metadata"]["name"]
-                cmd += ["--network-alias", name, "--network-alias", "%s.%s.svc.cluster.local" % (name, namespace)]
+                net += ["--network-alias", name, "--network-alias", "%s.%s.svc.cluster.local" % (name, namespace)]
         for search in spec.get("dnsConfig", {}).get("searches", []):
-            cmd += ["--dns-search", search]
+            net += ["--dns-search", search]
+        cmd = self._run_cmd(pod, spec["containers"][0], container, volumes, namespace, net)
+        if not detach:
+            return sh(cmd, timeout=300, check=False)
+        # recorded before it runs: a container that was created but failed to start is removed too
+        self.containers.append((pod, container))
+        out = sh(cmd)
+        self.started.add(pod)
+        return out
+
+    def _run_cmd(self, pod, ctr, container, volumes, namespace, options):
+        """`podman run` of one container of a pod: its securityContext, env, mounts, command and args."""
+        cmd = ["podman", "run", "--name", container, "--hostname", pod, "--label",
+               "dev.soperator.smoke=%s" % self.run_id, "--cap-drop=all"] + options
         sec = ctr.get("securityContext", {})
         caps = list(K8S_DEFAULT_CAPS) + list(sec.get("capabilities", {}).get("add", []))
         caps = [c for c in caps if c not in sec.get("capabilities", {}).get("drop", [])]
@@ -230,12 +258,8 @@ class Cluster(object):
             cmd += ["--entrypoint", json.dumps(ctr["command"])]
         cmd.append(ctr["image"])
         # The kubelet expands $(VAR) in args from the container's env.
-        cmd += [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda mo: env.get(mo.group(1), mo.group(0)), a)
-                for a in ctr.get("args", [])]
-        if detach:
-            # recorded before it runs: a container that was created but failed to start is removed too
-            self.containers.append((pod, container))
-        return sh(cmd, timeout=300 if not detach else CMD_TIMEOUT, check=False) if not detach else sh(cmd)
+        return cmd + [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda mo: env.get(mo.group(1), mo.group(0)), a)
+                      for a in ctr.get("args", [])]
 
     def populate_jail(self):
         for job in self.get("Job"):
@@ -251,23 +275,51 @@ class Cluster(object):
                 raise SmokeError("populate Job printed no result line:\n%s" % out)
             log("jail populated: %s" % lines[-1][:160])
 
-    def start(self, components=None):
+    def start(self, components=None, pods_first=False):
         """Run the populate Job to its end, then start every StatefulSet's pods (only those of `components` when
-        given): the kube backend's order (kube/backend.py applies the workloads once the Job completed). The other
-        order fails: the login pod's mounts below the jail (etc/slurm, run/munge) create those directories in the
-        empty volume, and the populate Job then refuses a jail that is not empty (overwrite=never)."""
+        given): the kube backend's order with wait=true (kube/backend.py applies the workloads once the Job
+        completed). `pods_first`: the pods start before the Job (wait=false applies the workloads right after it,
+        and a kubelet may start them first): the login and worker pods' init containers wait until the jail is
+        populated. Without them, the login container's mounts below the jail (etc/slurm, run/munge) created those
+        directories in the empty volume, and the populate Job then refused a jail that is not empty."""
         sh(["podman", "network", "create", "--label", "dev.soperator.smoke=%s" % self.run_id, self.network])
-        if components is None or "jail" in components:
-            self.populate_jail()
+        pods = []
         for sts in self.get("StatefulSet"):
             component = sts["metadata"]["labels"]["app.kubernetes.io/component"]
             if components is not None and component not in components:
                 continue
             for i in range(sts["spec"]["replicas"]):
-                pod = "%s-%d" % (sts["metadata"]["name"], i)
-                log("starting %s (%s)" % (pod, sts["spec"]["template"]["spec"]["containers"][0]["image"]))
-                self.podman_run(pod, sts["spec"]["template"], service=sts["spec"]["serviceName"],
-                                claims=sts["spec"].get("volumeClaimTemplates"))
+                pods.append(("%s-%d" % (sts["metadata"]["name"], i), sts))
+        populate = components is None or "jail" in components
+        if populate and not pods_first:
+            self.populate_jail()
+        errors, threads = [], []
+        for pod, sts in pods:
+            log("starting %s (%s)" % (pod, sts["spec"]["template"]["spec"]["containers"][0]["image"]))
+            args = (pod, sts["spec"]["template"], sts["spec"]["serviceName"], True,
+                    sts["spec"].get("volumeClaimTemplates"))
+            if not pods_first:
+                self.podman_run(*args)
+                continue
+            threads.append(threading.Thread(target=self._run_pod, args=(args, errors)))
+            threads[-1].start()
+        if pods_first:
+            names = [pod for pod, _sts in pods]
+            wait_for("every pod started (an init container or its container runs)",
+                     lambda: errors or all(n in self.started for n in names), 120, sleep=0.5)
+            if populate and not errors:
+                log("pods started before the populate Job: %s" % ", ".join(names))
+                self.populate_jail()
+            for thread in threads:
+                thread.join(INIT_TIMEOUT + CMD_TIMEOUT)
+            if errors:
+                raise errors[0]
+
+    def _run_pod(self, args, errors):
+        try:
+            self.podman_run(*args)
+        except SmokeError as e:
+            errors.append(e)
 
     def exec(self, pod, cmd, timeout=CMD_TIMEOUT, check=True):
         return sh(["podman", "exec", self.names.get(pod, pod)] + cmd, timeout=timeout, check=check)
@@ -386,6 +438,8 @@ def main(argv=None):
     parser.add_argument("--keep", action="store_true", help="leave the cluster running (remove it by hand)")
     parser.add_argument("--accounting", action="store_true",
                         help="enable accounting with the in-cluster database (MariaDB image built here)")
+    parser.add_argument("--pods-first", action="store_true",
+                        help="start the pods before the populate Job, as site.yml -e wait=false may")
     args = parser.parse_args(argv)
     os.environ.setdefault("CONTAINERS_CONF", os.path.join(IMAGES, "containers.conf"))
     os.chdir(ROOT)
@@ -401,7 +455,9 @@ def main(argv=None):
     ok = False
     try:
         cluster.render()
-        cluster.start()
+        cluster.start(pods_first=args.pods_first)
+        if args.pods_first:
+            results.append("pods-first=ok")
         check(cluster, results)
         ok = True
     except (SmokeError, OSError, KeyError, IndexError, ValueError) as e:

@@ -40,6 +40,8 @@ SPANK_CHROOT_PLUGIN = "/usr/lib/slurm/spank_chroot.so"
 # filesystem a tarball.
 POPULATE_JAIL_PROGRAM = "/opt/soperator/bin/jail.py"
 POPULATE_JAIL_SOURCE = "/opt/soperator/jail-rootfs.tar"
+# The same program in the login and worker images: their init container waits with it until the jail is populated.
+NODE_JAIL_PROGRAM = "/opt/soperator/lib/jail.py"
 SSH_HOST_KEY_DIR = "/etc/ssh/host-keys"
 
 SLURMD_PORT = 6818

@@ -148,6 +148,20 @@ def test_the_images_run_as_a_slurm_cluster(tag):
     assert "srun -N2 hostname=cpu-0,cpu-1" in last and "jail=yes" in last and "sacct=" in last
 
 
+def test_pods_started_before_the_populate_job_wait_for_the_jail(tag):
+    """site.yml -e wait=false applies the login and worker StatefulSets right after the populate Job, so a kubelet
+    may start their pods first: smoke.py --pods-first starts every pod before the Job (init containers first, each
+    to its end, as a kubelet runs them). Their init container waits until the jail is populated; without it the
+    login container's mounts below the jail made the empty volume non-empty and the Job refused it (the smoke
+    failed with "populate Job exited 2")."""
+    proc = subprocess.run([sys.executable, os.path.join(IMAGES, "smoke.py"), "--pods-first", "--tag", tag,
+                           "--registry", REGISTRY], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, env=ENV, timeout=900, check=False)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 0 and last.startswith("images-smoke: OK"), proc.stdout[-4000:]
+    assert "pods-first=ok" in last and "jail=yes" in last and "ssh=jail" in last
+
+
 def test_slurmctld_of_the_images_serves_its_own_metrics(tag, tmp_path):
     """With spec.observability.exporter on, the rendered slurm.conf turns on slurmctld's metrics (Slurm >= 25.11):
     the images' slurmctld, started as smoke.py starts it, answers /metrics/nodes and /metrics/scheduler on its port

@@ -112,6 +112,47 @@ def _contents(names):
     return sorted(n for n in names if n not in KEPT and not _ours(n))
 
 
+def settled(jail):
+    """Whether pods may start on the jail now -> (bool, why). Yes once populated (its sentinel) or when it holds a
+    root filesystem that is not ours (entries, none of them a populate's leftovers; overwrite=if_empty leaves such a
+    jail as it is); not while it is empty, and not while a populate is under way or was cut short (its staging or
+    old-contents directory, or the sentinel's temporary file, with no sentinel).
+
+    The login and worker pods wait for this in an init container (`jail.py wait`) before their containers start:
+    the login container's mounts below the jail (etc/slurm, run/munge, the extrausers subPath etc) create those
+    directories in the volume, and in an empty jail that made the populate Job refuse it (not empty, no sentinel,
+    overwrite=never) when the pods started before the Job had completed (slurm_cluster wait=false)."""
+    if not os.path.isdir(jail):
+        return False, "%s is not a directory" % jail
+    names = os.listdir(jail)
+    if SENTINEL in names:
+        return True, "the jail is populated"
+    busy = sorted(n for n in names if _leftover(n))
+    if busy:
+        return False, "a populate is under way or was cut short (%s)" % ", ".join(busy[:3])
+    if _contents(names):
+        return True, "the jail holds a root filesystem that was not populated by us"
+    return False, "the jail is empty"
+
+
+def wait_settled(jail, timeout=0.0, interval=2.0, say=None, sleep=time.sleep, clock=time.monotonic):
+    """Poll settled() until it says yes (-> True) or `timeout` seconds passed (-> False; 0: never gives up).
+    `say(text)` hears each new reason to wait, once."""
+    deadline = clock() + timeout
+    last = None
+    while True:
+        ok, why = settled(jail)
+        if ok or why != last:
+            if say is not None:
+                say(why)
+            last = why
+        if ok:
+            return True
+        if timeout and clock() >= deadline:
+            return False
+        sleep(interval)
+
+
 def jail_entries(jail):
     """Names at the jail's root that are its contents: not lost+found, the sentinel, or our leftovers."""
     if not os.path.isdir(jail):
@@ -445,11 +486,24 @@ def main(argv=None):
     pop.add_argument("--check", action="store_true", help="say what would be done, change nothing")
     show = sub.add_parser("show", help="print the jail's sentinel as JSON")
     show.add_argument("--jail", required=True)
+    wait = sub.add_parser("wait", help="wait until pods may use the jail: populated, or holding a root filesystem "
+                                       "that is not ours (the login and worker pods' init container)")
+    wait.add_argument("--jail", required=True)
+    wait.add_argument("--timeout", type=float, default=0.0, help="give up after this many seconds (0: never)")
+    wait.add_argument("--interval", type=float, default=2.0, help="seconds between looks")
     args = parser.parse_args(argv)
     try:
         if args.command == "show":
             sys.stdout.write(json.dumps({"sentinel": read_sentinel(args.jail)}, sort_keys=True) + "\n")
             return 0
+        if args.command == "wait":
+            def say(text):
+                sys.stderr.write("jail %s: %s\n" % (_log_text(args.jail), text))
+                sys.stderr.flush()
+            if wait_settled(args.jail, args.timeout, args.interval, say):
+                return 0
+            say("still not ready after %gs" % args.timeout)
+            return 1
         result = populate(args.jail, args.source, args.overwrite, check_mode=args.check, label=args.label,
                           oci_tag=args.oci_tag)
     except (JailError, OSError, tarfile.TarError) as e:
