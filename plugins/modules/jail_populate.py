@@ -65,9 +65,9 @@ options:
         overwrite.
       - V(if_empty) populates only an empty jail (nothing but C(lost+found)); anything else is left as it is.
       - V(always) replaces the jail's contents on every run (C(lost+found) stays). It is refused while the jail is in
-        use, unless O(force=true): with O(target=kubernetes) while login or worker pods are running; with
+        use, unless O(force=true) - with O(target=kubernetes) while login or worker pods are running; with
         O(target=local) while a local cluster's slurmds or login sshd started with this jail run (the local
-        clusters of the user running the module, known by their records: pid and start time). Refused before
+        clusters of the user running the module, known by their records, pid and start time). Refused before
         anything is written, in check mode too.
       - With O(target=kubernetes), defaults to the spec's C(jail.populate.overwrite); with O(target=local), to
         V(never).
@@ -233,7 +233,7 @@ restarted:
   returned: when O(target=local)
   type: list
   elements: str
-  sample: ["restarted sshd of the local cluster in /root/.local/state/soperator/small (pid 4250 -> 5120): the jail
+  sample: ["restarted sshd of the local cluster in /root/.local/state/soperator/small (pid 4250 -> 5120) - the jail
            was replaced"]
 objects:
   description: With O(target=kubernetes), the Job created or deleted.

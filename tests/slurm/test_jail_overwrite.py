@@ -15,7 +15,6 @@ import tempfile
 
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.local import jail_use
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as nj
 
