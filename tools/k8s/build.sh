@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, etcd and kwok from this module
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy, etcd and kwok from this module
 # into a cache outside the checkout, keyed by what decides the binaries (versions.env, go.mod, go.sum, the Go
 # version and the build flags). Prints the bin directory on stdout. A second run with the same key builds nothing.
 #   build.sh --cached   print the bin directory if it is complete, else exit 1 (never builds)
@@ -19,7 +19,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 kwokv="-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$K8S_VERSION"
 flags="CGO_ENABLED=0 -trimpath -ldflags=-s -w"
-binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd kwok)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok)
 # kwok does nothing without Stages (kwokctl embeds its defaults; kwok does not): the node and pod lifecycles of
 # kwok's own release, copied from the module beside the binaries, for cluster.py to pass in --config.
 stages=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
@@ -53,7 +53,7 @@ build() {  # output name, package, extra ldflags
 	echo "building $1 ($2)" >&2
 	go build -p "$jobs" -trimpath -ldflags "-s -w $3" -o "$staging/$1" "$2" >&2
 }
-for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
 	build "$cmd" "k8s.io/kubernetes/cmd/$cmd" "$kv"
 done
 build etcd go.etcd.io/etcd/server/v3 ""

@@ -12,6 +12,7 @@ tests/integration/conftest.py imports up() and down() to run the suite against a
 import argparse
 import base64
 import datetime
+import importlib.util
 import ipaddress
 import json
 import os
@@ -31,6 +32,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# node.py beside us, by file: the tests load this file by path, and a module named `node` could shadow others.
+_NODE_SPEC = importlib.util.spec_from_file_location("soperator_k8s_node", os.path.join(HERE, "node.py"))
+real_node = importlib.util.module_from_spec(_NODE_SPEC)
+_NODE_SPEC.loader.exec_module(real_node)
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_STATE = os.environ.get("SOPERATOR_K8S_STATE") or os.path.join(REPO, "build", "k8s")
 SERVICE_RANGE = "10.96.0.0/12"
@@ -40,7 +45,7 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 # What we create and may therefore remove on a fresh start: never the whole state directory.
 OURS = ("pki", "etcd", "logs", "kcm-certs", "sched-certs", "audit.log", "audit-policy.yaml", "kwok.yaml",
-        "kubeconfig", "kubeconfigs", "processes.json")
+        "kubeconfig", "kubeconfigs", "processes.json", "node")
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 # One event per request (its ResponseComplete, or ResponseStarted for a watch): counts per user and verb are exact.
@@ -101,11 +106,11 @@ def _stop(record, timeout=15):
         os.kill(record["pid"], signal.SIGKILL)
 
 
-def _spawn(state, records, name, argv):
+def _spawn(state, records, name, argv, env=None):
     log = open(os.path.join(state, "logs", name + ".log"), "ab")
     # A session of its own: the daemon outlives `make k8s-up` and a ^C in the caller's terminal.
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, cwd=state)
+                            start_new_session=True, cwd=state, env=env)
     log.close()
     start = None
     for dummy in range(50):
@@ -153,7 +158,12 @@ def _cert(subject_cn, key, issuer=None, orgs=(), ca=False, server_names=(), clie
                .public_key(key.public_key()).serial_number(x509.random_serial_number())
                .not_valid_before(now - datetime.timedelta(minutes=5))
                .not_valid_after(now + datetime.timedelta(days=365))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+               # Key identifiers: Python >= 3.13 verifies strictly (VERIFY_X509_STRICT) and refuses a chain
+               # without them, as the runner image's Python does against the API server.
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+                              critical=False))
     if ca:
         builder = builder.add_extension(x509.KeyUsage(
             digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
@@ -180,7 +190,7 @@ def _write(path, data, mode=0o600):
         f.write(data)
 
 
-def _make_pki(pki):
+def _make_pki(pki, host="127.0.0.1", real=False):
     os.makedirs(pki, mode=0o700)
     ca_key = _key()
     ca = _cert("soperator-test-ca", ca_key, ca=True)
@@ -188,7 +198,7 @@ def _make_pki(pki):
     _write(os.path.join(pki, "ca.key"), _pem_key(ca_key))
     leaves = {
         "apiserver": dict(cn="kube-apiserver", server_names=(
-            "127.0.0.1", SERVICE_IP, "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+            "127.0.0.1", host, SERVICE_IP, "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local")),
         "admin": dict(cn="soperator-admin", orgs=("system:masters",), client=True),
         "controller-manager": dict(cn="system:kube-controller-manager", client=True),
@@ -196,6 +206,8 @@ def _make_pki(pki):
         # kwok plays every fake node's kubelet (node and pod status in all namespaces): an admin, as kwokctl makes it.
         "kwok": dict(cn="kwok", orgs=("system:masters",), client=True),
     }
+    if real:
+        leaves.update(real_node.node_leaves(host))
     for name, spec in leaves.items():
         key = _key()
         cert = _cert(spec["cn"], key, issuer=(ca, ca_key), orgs=spec.get("orgs", ()),
@@ -303,6 +315,45 @@ class _Argv:
         return self.build(*ports)
 
 
+class _Plane:
+    """What node.py needs of the running control plane: our process helpers and the admin API."""
+    COLLECTIONS = {"ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                   "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                   "StorageClass": "/apis/storage.k8s.io/v1/storageclasses"}
+    pod_range = POD_RANGE
+
+    def __init__(self, state, pki, records, bin_dir, server, ctx):
+        self.state, self.pki, self.records, self.bin, self.server, self.ctx = (
+            state, pki, records, bin_dir, server, ctx)
+
+    def spawn(self, name, argv, env=None):
+        return _spawn(self.state, self.records, name, argv, env)
+
+    def wait(self, what, probe, timeout, name):
+        return _wait(what, probe, timeout, self.records, name, self.state)
+
+    def get(self, path):
+        return _request(self.server + path, self.ctx)
+
+    def apply(self, obj):
+        try:
+            _request(self.server + self.COLLECTIONS[obj["kind"]], self.ctx, "POST", obj)
+        except urllib.error.HTTPError as e:
+            if e.code != 409:  # already there (an earlier up of this state)
+                raise
+
+    def kubeconfig(self, path, user):
+        _kubeconfig(path, self.server, self.pki, user)
+
+    @staticmethod
+    def free_port():
+        return _free_port()
+
+    @staticmethod
+    def http_ok(url):
+        return _request(url)[0] == 200
+
+
 # ---------------------------------------------------------------- up / down
 
 def status(state=DEFAULT_STATE):
@@ -320,9 +371,13 @@ def status(state=DEFAULT_STATE):
 
 
 def down(state=DEFAULT_STATE):
-    """Stops, newest first, the processes `up` recorded in this state directory; nothing else."""
+    """Stops, newest first, the processes `up` recorded in this state directory; nothing else. A real node goes
+    first: its containers, mounts, links and iptables rules (node.down)."""
+    state = os.path.abspath(state)
     records = _records(state)
     names = [n for n in records if not n.startswith("_")]
+    if "kubelet" in records or "containerd" in records or os.path.isdir(os.path.join(state, "node")):
+        real_node.down(state, records, _stop)
     for name in reversed(names):
         _stop(records[name])
     if records:
@@ -330,26 +385,40 @@ def down(state=DEFAULT_STATE):
     return names
 
 
-def up(state=DEFAULT_STATE, bin_dir=None, nodes=3, timeout=180):
-    """Starts the control plane unless it is already up; returns its description (server, kubeconfig, audit log)."""
+def up(state=DEFAULT_STATE, bin_dir=None, nodes=3, timeout=180, node="kwok"):
+    """Starts the control plane unless it is already up; returns its description (server, kubeconfig, audit log).
+    node="real" adds a real node (tools/k8s/node.py: kubelet, containerd, kube-proxy, CoreDNS) and no kwok nodes."""
     state = os.path.abspath(state)
     running = status(state)
-    if running:
+    if running and running.get("node_kind", "kwok") == node:
         return dict(running, already_up=True)
+    if running:
+        raise StartError("the cluster of %s is up with %s nodes; `down` it first" % (
+            state, running.get("node_kind", "kwok")))
+    real = node == "real"
+    if real:
+        real_node.preflight()
+        real_node.claim_machine(state, lambda other: bool(other and status(other)))
+        nodes = 0
     bin_dir = bin_dir or os.environ.get("SOPERATOR_K8S_BIN") or _build()
     started = time.monotonic()
     os.makedirs(state, exist_ok=True)
     down(state)  # a half-started or crashed earlier run: stop whatever of it is left
     for name in OURS:
         path = os.path.join(state, name)
-        if os.path.isdir(path):
+        if name == "node":
+            real_node.remove_tree(path)  # unmounts what an earlier real node left, never follows a link
+        elif os.path.isdir(path):
             shutil.rmtree(path)
         elif os.path.exists(path):
             os.remove(path)
     os.makedirs(os.path.join(state, "logs"))
     os.makedirs(os.path.join(state, "kubeconfigs"))
     pki = os.path.join(state, "pki")
-    _make_pki(pki)
+    host = real_node.NODE_IP if real else "127.0.0.1"
+    if real:
+        real_node.setup_network()  # the API server binds the node's host-only address
+    _make_pki(pki, host, real)
     with open(os.path.join(state, "audit-policy.yaml"), "w") as f:
         f.write(AUDIT_POLICY)
     # kwok's own node and pod lifecycles (build.sh copies them beside the binaries); given with --config, they are
@@ -361,13 +430,13 @@ def up(state=DEFAULT_STATE, bin_dir=None, nodes=3, timeout=180):
                 f.write("---\n" + stage.read().strip() + "\n")
     records = {}
     try:
-        return _up(state, pki, records, bin_dir, nodes, timeout, started)
+        return _up(state, pki, records, bin_dir, nodes, timeout, started, host, real)
     except BaseException:
         down(state)
         raise
 
 
-def _up(state, pki, records, bin_dir, nodes, timeout, started):
+def _up(state, pki, records, bin_dir, nodes, timeout, started, host, real):  # pylint: disable=too-many-locals
     def binary(name):
         return os.path.join(bin_dir, name)
 
@@ -388,7 +457,7 @@ def _up(state, pki, records, bin_dir, nodes, timeout, started):
     ctx = _tls(pki)
     apiserver = _start_with_retry(state, records, "kube-apiserver", _Argv(1, lambda port: [
         binary("kube-apiserver"), "--etcd-servers=http://127.0.0.1:%d" % etcd[0],
-        "--bind-address=127.0.0.1", "--secure-port=%d" % port,
+        "--bind-address=" + host, "--advertise-address=" + host, "--secure-port=%d" % port,
         "--tls-cert-file=" + p("apiserver.crt"), "--tls-private-key-file=" + p("apiserver.key"),
         "--cert-dir=" + os.path.join(state, "pki"),
         "--client-ca-file=" + p("ca.crt"), "--authorization-mode=Node,RBAC", "--allow-privileged=true",
@@ -398,9 +467,13 @@ def _up(state, pki, records, bin_dir, nodes, timeout, started):
         "--audit-policy-file=" + os.path.join(state, "audit-policy.yaml"),
         "--audit-log-path=" + os.path.join(state, "audit.log"), "--audit-log-mode=blocking",
         "--audit-log-maxbackup=0", "--audit-log-maxsize=0",
-    ]), lambda ports: _wait("kube-apiserver /readyz", _healthy(
-        "https://127.0.0.1:%d/readyz" % ports[0], ctx), timeout, records, "kube-apiserver", state))
-    server = "https://127.0.0.1:%d" % apiserver[0]
+    ] + ([  # exec, logs and port-forward reach the kubelet with this certificate
+        "--kubelet-client-certificate=" + p("apiserver-kubelet-client.crt"),
+        "--kubelet-client-key=" + p("apiserver-kubelet-client.key"),
+        "--kubelet-certificate-authority=" + p("ca.crt"), "--kubelet-preferred-address-types=InternalIP",
+    ] if real else [])), lambda ports: _wait("kube-apiserver /readyz", _healthy(
+        "https://%s:%d/readyz" % (host, ports[0]), ctx), timeout, records, "kube-apiserver", state))
+    server = "https://%s:%d" % (host, apiserver[0])
 
     kubeconfigs = os.path.join(state, "kubeconfigs")
     for user in ("controller-manager", "scheduler", "kwok"):
@@ -427,6 +500,26 @@ def _up(state, pki, records, bin_dir, nodes, timeout, started):
     ]), lambda ports: _wait("kube-scheduler /healthz", _healthy(
         "https://127.0.0.1:%d/healthz" % ports[0], insecure), timeout, records, "kube-scheduler", state))
 
+    if nodes:
+        _start_kwok(state, records, binary, kubeconfigs, server, ctx, nodes, timeout)
+    names = ["kwok-node-%d" % i for i in range(nodes)]
+    # The service account controller (kube-controller-manager) has run: pods can be created in `default`.
+    _wait("the default ServiceAccount", lambda: _request(
+        server + "/api/v1/namespaces/default/serviceaccounts/default", ctx)[0] == 200, timeout)
+
+    info = {"server": server, "kubeconfig": admin_kubeconfig, "audit_log": os.path.join(state, "audit.log"),
+            "state": state, "bin": os.path.dirname(records["etcd"]["argv"][0]), "nodes": names,
+            "node_kind": "real" if real else "kwok"}
+    if real:
+        info["real_node"] = real_node.up(_Plane(state, pki, records, info["bin"], server, ctx), timeout)
+        info["nodes"] = [info["real_node"]["name"]]
+    info["startup_seconds"] = round(time.monotonic() - started, 1)
+    records["_cluster"] = info
+    _save_records(state, records)
+    return dict(info, already_up=False)
+
+
+def _start_kwok(state, records, binary, kubeconfigs, server, ctx, nodes, timeout):
     # kwok serves nothing unless asked (no --server-address, no --node-port): it needs no port.
     _spawn(state, records, "kwok", [
         binary("kwok"), "--config=" + os.path.join(state, "kwok.yaml"),
@@ -452,16 +545,6 @@ def _up(state, pki, records, bin_dir, nodes, timeout, started):
         body = _request(server + "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", ctx)[1]
         return {lease["metadata"]["name"] for lease in json.loads(body)["items"]} >= set(names)
     _wait("the kwok nodes' Leases", leases_held, timeout, records, "kwok", state)
-    # The service account controller (kube-controller-manager) has run: pods can be created in `default`.
-    _wait("the default ServiceAccount", lambda: _request(
-        server + "/api/v1/namespaces/default/serviceaccounts/default", ctx)[0] == 200, timeout)
-
-    info = {"server": server, "kubeconfig": admin_kubeconfig, "audit_log": os.path.join(state, "audit.log"),
-            "state": state, "bin": os.path.dirname(records["etcd"]["argv"][0]), "nodes": names,
-            "startup_seconds": round(time.monotonic() - started, 1)}
-    records["_cluster"] = info
-    _save_records(state, records)
-    return dict(info, already_up=False)
 
 
 def _fake_node(name):
@@ -496,6 +579,8 @@ def main(argv=None):
     parser.add_argument("--state", default=DEFAULT_STATE, help="state directory (default %(default)s)")
     parser.add_argument("--bin", help="binaries (default: tools/k8s/build.sh's cache, built if missing)")
     parser.add_argument("--nodes", type=int, default=3, help="kwok fake nodes (default %(default)s)")
+    parser.add_argument("--node", choices=("kwok", "real"), default=os.environ.get("NODE") or "kwok",
+                        help="kwok: fake nodes only; real: one real node (kubelet, containerd) and no kwok nodes")
     parser.add_argument("--timeout", type=float, default=180, help="bound on each readiness wait, seconds")
     args = parser.parse_args(argv)
     if args.command == "down":
@@ -507,15 +592,21 @@ def main(argv=None):
         print(json.dumps(info, indent=1) if info else "not up")
         return 0 if info else 1
     try:
-        info = up(args.state, args.bin, args.nodes, args.timeout)
-    except StartError as e:
+        info = up(args.state, args.bin, args.nodes, args.timeout, args.node)
+    except (StartError, real_node.NodeError) as e:
         print("k8s-up failed: %s" % e, file=sys.stderr)
         return 1
     if info["already_up"]:
         print("already up (%s); nothing started" % info["server"])
     else:
-        print("started in %.1fs: %s with %d kwok nodes" % (
-            info["startup_seconds"], info["server"], len(info["nodes"])))
+        if info.get("real_node"):
+            rn = info["real_node"]
+            print("started in %.1fs: %s with the real node %s (%s), %d images imported in %.1fs" % (
+                info["startup_seconds"], info["server"], rn["name"], rn["ip"], len(rn["images"]),
+                rn["images_seconds"]))
+        else:
+            print("started in %.1fs: %s with %d kwok nodes" % (
+                info["startup_seconds"], info["server"], len(info["nodes"])))
     print("kubeconfig: %s" % info["kubeconfig"])
     print("audit log:  %s" % info["audit_log"])
     return 0

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds what a real node runs beside the kubelet (tools/k8s): containerd 2.x with its runc shim and ctr, CoreDNS,
+# and the pause program of the sandbox image, into a cache outside the checkout keyed like tools/k8s/build.sh (each
+# module's go.mod and go.sum, versions, the Go version, the flags). Prints the bin directory. A second run builds
+# nothing.   build.sh --cached   print the directory if complete, else exit 1 (never builds)
+# containerd and CoreDNS are separate modules: one module would force one version of their shared dependencies.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here"
+
+flags="CGO_ENABLED=0 -trimpath -ldflags=-s -w"
+binaries=(containerd containerd-shim-runc-v2 ctr coredns pause)
+key=$( { cat containerd/go.mod containerd/go.sum coredns/go.mod coredns/go.sum pause.c; go version; gcc --version | head -1
+	echo "$flags|${binaries[*]}"; } | sha256sum | cut -c1-16)
+root=${SOPERATOR_CACHE:-$HOME/.cache/soperator}/node/$key
+bin=$root/bin
+
+complete() { for b in "${binaries[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
+if complete; then echo "$bin"; exit 0; fi
+[ "${1:-}" != --cached ] || exit 1
+
+mkdir -p "$root"
+exec 9>"$root/.lock"
+flock 9  # a concurrent build of the same key waits, then finds the binaries
+if complete; then echo "$bin"; exit 0; fi
+
+start=$(date +%s)
+staging=$(mktemp -d "$root/.build.XXXXXX")
+trap 'rm -rf "$staging"' EXIT
+export CGO_ENABLED=0  # containerd: no cgo-only plugins (btrfs); a static binary
+jobs=${K8S_BUILD_JOBS:-2}
+version() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
+build() {  # module dir, output name, package, extra ldflags
+	echo "building $2 ($3)" >&2
+	(cd "$1" && go build -p "$jobs" -trimpath -ldflags "-s -w $4" -o "$staging/$2" "$3") >&2
+}
+cv=$(version containerd github.com/containerd/containerd/v2)
+cvf="-X github.com/containerd/containerd/v2/version.Version=$cv"
+for cmd in containerd containerd-shim-runc-v2 ctr; do
+	build containerd "$cmd" "github.com/containerd/containerd/v2/cmd/$cmd" "$cvf"
+done
+build coredns coredns github.com/coredns/coredns ""
+# The sandbox image's program: waits for a signal, reaps children. Static, so the image holds one file.
+gcc -Os -static -o "$staging/pause" pause.c >&2
+strip "$staging/pause"
+
+rm -rf "$bin"
+mv "$staging" "$bin"
+trap - EXIT
+echo "built ${binaries[*]} in $(( $(date +%s) - start ))s" >&2
+echo "$bin"
