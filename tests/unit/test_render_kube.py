@@ -382,7 +382,12 @@ def test_login_sshd_chroots_into_the_jail_with_keys_only(objects):
                        ("PubkeyAuthentication", "yes"), ("PermitRootLogin", "prohibit-password"),
                        ("X11Forwarding", "no"), ("AllowTcpForwarding", "local"), ("Port", "22")):
         assert [key, value] in settings
-    assert ["AuthorizedKeysFile", "/etc/ssh/authorized-keys/%u /mnt/jail%h/.ssh/authorized_keys"] in settings
+    # The cluster's keys through a command: the kubelet makes a ConfigMap volume's directory 0777, and StrictModes
+    # refuses any AuthorizedKeysFile below it (seen on a real node). The user's own keys are in the jail.
+    assert ["AuthorizedKeysFile", "/mnt/jail%h/.ssh/authorized_keys"] in settings
+    assert ["AuthorizedKeysCommand", "/usr/bin/cat /etc/ssh/authorized-keys/%u"] in settings
+    assert ["AuthorizedKeysCommandUser", "nobody"] in settings
+    assert ["StrictModes", "yes"] in settings
     host_keys = [v for k, v in settings if k == "HostKey"]
     assert host_keys == ["%s/ssh_host_%s_key" % (c.SSH_HOST_KEY_DIR, t) for t in s.SSH_HOST_KEY_TYPES]
     # every private key sshd loads is an item of the mounted host keys Secret

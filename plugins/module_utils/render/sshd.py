@@ -32,13 +32,16 @@ def host_key_paths(key_dir):
 
 
 def render_sshd_config(chroot_dir, host_key_dir, authorized_keys_dir, port=22, listen_address=None, pid_file=None,
-                       set_env=None, strict_modes=True, use_pam=True, notes=()):
+                       set_env=None, strict_modes=True, use_pam=True, notes=(), keys_by_command=False):
     """The sshd_config text of a login node.
 
     chroot_dir: the jail as sshd sees it. host_key_dir: the directory of the host keys (host_key_paths).
     authorized_keys_dir: one file per user name with the keys the cluster grants (render_kube: the ConfigMap).
     listen_address / pid_file / set_env ({name: value}) / strict_modes / use_pam / notes (comment lines): what the
     local backend changes for a process on a shared host (see local/login.py render_login_sshd_config).
+    keys_by_command: the cluster's keys are read by AuthorizedKeysCommand (cat, as nobody) instead of
+    AuthorizedKeysFile. For a ConfigMap volume: the kubelet makes its directory mode 0777, and StrictModes refuses
+    every AuthorizedKeysFile below it ("bad ownership or modes"), while a command's input is not checked.
     """
     # Every line goes through config_syntax.sshd_line / comment: a path with a space, a quote, '#' or a '%' that sshd
     # would expand raises ConfigSyntaxError instead of writing a line sshd reads differently.
@@ -62,8 +65,15 @@ def render_sshd_config(chroot_dir, host_key_dir, authorized_keys_dir, port=22, l
         sshd_line("HostbasedAuthentication", "no"),
         sshd_line("PermitEmptyPasswords", "no"),
         sshd_line("PermitRootLogin", "prohibit-password"),
-        sshd_line("AuthorizedKeysFile", "%s/%%u" % keys_dir,
-                  "%s%%h/.ssh/authorized_keys" % ("" if jail == "/" else jail)),
+    ]
+    own_keys = "%s%%h/.ssh/authorized_keys" % ("" if jail == "/" else jail)
+    if keys_by_command:
+        lines += [sshd_line("AuthorizedKeysFile", own_keys),
+                  sshd_line("AuthorizedKeysCommand", "/usr/bin/cat", "%s/%%u" % keys_dir),
+                  sshd_line("AuthorizedKeysCommandUser", "nobody")]
+    else:
+        lines.append(sshd_line("AuthorizedKeysFile", "%s/%%u" % keys_dir, own_keys))
+    lines += [
         sshd_line("StrictModes", "yes" if strict_modes else "no"),
         # PAM does account and session management only (no password is ever asked). Without it sshd refuses
         # accounts whose password is locked (`!` in shadow), which is what `useradd` gives a key-only user.

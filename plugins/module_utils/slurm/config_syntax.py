@@ -32,7 +32,7 @@ _CONFIG_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _SSHD_KEYWORD = re.compile(r"[A-Za-z][A-Za-z0-9]*\Z")
 # sshd_config tokens that sshd expands itself in the keywords that take them (sshd_config(5), TOKENS).
 _SSHD_TOKEN = re.compile(r"%[%hu]")
-_SSHD_EXPANDS = ("authorizedkeysfile", "chrootdirectory")
+_SSHD_EXPANDS = ("authorizedkeysfile", "authorizedkeyscommand", "chrootdirectory")
 
 
 class ConfigSyntaxError(ValueError):
@@ -122,7 +122,7 @@ def plugstack_line(kind, plugin, args=()):
 
 def sshd_line(keyword, *args):
     """`Keyword arg...` of sshd_config. `%` is refused, except sshd's own %%, %h and %u in the keywords that expand
-    them (AuthorizedKeysFile, ChrootDirectory); callers pass literal paths through sshd_literal first."""
+    them (AuthorizedKeysFile, AuthorizedKeysCommand, ChrootDirectory); callers pass literal paths through sshd_literal first."""
     if not _SSHD_KEYWORD.match(keyword or ""):
         raise ConfigSyntaxError("sshd_config: %r is not a keyword" % (keyword,))
     if not args:
