@@ -417,6 +417,14 @@ def _swap(jail, jail_fd, rootfs):
     _discard(jail, jail_fd, trash)
 
 
+def _own_root(jail_fd):
+    """The jail is its users' `/`: root's and 0755, as sshd's ChrootDirectory demands ("bad ownership or modes").
+    Volume provisioners often hand out a world-writable directory (local-path, many NFS ones: 0777)."""
+    if os.geteuid() == 0:
+        os.fchown(jail_fd, 0, 0)
+    os.fchmod(jail_fd, 0o755)
+
+
 def populate(jail, source_path, overwrite="never", check_mode=False, run=_run_subprocess, label=None,
              oci_tag=None):
     """Populate `jail` from `source_path` under the overwrite rule. -> dict(action, changed, message, sentinel,
@@ -456,6 +464,7 @@ def populate(jail, source_path, overwrite="never", check_mode=False, run=_run_su
         try:
             rootfs, result["skipped_entries"] = fill(jail, jail_fd, staging, source, run)
             _swap(jail, jail_fd, rootfs)
+            _own_root(jail_fd)
             record = new_sentinel(source, overwrite, utc_now())
             _write_sentinel(jail_fd, record)
         finally:
