@@ -509,21 +509,23 @@ def _controller(model):
                                                  ctl.spool_storage_class_name)])
 
 
-def _wait_for_jail(model, image):
+def _wait_for_jail(model, image, guaranteed):
     """Init container of login and worker pods: waits until the jail is populated (node/jail.py settled), so their
     mounts below it are made in a populated jail - in an empty one they made the populate Job refuse it (wait=false).
-    Requests equal to limits: a worker pod stays in the Guaranteed QoS class."""
+    In a worker (guaranteed), requests equal to limits keep the pod in the Guaranteed QoS class; the login pod's
+    gets none, so the wait adds nothing to what the login pod asks of its node."""
     small = {"cpu": "100m", "memory": "64Mi"}
     return _container(model, "wait-for-jail", image, command=["python3", c.NODE_JAIL_PROGRAM],
                       args=["wait", "--jail", c.JAIL_MOUNT], mounts=[_mount("jail", c.JAIL_MOUNT, True)],
-                      resources={"requests": dict(small), "limits": dict(small)},
+                      resources={"requests": dict(small), "limits": dict(small)} if guaranteed else None,
                       security={"allowPrivilegeEscalation": False})
 
 
 def login_sshd_config():
     """The login pods' sshd_config (the same renderer as the local backend's login): chroot into the jail mount,
     host keys from the SSH host keys Secret, root's keys from the authorized-keys ConfigMap."""
-    return render_sshd_config(c.JAIL_MOUNT, c.SSH_HOST_KEY_DIR, SSH_AUTHORIZED_KEYS_DIR, port=SSH_PORT)
+    return render_sshd_config(c.JAIL_MOUNT, c.SSH_HOST_KEY_DIR, SSH_AUTHORIZED_KEYS_DIR, port=SSH_PORT,
+                              keys_by_command=True)
 
 
 def _login(model):
@@ -564,7 +566,7 @@ def _login(model):
         # sshd's ChrootDirectory puts every session into the jail.
         security={"capabilities": {"add": ["SYS_CHROOT"]}}, probe_port="ssh")
     pod = _pod_spec(model, LOGIN, [container], volumes, scheduling=login.scheduling,
-                    initContainers=[_wait_for_jail(model, model.images.login)])
+                    initContainers=[_wait_for_jail(model, model.images.login, False)])
     # sshd reads its config only when it starts: a changed config rolls the login pods (sessions end).
     digest = hashlib.sha256(login_sshd_config().encode("utf-8")).hexdigest()[:16]
     return _stateful_set(model, login_name(model), LOGIN, login_headless_name(model), login.replicas, pod,
@@ -592,7 +594,7 @@ def _worker(model, node_set):
         # replaced by remediation instead.
         probe_port="slurmd", liveness=False)
     pod = _pod_spec(model, WORKER, [container], volumes, scheduling=node_set.scheduling,
-                    initContainers=[_wait_for_jail(model, node_set.image)])
+                    initContainers=[_wait_for_jail(model, node_set.image, True)])
     return _stateful_set(model, node_set.name, WORKER, model.worker_service, node_set.replicas, pod,
                          node_set=node_set.name, on_delete=True, parallel=True)
 
