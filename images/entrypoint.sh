@@ -49,6 +49,28 @@ slurm_dirs() {
     install -d -o slurm -g slurm -m 0755 /run/slurm /var/log/slurm
 }
 
+# A recreated worker pod has a new IP, and slurmctld keeps the address it first resolved for the node's name
+# (seen on a real node: jobs on a recreated cpu-0 hung until "not responding"). Before slurmd starts, tell
+# slurmctld this pod's address (POD_IP, from the downward API), as root with the cluster's munge key. Bounded: when
+# slurmctld cannot be reached (it is starting, it will resolve the name afresh), slurmd starts anyway.
+announce_address() {
+    local node="" prev="" arg deadline
+    for arg in "$@"; do
+        [ "$prev" = "-N" ] && node=$arg
+        prev=$arg
+    done
+    [ -n "$node" ] && [ -n "${POD_IP:-}" ] || return 0
+    deadline=$((SECONDS + ${SLURMD_ANNOUNCE_SECONDS:-60}))
+    until scontrol update NodeName="$node" NodeAddr="$POD_IP" NodeHostname="$node" 2>/dev/null; do
+        if [ $SECONDS -ge $deadline ]; then
+            log "could not tell slurmctld that $node is at $POD_IP; starting slurmd anyway"
+            return 0
+        fi
+        sleep 2
+    done
+    log "told slurmctld that $node is at $POD_IP"
+}
+
 # slurmdbd.conf = the ConfigMap's template + StoragePass from the Secret, mode 0600, owned by SlurmUser (slurmdbd
 # refuses anything else). Then wait (bounded) until the database accepts connections: slurmdbd exits when it
 # cannot reach it at start.
@@ -147,6 +169,7 @@ case $(basename -- "$1") in
         slurm_dirs
         install -d -m 0755 /var/spool/slurmd
         keep_resolv_conf_shared
+        announce_address "$@"
         exec "$@"
         ;;
     sshd)

@@ -584,7 +584,10 @@ def _worker(model, node_set):
     container = _container(
         model, "slurmd", node_set.image, ports=[("slurmd", c.SLURMD_PORT)],
         args=["slurmd", "-D", "-N", "$(%s)" % ENV_POD_NAME],
-        env=[{"name": ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        # POD_IP: the entrypoint tells slurmctld the pod's address before slurmd starts (a recreated pod has a
+        # new one; slurmctld keeps the first it resolved).
+        env=[{"name": ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         mounts=mounts, resources={"requests": resources, "limits": dict(resources)},
         # Privileged: slurmd creates a cgroup per job (the runtime mounts cgroupfs read-only otherwise), the chroot
         # SPANK plugin unshares a mount namespace and bind-mounts /proc, /sys and /dev into the jail, and job steps
