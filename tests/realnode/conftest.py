@@ -1,0 +1,56 @@
+"""The real-node suite: the cluster of `site.yml` in real pods (tools/k8s/node.py: kubelet, containerd, kube-proxy,
+CoreDNS) with the images of `make images`, on a control plane of its own in a temporary directory.
+
+Needs root, `make k8s-build` (the control plane, kubelet, kube-proxy and the node's containerd and CoreDNS) and
+`make images`; CI has them all, so a skip here fails under CI=true. The real node is one per machine: the suite
+fails (does not wait) when another real node runs here.
+"""
+import importlib.util
+import os
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location("soperator_k8s_cluster_realnode",
+                                               os.path.join(ROOT, "tools", "k8s", "cluster.py"))
+k8s_cluster = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(k8s_cluster)
+
+
+def _node_bin():
+    out = subprocess.run([os.path.join(ROOT, "tools", "node", "build.sh"), "--cached"], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, timeout=60, check=False)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+class Node:
+    def __init__(self, info, bin_dir):
+        self.info, self.kubeconfig = info, info["kubeconfig"]
+        self.kubectl_path = os.path.join(bin_dir, "kubectl")
+
+    def kubectl(self, *args, check=True, timeout=120):
+        proc = subprocess.run([self.kubectl_path, "--kubeconfig", self.kubeconfig] + list(args),
+                              capture_output=True, text=True, timeout=timeout, check=False)
+        if check:
+            assert proc.returncode == 0, "kubectl %s: rc %d\n%s%s" % (
+                " ".join(args), proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+        return proc
+
+
+@pytest.fixture(scope="session")
+def real_node(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("a real node needs root")
+    bin_dir = k8s_cluster.cached_bin()
+    if not bin_dir or not _node_bin():
+        pytest.skip("the control plane or the node's binaries are not built (make k8s-build)")
+    if not k8s_cluster.real_node.default_images():
+        pytest.skip("no images of the default tag in podman's storage (make images)")
+    # Short: containerd's socket paths below it must fit a unix socket's 108 bytes.
+    state = str(tmp_path_factory.mktemp("rn"))
+    try:
+        info = k8s_cluster.up(state, bin_dir, timeout=180, node="real")
+        yield Node(info, bin_dir)
+    finally:
+        k8s_cluster.down(state)
