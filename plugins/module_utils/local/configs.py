@@ -122,7 +122,6 @@ def local_target(model, state_dir, base_port, user=None, db_password=None, have_
         node_ports=node_ports(model, base_port),
         extra_communication_parameters=("NoInAddrAny", "NoCtldInAddrAny"),
         slurmd_parameters=("config_overrides",),
-        slurmctld_parameters=(),  # fixed loopback addresses: nothing to take from a registration
         single_controller=True,
         accounting_host=LOCAL_HOST,
         accounting_port=base_port + DBD_OFFSET,

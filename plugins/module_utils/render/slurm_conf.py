@@ -191,9 +191,6 @@ def _slurm_sections(model, target):
     ]
     if target.slurmd_parameters:
         daemons.append(("SlurmdParameters", ",".join(target.slurmd_parameters), None))
-    if target.slurmctld_parameters:
-        daemons.append(("SlurmctldParameters", ",".join(target.slurmctld_parameters),
-                        "Nodes get the address they register from (a recreated pod has a new IP)."))
     sections = [
         ("Cluster and daemons", daemons),
         ("State, spool, pid and log files", [
@@ -280,8 +277,6 @@ def _slurm_setting_for(target):
             return _merged(text, target.extra_communication_parameters), None
         if low == "slurmdparameters" and target.slurmd_parameters:
             return _merged(text, target.slurmd_parameters), None
-        if low == "slurmctldparameters" and target.slurmctld_parameters:
-            return _merged(text, target.slurmctld_parameters), None
         if low in ("controladdr", "backupcontroller", "backupaddr") and target.single_controller:
             return None, why + "one slurmctld, no backup"
         if low == "proctracktype" and target.proctrack and "cgroup" in text:

@@ -47,10 +47,6 @@ class SlurmTarget:
     node_ports: Optional[Dict[str, int]] = None    # {node: slurmd port}; pods: all on SlurmdPort
     extra_communication_parameters: Tuple[str, ...] = ()
     slurmd_parameters: Tuple[str, ...] = ()
-    # Pods: a recreated worker pod registers from a new IP; cloud_reg_addrs makes slurmctld take the address a
-    # (State=FUTURE) node registers from, instead of the first one it resolved (seen on a real node: srun to a
-    # recreated cpu-0 hung until "not responding").
-    slurmctld_parameters: Tuple[str, ...] = ("cloud_reg_addrs",)
     single_controller: bool = False                # no backup controller or ControlAddr from spec.slurmConfig
     accounting_host: Optional[str] = None          # slurmdbd as slurmctld reaches it (AccountingStorageHost)
     accounting_port: Optional[int] = None
