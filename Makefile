@@ -79,12 +79,16 @@ spank:
 # A real Kubernetes control plane (tools/k8s): etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 # with fake Nodes on loopback, built from the Go module proxy into ~/.cache/soperator/k8s (a second build is a no-op).
 # k8s-up writes $(K8S_STATE)/kubeconfig and $(K8S_STATE)/audit.log; k8s-down stops only what k8s-up started.
+# NODE=real: one real node instead (tools/k8s/node.py: kubelet, kube-proxy, containerd, CoreDNS, the bridge CNI, a
+# hostPath provisioner), with the images of `make images` imported; needs root, runc and containernetworking-plugins.
 K8S_STATE ?= build/k8s
+NODE ?= kwok
 k8s-build:
 	tools/k8s/build.sh
+	tools/node/build.sh
 
 k8s-up: k8s-build
-	$(PYTHON) tools/k8s/cluster.py up --state $(K8S_STATE)
+	$(PYTHON) tools/k8s/cluster.py up --state $(K8S_STATE) --node $(NODE)
 
 k8s-down:
 	$(PYTHON) tools/k8s/cluster.py down --state $(K8S_STATE)
@@ -96,7 +100,7 @@ k8s-down:
 # keyed by its inputs: a second `make images` rebuilds nothing. images-smoke runs them as a Slurm cluster with
 # podman from the rendered manifests of $(IMAGES_SPEC) with accounting (images/smoke.py). images-save writes OCI
 # archives.
-IMAGES_APT_PACKAGES := podman buildah runc mmdebstrap uidmap netavark aardvark-dns openssh-client
+IMAGES_APT_PACKAGES := podman buildah runc mmdebstrap uidmap netavark aardvark-dns openssh-client containernetworking-plugins
 IMAGES_SPEC ?= examples/small-cpu.yml
 IMAGES_ENV = SUITE=$(SUITE) REGISTRY=$(REGISTRY) TAG=$(TAG)
 .PHONY: images-deps images images-save images-smoke images-check-configs jail
