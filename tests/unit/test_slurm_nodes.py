@@ -595,3 +595,38 @@ def test_connection_args_share_kubernetes_core_auth():
     assert runner.describe()["pod"] == "demo-controller-0" and runner.retries == 1 and runner.timeout == 9
     local = slurm_args.runner_from_params({"transport": "local", "slurm_conf": "/x/slurm.conf"})
     assert local.describe() == {"transport": "local", "slurm_conf": "/x/slurm.conf"}
+
+
+# Slurm 26.05 (the images'), as its slurmctld printed them on the real node: sinfo --json lists groups of nodes,
+# scontrol show nodes --json the per-node records (numbers as {set, infinite, number}).
+GROUPED_SINFO = {"sinfo": [{"node": {"state": ["IDLE"]}, "nodes": {"nodes": ["cpu-0", "cpu-1"], "total": 2}}],
+                 "meta": {}, "errors": [], "warnings": []}
+
+
+def _scontrol_node(name, state, reason=""):
+    return {"name": name, "state": state, "cpus": 1, "alloc_cpus": 0, "real_memory": 1024, "alloc_memory": 0,
+            "partitions": ["main"], "reason": reason, "reason_set_by_user": "", "features": [], "gres": "",
+            "reason_changed_at": {"set": True, "infinite": False, "number": 0}, "address": name, "hostname": name,
+            "slurmd_start_time": {"set": True, "infinite": False, "number": 1795541647}}
+
+
+def test_read_sinfo_takes_scontrols_nodes_where_sinfo_lists_groups():
+    nodes = {"nodes": [_scontrol_node("cpu-0", ["IDLE"]),
+                       _scontrol_node("cpu-1", ["IDLE", "DRAIN"], "soperator: health_check: x")],
+             "last_update": {}, "meta": {}, "errors": [], "warnings": []}
+    t = Scripted([(0, json.dumps(GROUPED_SINFO), ""), (0, json.dumps(nodes), ""), (0, json.dumps(nodes), "")])
+    runner = SlurmRunner(t, retries=0)
+    first = sn.read_sinfo(runner)
+    assert list(first) == ["cpu-0", "cpu-1"]
+    assert first["cpu-1"].flags == ("DRAIN",) and first["cpu-1"].reason == "soperator: health_check: x"
+    assert first["cpu-0"].cpus == 1 and first["cpu-0"].slurmd_start_time == 1795541647
+    # The runner remembers: the next read asks scontrol only.
+    assert list(sn.read_sinfo(runner)) == ["cpu-0", "cpu-1"]
+    assert runner.commands == [format_command(sn.SINFO_JSON), format_command(sn.SCONTROL_NODES_JSON),
+                               format_command(sn.SCONTROL_NODES_JSON)]
+
+
+def test_a_json_without_nodes_or_groups_is_still_an_error():
+    t = Scripted([(0, json.dumps({"meta": {}, "errors": []}), "")])
+    with pytest.raises(SlurmOutputError, match="no 'nodes' list"):
+        sn.read_sinfo(SlurmRunner(t, retries=0))

@@ -180,8 +180,14 @@ class SinfoReportedErrors(SlurmOutputError):
     """sinfo --json exits 0 and lists errors (and no nodes) when slurmctld does not answer: never 'no nodes'."""
 
 
+class SinfoGroupedOutput(SlurmOutputError):
+    """sinfo --json of Slurm 23.02 and later lists groups of nodes ('sinfo'), not nodes: the same per-node records
+    come from ``scontrol show nodes --json`` there."""
+
+
 def parse_sinfo_json(text):
-    """``sinfo --json`` output -> list of NodeRecord (one per node, in sinfo's order). Raises SlurmOutputError."""
+    """``sinfo --json`` (22.05) or ``scontrol show nodes --json`` output -> list of NodeRecord (one per node, in
+    Slurm's order). Raises SlurmOutputError; SinfoGroupedOutput for a newer sinfo's groups."""
     try:
         doc = json.loads(text)
     except ValueError as e:
@@ -200,6 +206,8 @@ def parse_sinfo_json(text):
                 texts.append(str(err))
         raise SinfoReportedErrors("sinfo --json reported errors: %s" % "; ".join(texts))
     nodes = doc.get("nodes")
+    if not isinstance(nodes, list) and isinstance(doc.get("sinfo"), list):
+        raise SinfoGroupedOutput("sinfo --json lists groups of nodes ('sinfo'), not nodes")
     if not isinstance(nodes, list):
         raise SlurmOutputError("sinfo --json: no 'nodes' list in the output")
     records, seen = [], set()

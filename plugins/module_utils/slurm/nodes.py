@@ -31,7 +31,8 @@ from typing import Optional
 
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.node_records import (  # noqa: F401 (NodeRecord...)
-    HOLD_FLAGS, NodeRecord, SinfoReportedErrors, parse_scontrol_nodes, parse_sinfo_json, parse_squeue_nodes)
+    HOLD_FLAGS, NodeRecord, SinfoGroupedOutput, SinfoReportedErrors, parse_scontrol_nodes, parse_sinfo_json,
+    parse_squeue_nodes)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     SlurmCommandError, SlurmError, SlurmOutputError, TransientError, format_command)
 from ansible_collections.soperator.slurm.plugins.module_utils.wait import wait_until
@@ -42,6 +43,8 @@ SCALE_DOWN_REASON = "scale-down"
 STATES = ("drained", "resumed", "undrained")
 
 SINFO_JSON = ("sinfo", "--json")
+# Slurm >= 23.02: sinfo --json lists groups of nodes; scontrol's JSON has the per-node records 22.05's sinfo had.
+SCONTROL_NODES_JSON = ("scontrol", "show", "nodes", "--json")
 SCONTROL_FUTURE = ("scontrol", "--oneliner", "--future", "show", "node")
 # CONFIGURING: a job whose nodes are booting holds them already; a node under it is not idle.
 SQUEUE_NODES = ("squeue", "--noheader", "--all", "--states=RUNNING,COMPLETING,SUSPENDED,CONFIGURING", "--format=%N")
@@ -100,8 +103,15 @@ def _parse_sinfo_result(result):
 
 
 def read_sinfo(runner):
-    """One ``sinfo --json``: every node sinfo shows, by name (in sinfo's order)."""
-    _result, records = runner.run(SINFO_JSON, parse=_parse_sinfo_result, check=False)
+    """Every node sinfo shows (FUTURE nodes hidden), by name, in Slurm's order: one ``sinfo --json`` (22.05), or one
+    ``scontrol show nodes --json`` where sinfo's JSON lists groups of nodes (23.02+); the runner remembers which."""
+    if not getattr(runner, "nodes_by_scontrol", False):
+        try:
+            _result, records = runner.run(SINFO_JSON, parse=_parse_sinfo_result, check=False)
+            return dict((r.name, r) for r in records)
+        except SinfoGroupedOutput:
+            runner.nodes_by_scontrol = True
+    _result, records = runner.run(SCONTROL_NODES_JSON, parse=_parse_sinfo_result, check=False)
     return dict((r.name, r) for r in records)
 
 

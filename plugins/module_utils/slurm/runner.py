@@ -275,6 +275,7 @@ class SlurmRunner(object):
         self.timeout = timeout
         self.sleep = sleep
         self.history = []          # CommandResult of every command run, in order
+        self.nodes_by_scontrol = False  # nodes.read_sinfo: this Slurm's sinfo --json lists groups, not nodes
 
     @property
     def commands(self):
