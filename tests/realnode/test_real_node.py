@@ -114,3 +114,126 @@ def test_small_cpu_runs_jobs_in_real_pods(real_node, tmp_path):
     _wait("no pod left", lambda: (not _pods(real_node), None), timeout=180)
     claims = json.loads(real_node.kubectl("-n", NS, "get", "pvc", "-o", "json").stdout)["items"]
     assert {c["metadata"]["name"] for c in claims} >= {"small-jail", "spool-small-controller-0"}
+
+
+FULL = """
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: SlurmCluster
+metadata: {name: acct, namespace: hpc}
+spec:
+  jail: {volume: {size: 20Gi}}
+  login: {replicas: 1, service: {type: ClusterIP}}
+  accounting: {enabled: true}
+  images: {mariadb: "%(mariadb)s"}
+  healthChecks:
+    passive:
+      interval: 15
+      custom:
+        - name: fault-file
+          command: test ! -e /tmp/soperator-fault
+          timeoutSeconds: 3
+  remediation:
+    schedule: "* * * * *"
+---
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: NodeSet
+metadata: {name: cpu, namespace: hpc}
+spec:
+  clusterName: acct
+  replicas: 1
+  maxReplicas: 4
+  resources: {cpu: "1", memory: 1Gi}
+"""
+
+
+def _sa_kubeconfig(node, tmp_path):
+    """A kubeconfig of the remediation ServiceAccount's own token (TokenRequest)."""
+    token = node.kubectl("-n", "hpc", "create", "token", "acct-remediation", "--duration=1h").stdout.strip()
+    with open(node.kubeconfig) as f:
+        config = json.load(f)
+    config["users"] = [{"name": "remediation", "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = "remediation"
+    path = tmp_path / "remediation.kubeconfig"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def _pod(node, name, namespace="hpc"):
+    proc = node.kubectl("-n", namespace, "get", "pod", name, "-o", "json", check=False)
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def _hpc_exec(node, pod, *argv, container=None):
+    extra = ["-c", container] if container else []
+    return node.kubectl("-n", "hpc", "exec", pod, *extra, "--", "timeout", "80", *argv, check=False, timeout=90)
+
+
+def _sinfo(node):
+    out = _hpc_exec(node, "acct-controller-0", "sinfo", "-h", "-N", "-o", "%N|%t|%E").stdout
+    return dict((line.split("|")[0], line.split("|")[1:]) for line in out.splitlines() if "|" in line)
+
+
+def test_accounting_scaling_and_remediation_in_real_pods(real_node, tmp_path):
+    """Accounting with the in-cluster database; kubectl scale up, converged by the remediation CronJob (the real
+    CronJob controller, the runner image, its ServiceAccount) without restarting slurmctld; scale down with a job
+    on the removed node (remediate.yml with the ServiceAccount's token) waits for the job; a passive health check
+    drains a worker and the CronJob replaces, re-checks and resumes it."""
+    registry_tag = next(r for r in real_node.info["real_node"]["images"] if "/controller:" in r)
+    mariadb = registry_tag.replace("/controller:", "/mariadb:")
+    spec = tmp_path / "acct.yml"
+    spec.write_text(FULL % {"mariadb": mariadb})
+    ansible_run.playbook("site.yml", "-e", "spec_file=%s" % spec, "-e", "kubeconfig=" + real_node.kubeconfig,
+                         timeout=900)
+    kc = real_node.kubectl
+    kc("-n", "hpc", "patch", "cronjob", "acct-remediation", "-p", '{"spec":{"suspend":true}}')
+
+    # Accounting: sacct in the login pod lists a job.
+    out = _hpc_exec(real_node, "acct-login-0", "srun", "-N1", "hostname", container="sshd")
+    assert out.returncode == 0 and out.stdout.split() == ["cpu-0"], out.stdout + out.stderr
+    acct = _wait("sacct to list the job", lambda: (lambda o: ("COMPLETED" in o, o))(_hpc_exec(
+        real_node, "acct-login-0", "sacct", "-X", "-n", "-o", "JobName,State", container="sshd").stdout))
+    assert "hostname" in acct[1]
+
+    # Scale up through the scale subresource; the CronJob converges to it.
+    started = _pod(real_node, "acct-controller-0")["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    kc("-n", "hpc", "scale", "nodeset", "cpu", "--replicas=2")
+    kc("-n", "hpc", "patch", "cronjob", "acct-remediation", "-p", '{"spec":{"suspend":false}}')
+    _wait("cpu-1 idle after the CronJob's pass", lambda: (_sinfo(real_node).get("cpu-1", [""])[0] == "idle",
+                                                          _sinfo(real_node)), timeout=300)
+    kc("-n", "hpc", "patch", "cronjob", "acct-remediation", "-p", '{"spec":{"suspend":true}}')
+    controller = _pod(real_node, "acct-controller-0")["status"]["containerStatuses"][0]
+    assert controller["state"]["running"]["startedAt"] == started and controller["restartCount"] == 0
+
+    # Scale down while a job runs on cpu-1: remediate.yml (as the ServiceAccount) drains it, waits for the job, then
+    # removes the node from Slurm and its pod.
+    job = _hpc_exec(real_node, "acct-login-0", "sbatch", "--parsable", "-w", "cpu-1", "--wrap", "sleep 30",
+                    container="sshd").stdout.strip()
+    _wait("the job running on cpu-1", lambda: (lambda s: (s.get("cpu-1", [""])[0] in ("alloc", "mix"), s))(
+        _sinfo(real_node)))
+    kc("-n", "hpc", "scale", "nodeset", "cpu", "--replicas=1")
+    ansible_run.playbook("remediate.yml", "-e", "cluster=acct", "-e", "slurm_namespace=hpc",
+                         "-e", "kubeconfig=" + _sa_kubeconfig(real_node, tmp_path), timeout=600)
+    state = _hpc_exec(real_node, "acct-login-0", "sacct", "-X", "-n", "-j", job, "-o", "State",
+                      container="sshd").stdout.split()
+    assert state == ["COMPLETED"], state
+    assert _pod(real_node, "cpu-1") is None or _pod(real_node, "cpu-1")["metadata"].get("deletionTimestamp")
+    assert "cpu-1" not in _sinfo(real_node)
+
+    # A passive health check fails in cpu-0: it is drained with our prefix; the CronJob replaces the pod (the fault
+    # file lives in the old container), re-checks and resumes it.
+    old = _pod(real_node, "cpu-0")["metadata"]["uid"]
+    _hpc_exec(real_node, "cpu-0", "touch", "/tmp/soperator-fault", container="slurmd")
+    _wait("cpu-0 drained by the health check", lambda: (lambda s: (
+        s.get("cpu-0", ["", ""])[1].startswith("soperator: health"), s))(_sinfo(real_node)), timeout=120)
+    kc("-n", "hpc", "patch", "cronjob", "acct-remediation", "-p", '{"spec":{"suspend":false}}')
+    _wait("cpu-0 replaced and resumed", lambda: (lambda p, s: (
+        p is not None and p["metadata"]["uid"] != old and s.get("cpu-0") == ["idle", "none"], s))(
+        _pod(real_node, "cpu-0"), _sinfo(real_node)), timeout=420)
+
+    # ... and its record (written when the pass ends) counts each step.
+    def record():
+        data = kc("-n", "hpc", "get", "configmap", "acct-remediation-status", "-o",
+                  "jsonpath={.data.remediation\\.json}").stdout
+        steps = json.loads(data)["actions"] if data else {}
+        return all(steps.get(step, {}).get("success", 0) >= 1 for step in ("replace", "recheck", "resume")), steps
+    _wait("the remediation record of the pass", record, timeout=120)
