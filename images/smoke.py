@@ -240,6 +240,8 @@ class Cluster(object):
                 env[e["name"]] = e["value"]
             elif "fieldRef" in e.get("valueFrom", {}):
                 field = e["valueFrom"]["fieldRef"]["fieldPath"]
+                if field == "status.podIP":
+                    continue    # unknown before podman starts it; without it the worker announces no address
                 env[e["name"]] = {"metadata.name": pod, "metadata.namespace": namespace}[field]
             elif "secretKeyRef" in e.get("valueFrom", {}):
                 ref = e["valueFrom"]["secretKeyRef"]
