@@ -457,7 +457,7 @@ def _up(state, pki, records, bin_dir, nodes, timeout, started, host, real):  # p
     ctx = _tls(pki)
     apiserver = _start_with_retry(state, records, "kube-apiserver", _Argv(1, lambda port: [
         binary("kube-apiserver"), "--etcd-servers=http://127.0.0.1:%d" % etcd[0],
-        "--bind-address=" + host, "--advertise-address=" + host, "--secure-port=%d" % port,
+        "--bind-address=" + host, "--secure-port=%d" % port,
         "--tls-cert-file=" + p("apiserver.crt"), "--tls-private-key-file=" + p("apiserver.key"),
         "--cert-dir=" + os.path.join(state, "pki"),
         "--client-ca-file=" + p("ca.crt"), "--authorization-mode=Node,RBAC", "--allow-privileged=true",
@@ -467,7 +467,9 @@ def _up(state, pki, records, bin_dir, nodes, timeout, started, host, real):  # p
         "--audit-policy-file=" + os.path.join(state, "audit-policy.yaml"),
         "--audit-log-path=" + os.path.join(state, "audit.log"), "--audit-log-mode=blocking",
         "--audit-log-maxbackup=0", "--audit-log-maxsize=0",
-    ] + ([  # exec, logs and port-forward reach the kubelet with this certificate
+    ] + ([  # pods reach the API server (the `kubernetes` Service) at the node's address, not loopback
+        "--advertise-address=" + host,
+        # exec, logs and port-forward reach the kubelet with this certificate
         "--kubelet-client-certificate=" + p("apiserver-kubelet-client.crt"),
         "--kubelet-client-key=" + p("apiserver-kubelet-client.key"),
         "--kubelet-certificate-authority=" + p("ca.crt"), "--kubelet-preferred-address-types=InternalIP",
