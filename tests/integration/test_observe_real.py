@@ -1,9 +1,12 @@
 """spec.observability against a real API server: the exporter's Deployment, Service, ServiceAccount, Role and
 RoleBinding and the dashboards ConfigMap apply; the scheduler places the exporter's pod (kwok runs it); a re-run
 changes nothing; the exporter's ServiceAccount may exec into the controller pod and nothing else; switching the
-exporter off prunes every one of them. The prometheus-operator's kinds are not served here: their objects are
-tested as rendered (tests/unit/test_render_observe.py)."""
+exporter off prunes every one of them. With the prometheus-operator's own CRDs installed (tools/k8s/build.sh takes
+them from its Go module), the ServiceMonitors and the PrometheusRule apply: the real server validates them against
+the operator's schemas."""
 import copy
+import glob
+import os
 import time
 
 import pytest
@@ -72,3 +75,43 @@ def test_the_exporter_applies_runs_and_is_pruned(observed, kubeconfig, real_clus
     pruned = run(off, kubeconfig, reconfigure=False)
     gone = set((o["kind"], o["name"]) for o in pruned["objects"] if o["action"] == "pruned")
     assert OBSERVED <= gone, gone
+
+
+def test_service_monitors_and_rules_apply_to_the_operators_crds(observed, kubeconfig, real_cluster, volumes):
+    from kubernetes import client, config
+    bin_dir = os.path.dirname(real_cluster.kubectl("version", "--client", "-o", "json", check=False).args[0])
+    crds = sorted(glob.glob(os.path.join(bin_dir, "prometheus-operator-crds", "*.yaml")))
+    assert len(crds) == 3, "tools/k8s/build.sh copies the ServiceMonitor, PodMonitor and PrometheusRule CRDs"
+    for path in crds:      # cluster-wide and kept: another run's objects may use them
+        real_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", path)
+    deadline = time.monotonic() + 60
+    for crd in ("servicemonitors", "podmonitors", "prometheusrules"):
+        # (kubectl wait fails at once while a new CRD has no conditions yet)
+        while real_cluster.kubectl("get", "crd", crd + ".monitoring.coreos.com", "-o",
+                                   'jsonpath={.status.conditions[?(@.type=="Established")].status}').stdout != "True":
+            assert time.monotonic() < deadline, "the %s CRD is not Established" % crd
+            time.sleep(0.5)
+    docs = observed
+    docs[0]["spec"]["observability"].update(serviceMonitor={"enabled": True, "labels": {"release": "kube-prom"}},
+                                            prometheusRule={"enabled": True})
+    namespace = docs[0]["metadata"]["namespace"]
+    volumes(namespace, CLAIMS)
+    first = run(docs, kubeconfig)
+    made = set((o["kind"], o["name"]) for o in first["objects"] if o["action"] == "created")
+    assert {"ServiceMonitor", "PrometheusRule"} <= set(kind for kind, dummy in made), made
+    second = run(docs, kubeconfig)
+    assert not second["changed"] and second["requests"]["writes"] == 0, [
+        (o["kind"], o["name"], o["action"]) for o in second["objects"] if o["action"] != "unchanged"]
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        custom = client.CustomObjectsApi(api)
+        rules = custom.list_namespaced_custom_object("monitoring.coreos.com", "v1", namespace, "prometheusrules")
+        alerts = [r["alert"] for rule in rules["items"] for g in rule["spec"]["groups"] for r in g["rules"]
+                  if "alert" in r]
+        assert "SlurmRemediationFailing" in alerts and len(alerts) >= 8, alerts
+        monitors = custom.list_namespaced_custom_object("monitoring.coreos.com", "v1", namespace, "servicemonitors")
+        assert monitors["items"] and all(m["metadata"]["labels"].get("release") == "kube-prom"
+                                         for m in monitors["items"]), monitors["items"]
+    finally:
+        api.close()

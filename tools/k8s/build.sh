@@ -20,6 +20,10 @@ done
 kwokv="-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$K8S_VERSION"
 flags="CGO_ENABLED=0 -trimpath -ldflags=-s -w"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok)
+# The prometheus-operator's CRDs of the kinds spec.observability renders (ServiceMonitor, PodMonitor, PrometheusRule),
+# from its Go module (the proxy serves it): the real API server then validates our objects against its schemas.
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
+prometheus_crds=(servicemonitors podmonitors prometheusrules)
 # kwok does nothing without Stages (kwokctl embeds its defaults; kwok does not): the node and pod lifecycles of
 # kwok's own release, copied from the module beside the binaries, for cluster.py to pass in --config.
 stages=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
@@ -27,7 +31,8 @@ stages=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-
 	pod/general/pod-init-container-completed.yaml pod/general/pod-ready.yaml pod/general/pod-complete.yaml
 	pod/general/pod-delete.yaml)
 
-key=$( { cat versions.env go.mod go.sum; go version; echo "$flags|$kv|$kwokv|${binaries[*]}|${stages[*]}"; } |
+key=$( { cat versions.env go.mod go.sum; go version
+	echo "$flags|$kv|$kwokv|${binaries[*]}|${stages[*]}|$PROMETHEUS_OPERATOR_VERSION|${prometheus_crds[*]}"; } |
 	sha256sum | cut -c1-16)
 root=${SOPERATOR_CACHE:-$HOME/.cache/soperator}/k8s/$key
 bin=$root/bin
@@ -35,6 +40,7 @@ bin=$root/bin
 complete() {
 	for b in "${binaries[@]}"; do [ -x "$bin/$b" ] || return 1; done
 	for s in "${stages[@]}"; do [ -f "$bin/kwok-stages/${s//\//-}" ] || return 1; done
+	for c in "${prometheus_crds[@]}"; do [ -f "$bin/prometheus-operator-crds/$c.yaml" ] || return 1; done
 }
 if complete; then echo "$bin"; exit 0; fi
 [ "${1:-}" != --cached ] || exit 1
@@ -61,6 +67,13 @@ build kwok sigs.k8s.io/kwok/cmd/kwok "$kwokv"
 kwok_dir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
 mkdir "$staging/kwok-stages"
 for s in "${stages[@]}"; do cp "$kwok_dir/kustomize/stage/$s" "$staging/kwok-stages/${s//\//-}"; done
+
+po_dir=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" |
+	python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+mkdir "$staging/prometheus-operator-crds"
+for c in "${prometheus_crds[@]}"; do
+	cp "$po_dir/example/prometheus-operator-crd/monitoring.coreos.com_$c.yaml" "$staging/prometheus-operator-crds/$c.yaml"
+done
 
 rm -rf "$bin"
 mv "$staging" "$bin"
