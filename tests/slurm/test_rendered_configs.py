@@ -80,6 +80,9 @@ def test_health_json_adaptation():
     assert (after["active"]["outputRoot"], after["active"]["outputDir"]) == ("", STATE + "/checks")
     before["passive"]["disk"]["paths"], before["passive"]["munge"]["socket"] = ["/tmp"], STATE + "/run/munge.socket"
     before["active"].update(outputRoot="", outputDir=STATE + "/checks")
+    # The checks' last results: in the jail's status directory in pods, in the state dir locally.
+    assert (before["statusDir"], after["statusDir"]) == (c.JAIL_MOUNT + "/var/lib/soperator/status", STATE + "/status")
+    before["statusDir"] = after["statusDir"]
     assert after == before                                             # nothing else changes
     with_jail = lb.local_slurm_configs(model, STATE, 20000, user="someone", db_password="secret", have_pmix=False,
                                        jail_dir="/srv/jail")
