@@ -105,8 +105,8 @@ def test_small_cpu_runs_jobs_in_real_pods(real_node, tmp_path):
     new_ip = next(p["status"]["podIP"] for p in _pods(real_node) if p["metadata"]["name"] == "cpu-0")
     _wait("cpu-0 idle again", lambda: _idle(real_node, ("cpu-0", "cpu-1")))
     out = _exec(real_node, "small-login-0", "srun", "-N2", "hostname", container="sshd")
-    assert out.returncode == 0 and sorted(out.stdout.split()) == ["cpu-0", "cpu-1"], (old_ip, new_ip, out.stdout,
-                                                                                    out.stderr)
+    assert out.returncode == 0 and sorted(out.stdout.split()) == ["cpu-0", "cpu-1"], (
+        old_ip, new_ip, out.stdout, out.stderr)
 
     # Teardown: no pod is left; the jail and spool volumes stay (not purged).
     ansible_run.playbook("teardown.yml", "-e", "spec_file=" + spec, "-e", "kubeconfig=" + real_node.kubeconfig,
@@ -190,8 +190,12 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, tmp_path):
     # Accounting: sacct in the login pod lists a job.
     out = _hpc_exec(real_node, "acct-login-0", "srun", "-N1", "hostname", container="sshd")
     assert out.returncode == 0 and out.stdout.split() == ["cpu-0"], out.stdout + out.stderr
-    acct = _wait("sacct to list the job", lambda: (lambda o: ("COMPLETED" in o, o))(_hpc_exec(
-        real_node, "acct-login-0", "sacct", "-X", "-n", "-o", "JobName,State", container="sshd").stdout))
+
+    def listed():
+        out = _hpc_exec(real_node, "acct-login-0", "sacct", "-X", "-n", "-o", "JobName,State",
+                        container="sshd").stdout
+        return "COMPLETED" in out, out
+    acct = _wait("sacct to list the job", listed)
     assert "hostname" in acct[1]
 
     # Scale up through the scale subresource; the CronJob converges to it.
@@ -208,8 +212,11 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, tmp_path):
     # removes the node from Slurm and its pod.
     job = _hpc_exec(real_node, "acct-login-0", "sbatch", "--parsable", "-w", "cpu-1", "--wrap", "sleep 30",
                     container="sshd").stdout.strip()
-    _wait("the job running on cpu-1", lambda: (lambda s: (s.get("cpu-1", [""])[0] in ("alloc", "mix"), s))(
-        _sinfo(real_node)))
+
+    def running_on_cpu1():
+        states = _sinfo(real_node)
+        return states.get("cpu-1", [""])[0] in ("alloc", "mix"), states
+    _wait("the job running on cpu-1", running_on_cpu1)
     kc("-n", "hpc", "scale", "nodeset", "cpu", "--replicas=1")
     ansible_run.playbook("remediate.yml", "-e", "cluster=acct", "-e", "slurm_namespace=hpc",
                          "-e", "kubeconfig=" + _sa_kubeconfig(real_node, tmp_path), timeout=600)
@@ -223,14 +230,20 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, tmp_path):
     # file lives in the old container), re-checks and resumes it.
     old = _pod(real_node, "cpu-0")["metadata"]["uid"]
     _hpc_exec(real_node, "cpu-0", "touch", "/tmp/soperator-fault", container="slurmd")
-    _wait("cpu-0 drained by the health check", lambda: (lambda s: (
-        s.get("cpu-0", ["", ""])[1].startswith("soperator: health"), s))(_sinfo(real_node)), timeout=120)
+
+    def drained():
+        states = _sinfo(real_node)
+        return states.get("cpu-0", ["", ""])[1].startswith("soperator: health"), states
+    _wait("cpu-0 drained by the health check", drained, timeout=120)
     kc("-n", "hpc", "patch", "cronjob", "acct-remediation", "-p", '{"spec":{"suspend":false}}')
-    _wait("cpu-0 replaced and resumed", lambda: (lambda p, s: (
-        p is not None and p["metadata"]["uid"] != old and s.get("cpu-0") == ["idle", "none"], s))(
-        _pod(real_node, "cpu-0"), _sinfo(real_node)), timeout=420)
+
+    def replaced_and_resumed():
+        pod, states = _pod(real_node, "cpu-0"), _sinfo(real_node)
+        return pod is not None and pod["metadata"]["uid"] != old and states.get("cpu-0") == ["idle", "none"], states
+    _wait("cpu-0 replaced and resumed", replaced_and_resumed, timeout=420)
 
     # ... and its record (written when the pass ends) counts each step.
+
     def record():
         data = kc("-n", "hpc", "get", "configmap", "acct-remediation-status", "-o",
                   "jsonpath={.data.remediation\\.json}").stdout

@@ -48,9 +48,9 @@ def node_bin():
     return out.stdout.strip().splitlines()[-1]
 
 
-def _run(argv, **kw):
-    kw.setdefault("check", True)
-    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300, **kw)
+def _run(argv, check=True, **kw):
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300, check=check,
+                          **kw)
 
 
 def _owner():
@@ -404,8 +404,8 @@ def up(cp, timeout):
         cp.kubeconfig(os.path.join(kubeconfigs, user), user)
 
     kubelet_port, kubelet_healthz = cp.free_port(), cp.free_port()
-    _write_json(os.path.join(node, "config", "kubelet.json"), kubelet_config(node, cp.pki, kubelet_port,
-                                                                            kubelet_healthz))
+    _write_json(os.path.join(node, "config", "kubelet.json"),
+                kubelet_config(node, cp.pki, kubelet_port, kubelet_healthz))
     cp.spawn("kubelet", [
         os.path.join(cp.bin, "kubelet"), "--config=" + os.path.join(node, "config", "kubelet.json"),
         "--kubeconfig=" + os.path.join(kubeconfigs, "kubelet"), "--root-dir=" + kubelet_root,
