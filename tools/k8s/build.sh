@@ -8,6 +8,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
+. ../cached_build.sh
 . ./versions.env
 
 major=${K8S_VERSION#v}; major=${major%%.*}
@@ -35,24 +36,13 @@ key=$( { cat versions.env go.mod go.sum; go version
 	echo "$flags|$kv|$kwokv|${binaries[*]}|${stages[*]}|$PROMETHEUS_OPERATOR_VERSION|${prometheus_crds[*]}"; } |
 	sha256sum | cut -c1-16)
 root=${SOPERATOR_CACHE:-$HOME/.cache/soperator}/k8s/$key
-bin=$root/bin
 
 complete() {
 	for b in "${binaries[@]}"; do [ -x "$bin/$b" ] || return 1; done
 	for s in "${stages[@]}"; do [ -f "$bin/kwok-stages/${s//\//-}" ] || return 1; done
 	for c in "${prometheus_crds[@]}"; do [ -f "$bin/prometheus-operator-crds/$c.yaml" ] || return 1; done
 }
-if complete; then echo "$bin"; exit 0; fi
-[ "${1:-}" != --cached ] || exit 1
-
-mkdir -p "$root"
-exec 9>"$root/.lock"
-flock 9  # a concurrent build of the same key waits, then finds the binaries
-if complete; then echo "$bin"; exit 0; fi
-
-start=$(date +%s)
-staging=$(mktemp -d "$root/.build.XXXXXX")
-trap 'rm -rf "$staging"' EXIT
+cache_open "$@"
 export CGO_ENABLED=0
 jobs=${K8S_BUILD_JOBS:-2}
 build() {  # output name, package, extra ldflags
@@ -75,8 +65,4 @@ for c in "${prometheus_crds[@]}"; do
 	cp "$po_dir/example/prometheus-operator-crd/monitoring.coreos.com_$c.yaml" "$staging/prometheus-operator-crds/$c.yaml"
 done
 
-rm -rf "$bin"
-mv "$staging" "$bin"
-trap - EXIT
-echo "built ${binaries[*]} in $(( $(date +%s) - start ))s" >&2
-echo "$bin"
+cache_close "${binaries[*]}"

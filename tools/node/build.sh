@@ -7,26 +7,16 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
+. ../cached_build.sh
 
 flags="CGO_ENABLED=0 -trimpath -ldflags=-s -w"
 binaries=(containerd containerd-shim-runc-v2 ctr coredns pause)
 key=$( { cat containerd/go.mod containerd/go.sum coredns/go.mod coredns/go.sum pause.c; go version; gcc --version | head -1
 	echo "$flags|${binaries[*]}"; } | sha256sum | cut -c1-16)
 root=${SOPERATOR_CACHE:-$HOME/.cache/soperator}/node/$key
-bin=$root/bin
 
 complete() { for b in "${binaries[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
-if complete; then echo "$bin"; exit 0; fi
-[ "${1:-}" != --cached ] || exit 1
-
-mkdir -p "$root"
-exec 9>"$root/.lock"
-flock 9  # a concurrent build of the same key waits, then finds the binaries
-if complete; then echo "$bin"; exit 0; fi
-
-start=$(date +%s)
-staging=$(mktemp -d "$root/.build.XXXXXX")
-trap 'rm -rf "$staging"' EXIT
+cache_open "$@"
 export CGO_ENABLED=0  # containerd: no cgo-only plugins (btrfs); a static binary
 jobs=${K8S_BUILD_JOBS:-2}
 version() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
@@ -44,8 +34,4 @@ build coredns coredns github.com/coredns/coredns ""
 gcc -Os -static -o "$staging/pause" pause.c >&2
 strip "$staging/pause"
 
-rm -rf "$bin"
-mv "$staging" "$bin"
-trap - EXIT
-echo "built ${binaries[*]} in $(( $(date +%s) - start ))s" >&2
-echo "$bin"
+cache_close "${binaries[*]}"
