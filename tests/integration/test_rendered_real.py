@@ -1,7 +1,8 @@
 """Every object the collection renders, for every example, as the real API server takes it: a server-side apply dry
 run stores nothing, the apply stores each object once, a second apply of the same objects changes none of them
 (our field manager's entry keeps its time, and the spec its generation; controllers may write status or
-annotations in between, so the resourceVersion is no judge), and the example's own custom objects are accepted once the CRDs are installed.
+annotations in between, so the resourceVersion is no judge), and the example's own custom objects are accepted
+once the CRDs are installed.
 
 The renderer is called directly (no module, no plan): what is judged here is the objects themselves. The modules'
 own runs against the real server are in test_site_real.py and test_slurm_cluster_real.py."""
@@ -90,7 +91,8 @@ def test_rendered_objects_are_accepted_and_reapply_is_a_no_op(dyn, audit, exampl
             created = _wait_for_kind(dyn, doc)
             assert created["kind"] == doc["kind"]
             again = _apply(dyn, doc)
-            assert (_ours(again), again["metadata"]["generation"]) == (_ours(created), created["metadata"]["generation"])
+            assert _ours(again) == _ours(created)
+            assert again["metadata"]["generation"] == created["metadata"]["generation"]
     finally:
         for obj in objects:
             if not obj["metadata"].get("namespace"):
