@@ -54,11 +54,11 @@ def test_crds_are_established_and_structural(crds):
     assert sorted(resources) == ["nodesets.slurm.soperator.dev", "slurmclusters.slurm.soperator.dev"]
 
 
-def our_field_paths(docs):
-    """The field paths our validation (slurm_cluster state=rendered) names for the NodeSet's errors."""
+def our_field_paths(docs, obj="NodeSet/cpu"):
+    """The field paths our validation (slurm_cluster state=rendered) names for one object's errors."""
     result = ansible_run.module("slurm_cluster", {"state": "rendered", "definition": docs, "dest": "/nonexistent"},
                                 expect_failed=True)
-    paths = re.findall(r"NodeSet/cpu (spec[^:]*):", result["msg"])
+    paths = re.findall(r"%s (spec[^:]*):" % re.escape(obj), result["msg"])
     assert paths, result["msg"]
     return set(paths)
 
@@ -83,6 +83,26 @@ def test_a_bad_nodeset_is_refused_at_our_field_path(crds, namespace, bad):
     # The server may name a field twice (spec.replicas is also the scale subresource's specReplicasPath).
     assert set(server_field_paths(refused.stderr)) == ours, (ours, refused.stderr)
     assert crds.kubectl("get", "nodesets", "-n", namespace, "-o", "name").stdout == ""
+
+
+# Each of the SlurmCluster CRD's CEL rules, broken: the server names the object holding the rule, as we do.
+@pytest.mark.parametrize("bad", [
+    {"jail": {"volume": {"size": "20Gi", "existingClaim": "mine"}}},
+    {"jail": {"volume": {}}},
+    {"accounting": {"enabled": True, "database": {
+        "inCluster": {"storage": "1Gi"},
+        "external": {"host": "db", "user": "slurm", "passwordSecret": {"name": "db"}}}}},
+], ids=["jail-claim-and-size", "jail-neither", "database-both"])
+def test_a_bad_slurmcluster_is_refused_at_our_field_path(crds, namespace, bad):
+    docs = small_docs()
+    docs[0]["spec"].update(bad)
+    ours = our_field_paths(docs, "SlurmCluster/small")
+    cluster = docs[0]
+    cluster["metadata"]["namespace"] = namespace
+    refused = crds.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(cluster), check=False)
+    assert refused.returncode != 0, refused.stdout
+    assert set(server_field_paths(refused.stderr)) == ours, (ours, refused.stderr)
+    assert crds.kubectl("get", "slurmclusters", "-n", namespace, "-o", "name").stdout == ""
 
 
 def without_nones(value):
