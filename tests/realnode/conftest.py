@@ -18,12 +18,6 @@ k8s_cluster = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(k8s_cluster)
 
 
-def _node_bin():
-    out = subprocess.run([os.path.join(ROOT, "tools", "node", "build.sh"), "--cached"], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True, timeout=60, check=False)
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
 class Node:
     def __init__(self, info, bin_dir):
         self.info, self.kubeconfig = info, info["kubeconfig"]
@@ -43,7 +37,7 @@ def real_node(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("a real node needs root")
     bin_dir = k8s_cluster.cached_bin()
-    if not bin_dir or not _node_bin():
+    if not bin_dir or not k8s_cluster.real_node.node_bin(cached=True):
         pytest.skip("the control plane or the node's binaries are not built (make k8s-build)")
     if not k8s_cluster.real_node.default_images():
         pytest.skip("no images of the default tag in podman's storage (make images)")

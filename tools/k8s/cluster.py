@@ -538,8 +538,7 @@ def _start_kwok(state, records, binary, kubeconfigs, server, ctx, nodes, timeout
 
     def nodes_ready():
         body = _request(server + "/api/v1/nodes", ctx)[1]
-        ready = {n["metadata"]["name"] for n in json.loads(body)["items"]
-                 if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))}
+        ready = {n["metadata"]["name"] for n in json.loads(body)["items"] if real_node.node_ready(n)}
         return ready >= set(names)
     _wait("%d kwok nodes Ready" % nodes, nodes_ready, timeout, records, "kwok", state)
 

@@ -41,11 +41,12 @@ class NodeError(Exception):
     pass
 
 
-def node_bin():
-    """tools/node/build.sh's bin directory (containerd, shim, ctr, coredns, pause), built if missing."""
-    out = subprocess.run([os.path.join(REPO, "tools", "node", "build.sh")], stdout=subprocess.PIPE, check=True,
-                         text=True)
-    return out.stdout.strip().splitlines()[-1]
+def node_bin(cached=False):
+    """tools/node/build.sh's bin directory (containerd, shim, ctr, coredns, pause), built if missing; with
+    cached=True never built: None when it is not complete."""
+    out = subprocess.run([os.path.join(REPO, "tools", "node", "build.sh")] + (["--cached"] if cached else []),
+                         stdout=subprocess.PIPE, check=not cached, text=True)
+    return out.stdout.strip().splitlines()[-1] if out.returncode == 0 else None
 
 
 def _run(argv, check=True, **kw):
@@ -114,10 +115,9 @@ def _remove_kubelet_rules():
         dump = _run(["iptables-save", "-t", table], check=False).stdout
         for line in dump.splitlines():
             if line.startswith("-A ") and line.split()[-1] in chains and not line.split()[1].startswith("KUBE-"):
-                _run(["iptables", "-t", table, "-D"] + _split_rule(line[3:]), check=False)
+                _run(["iptables", "-t", table, "-D"] + shlex.split(line[3:]), check=False)
         for chain in chains:
-            _run(["iptables", "-t", table, "-F", chain], check=False)
-            _run(["iptables", "-t", table, "-X", chain], check=False)
+            _drop_chain(table, chain)
 
 
 def _remove_bridge_rules():
@@ -129,15 +129,15 @@ def _remove_bridge_rules():
             parts = line.split()
             if "-j" in parts:
                 chains.add(parts[parts.index("-j") + 1])
-            _run(["iptables", "-t", "nat", "-D"] + _split_rule(line[3:]), check=False)
+            _run(["iptables", "-t", "nat", "-D"] + shlex.split(line[3:]), check=False)
     for chain in chains:
         if chain.startswith("CNI-"):
-            _run(["iptables", "-t", "nat", "-F", chain], check=False)
-            _run(["iptables", "-t", "nat", "-X", chain], check=False)
+            _drop_chain("nat", chain)
 
 
-def _split_rule(rule):
-    return shlex.split(rule)
+def _drop_chain(table, chain):
+    _run(["iptables", "-t", table, "-F", chain], check=False)
+    _run(["iptables", "-t", table, "-X", chain], check=False)
 
 
 # ---------------------------------------------------------------- configuration files
@@ -155,7 +155,7 @@ def cni_config(node):
     }
 
 
-def containerd_config(node, bin_dir):
+def containerd_config(node):
     return """version = 3
 root = "{node}/containerd/root"
 state = "{node}/containerd/state"
@@ -271,9 +271,14 @@ RBAC = [
 
 # ---------------------------------------------------------------- images
 
+def _containers_env():
+    """podman and buildah with the images' containers.conf (as `make images` runs them)."""
+    return dict(os.environ, CONTAINERS_CONF=os.path.join(REPO, "images", "containers.conf"))
+
+
 def build_pause_image(bin_dir, archive):
-    """The sandbox image: the static pause program alone, from scratch (buildah), as an OCI archive."""
-    env = dict(os.environ, CONTAINERS_CONF=os.path.join(REPO, "images", "containers.conf"))
+    """The sandbox image: the static pause program alone, from scratch (buildah), saved as an archive."""
+    env = _containers_env()
     ctr = _run(["buildah", "from", "scratch"], env=env).stdout.strip()
     try:
         _run(["buildah", "copy", ctr, os.path.join(bin_dir, "pause"), "/pause"], env=env)
@@ -282,21 +287,15 @@ def build_pause_image(bin_dir, archive):
     except subprocess.CalledProcessError:
         _run(["buildah", "rm", ctr], env=env, check=False)
         raise
-    _run(["podman", "save", "--format", "docker-archive", "-o", archive, PAUSE_IMAGE], env=env)
+    save_image(PAUSE_IMAGE, archive)
 
 
-def saved_images(refs, directory):
-    """Each image of podman's storage as an archive (`make images` builds them there). docker-archive: its
-    manifest carries the image's name, which ctr keeps (podman's oci-archive index does not name it)."""
-    env = dict(os.environ, CONTAINERS_CONF=os.path.join(REPO, "images", "containers.conf"))
-    archives = []
-    for ref in refs:
-        path = os.path.join(directory, ref.replace("/", "_").replace(":", "_") + ".tar")
-        if os.path.exists(path):
-            os.remove(path)
-        _run(["podman", "save", "--format", "docker-archive", "-o", path, ref], env=env)
-        archives.append((ref, path))
-    return archives
+def save_image(ref, path):
+    """An image of podman's storage (`make images` builds them there) as an archive. docker-archive: its manifest
+    carries the image's name, which ctr keeps (podman's oci-archive index does not name it)."""
+    if os.path.exists(path):
+        os.remove(path)  # podman does not add to an existing docker-archive
+    _run(["podman", "save", "--format", "docker-archive", "-o", path, ref], env=_containers_env())
 
 
 def default_images():
@@ -304,8 +303,7 @@ def default_images():
     import sys
     sys.path.insert(0, os.path.join(REPO, "collections"))
     from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import DEFAULT_REGISTRY, DEFAULT_TAG
-    env = dict(os.environ, CONTAINERS_CONF=os.path.join(REPO, "images", "containers.conf"))
-    out = _run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"], env=env).stdout.split()
+    out = _run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"], env=_containers_env()).stdout.split()
     return sorted(r for r in out if r.startswith(DEFAULT_REGISTRY + "/") and r.endswith(":" + DEFAULT_TAG))
 
 
@@ -317,21 +315,9 @@ def import_image(bin_dir, sock, archive, ref):
         raise NodeError("importing %s named no image %s (ctr said: %s)" % (archive, ref, out.strip()))
 
 
-def wait_node_ready(api_get, timeout):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            status, body = api_get("/api/v1/nodes/" + NODE_NAME)
-            if status == 200:
-                node = json.loads(body)
-                last = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
-                if last.get("Ready") == "True":
-                    return node
-        except Exception as e:  # noqa: BLE001 - keep polling until the bound; the last error is reported
-            last = e
-        time.sleep(1)
-    raise NodeError("timed out after %ss waiting for node %s Ready (last: %s)" % (timeout, NODE_NAME, last))
+def node_ready(node):
+    """A Node object's Ready condition is True."""
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
 
 
 def unmount_below(path):
@@ -377,7 +363,7 @@ def up(cp, timeout):
         # What pods with dnsPolicy Default get: no resolver of the machine's is reachable from them.
         f.write("nameserver %s\n" % NODE_IP)
     with open(os.path.join(node, "config", "containerd.toml"), "w") as f:
-        f.write(containerd_config(node, bins))
+        f.write(containerd_config(node))
 
     env = dict(os.environ, PATH=bins + ":" + os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"))
     sock = os.path.join(node, "containerd", "containerd.sock")
@@ -392,7 +378,9 @@ def up(cp, timeout):
     build_pause_image(bins, pause)
     import_image(bins, sock, pause, PAUSE_IMAGE)
     images = default_images()
-    for ref, path in saved_images(images, archives):
+    for ref in images:  # one archive on disk at a time
+        path = os.path.join(archives, ref.replace("/", "_").replace(":", "_") + ".tar")
+        save_image(ref, path)
         import_image(bins, sock, path, ref)
         os.remove(path)
     images_seconds = round(time.monotonic() - t0, 1)
@@ -411,7 +399,8 @@ def up(cp, timeout):
         "--kubeconfig=" + os.path.join(kubeconfigs, "kubelet"), "--root-dir=" + kubelet_root,
         "--hostname-override=" + NODE_NAME, "--node-ip=" + NODE_IP,
         "--node-labels=soperator.dev/real-node=true"], env=env)
-    wait_node_ready(cp.get, timeout)
+    cp.wait("node %s Ready" % NODE_NAME, lambda: node_ready(json.loads(cp.get("/api/v1/nodes/" + NODE_NAME)[1])),
+            timeout, "kubelet")
 
     proxy_healthz, proxy_metrics = cp.free_port(), cp.free_port()
     _write_json(os.path.join(node, "config", "kube-proxy.json"), kube_proxy_config(
