@@ -4,6 +4,7 @@
 The one change to the example: 1 CPU per worker instead of 2. The kubelet offers what the machine has (2 CPUs on
 CI's VMs), and requests equal limits; with 2 CPUs each the second worker could never be scheduled.
 """
+import functools
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import ansible_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NS = "slurm"
+HPC = "hpc"   # the second test's namespace
 
 
 def _spec(tmp_path, public_key):
@@ -48,16 +50,21 @@ def _ready(pod):
         c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
 
 
-def _exec(node, pod, *argv, container=None, timeout=90):
+def _exec(node, pod, *argv, container=None, namespace=NS, timeout=90):
     extra = ["-c", container] if container else []
-    return node.kubectl("-n", NS, "exec", pod, *extra, "--", "timeout", str(timeout - 10), *argv,
+    return node.kubectl("-n", namespace, "exec", pod, *extra, "--", "timeout", str(timeout - 10), *argv,
                         check=False, timeout=timeout)
 
 
-def _idle(node, names):
-    out = _exec(node, "small-controller-0", "sinfo", "-h", "-N", "-o", "%N %t").stdout
-    states = dict(line.split() for line in out.splitlines() if line.strip())
-    return all(states.get(n) == "idle" for n in names), states
+def _sinfo(node, cluster="small", namespace=NS):
+    """{node: [state, reason]}, from sinfo in the cluster's controller pod."""
+    out = _exec(node, cluster + "-controller-0", "sinfo", "-h", "-N", "-o", "%N|%t|%E", namespace=namespace).stdout
+    return dict((line.split("|")[0], line.split("|")[1:]) for line in out.splitlines() if "|" in line)
+
+
+def _idle(node, names, cluster="small", namespace=NS):
+    states = _sinfo(node, cluster, namespace)
+    return all(states.get(n, [""])[0] == "idle" for n in names), states
 
 
 def test_small_cpu_runs_jobs_in_real_pods(real_node, tmp_path):
@@ -148,7 +155,7 @@ spec:
 
 def _sa_kubeconfig(node, tmp_path):
     """A kubeconfig of the remediation ServiceAccount's own token (TokenRequest)."""
-    token = node.kubectl("-n", "hpc", "create", "token", "acct-remediation", "--duration=1h").stdout.strip()
+    token = node.kubectl("-n", HPC, "create", "token", "acct-remediation", "--duration=1h").stdout.strip()
     with open(node.kubeconfig) as f:
         config = json.load(f)
     config["users"] = [{"name": "remediation", "user": {"token": token}}]
@@ -158,19 +165,17 @@ def _sa_kubeconfig(node, tmp_path):
     return str(path)
 
 
-def _pod(node, name, namespace="hpc"):
+def _pod(node, name, namespace=HPC):
     proc = node.kubectl("-n", namespace, "get", "pod", name, "-o", "json", check=False)
     return json.loads(proc.stdout) if proc.returncode == 0 else None
 
 
-def _hpc_exec(node, pod, *argv, container=None):
-    extra = ["-c", container] if container else []
-    return node.kubectl("-n", "hpc", "exec", pod, *extra, "--", "timeout", "80", *argv, check=False, timeout=90)
+def _suspend_remediation(node, suspend):
+    node.kubectl("-n", HPC, "patch", "cronjob", "acct-remediation", "-p", json.dumps({"spec": {"suspend": suspend}}))
 
 
-def _sinfo(node):
-    out = _hpc_exec(node, "acct-controller-0", "sinfo", "-h", "-N", "-o", "%N|%t|%E").stdout
-    return dict((line.split("|")[0], line.split("|")[1:]) for line in out.splitlines() if "|" in line)
+_hpc_exec = functools.partial(_exec, namespace=HPC)
+_acct_sinfo = functools.partial(_sinfo, cluster="acct", namespace=HPC)
 
 
 def test_accounting_scaling_and_remediation_in_real_pods(real_node, tmp_path):
@@ -185,7 +190,7 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, tmp_path):
     ansible_run.playbook("site.yml", "-e", "spec_file=%s" % spec, "-e", "kubeconfig=" + real_node.kubeconfig,
                          timeout=900)
     kc = real_node.kubectl
-    kc("-n", "hpc", "patch", "cronjob", "acct-remediation", "-p", '{"spec":{"suspend":true}}')
+    _suspend_remediation(real_node, True)
 
     # Accounting: sacct in the login pod lists a job.
     out = _hpc_exec(real_node, "acct-login-0", "srun", "-N1", "hostname", container="sshd")
@@ -200,11 +205,10 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, tmp_path):
 
     # Scale up through the scale subresource; the CronJob converges to it.
     started = _pod(real_node, "acct-controller-0")["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
-    kc("-n", "hpc", "scale", "nodeset", "cpu", "--replicas=2")
-    kc("-n", "hpc", "patch", "cronjob", "acct-remediation", "-p", '{"spec":{"suspend":false}}')
-    _wait("cpu-1 idle after the CronJob's pass", lambda: (_sinfo(real_node).get("cpu-1", [""])[0] == "idle",
-                                                          _sinfo(real_node)), timeout=300)
-    kc("-n", "hpc", "patch", "cronjob", "acct-remediation", "-p", '{"spec":{"suspend":true}}')
+    kc("-n", HPC, "scale", "nodeset", "cpu", "--replicas=2")
+    _suspend_remediation(real_node, False)
+    _wait("cpu-1 idle after the CronJob's pass", lambda: _idle(real_node, ("cpu-1",), "acct", HPC), timeout=300)
+    _suspend_remediation(real_node, True)
     controller = _pod(real_node, "acct-controller-0")["status"]["containerStatuses"][0]
     assert controller["state"]["running"]["startedAt"] == started and controller["restartCount"] == 0
 
@@ -214,17 +218,17 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, tmp_path):
                     container="sshd").stdout.strip()
 
     def running_on_cpu1():
-        states = _sinfo(real_node)
+        states = _acct_sinfo(real_node)
         return states.get("cpu-1", [""])[0] in ("alloc", "mix"), states
     _wait("the job running on cpu-1", running_on_cpu1)
-    kc("-n", "hpc", "scale", "nodeset", "cpu", "--replicas=1")
+    kc("-n", HPC, "scale", "nodeset", "cpu", "--replicas=1")
     ansible_run.playbook("remediate.yml", "-e", "cluster=acct", "-e", "slurm_namespace=hpc",
                          "-e", "kubeconfig=" + _sa_kubeconfig(real_node, tmp_path), timeout=600)
     state = _hpc_exec(real_node, "acct-login-0", "sacct", "-X", "-n", "-j", job, "-o", "State",
                       container="sshd").stdout.split()
     assert state == ["COMPLETED"], state
     assert _pod(real_node, "cpu-1") is None or _pod(real_node, "cpu-1")["metadata"].get("deletionTimestamp")
-    assert "cpu-1" not in _sinfo(real_node)
+    assert "cpu-1" not in _acct_sinfo(real_node)
 
     # A passive health check fails in cpu-0: it is drained with our prefix; the CronJob replaces the pod (the fault
     # file lives in the old container), re-checks and resumes it.
@@ -232,20 +236,20 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, tmp_path):
     _hpc_exec(real_node, "cpu-0", "touch", "/tmp/soperator-fault", container="slurmd")
 
     def drained():
-        states = _sinfo(real_node)
+        states = _acct_sinfo(real_node)
         return states.get("cpu-0", ["", ""])[1].startswith("soperator: health"), states
     _wait("cpu-0 drained by the health check", drained, timeout=120)
-    kc("-n", "hpc", "patch", "cronjob", "acct-remediation", "-p", '{"spec":{"suspend":false}}')
+    _suspend_remediation(real_node, False)
 
     def replaced_and_resumed():
-        pod, states = _pod(real_node, "cpu-0"), _sinfo(real_node)
+        pod, states = _pod(real_node, "cpu-0"), _acct_sinfo(real_node)
         return pod is not None and pod["metadata"]["uid"] != old and states.get("cpu-0") == ["idle", "none"], states
     _wait("cpu-0 replaced and resumed", replaced_and_resumed, timeout=420)
 
     # ... and its record (written when the pass ends) counts each step.
 
     def record():
-        data = kc("-n", "hpc", "get", "configmap", "acct-remediation-status", "-o",
+        data = kc("-n", HPC, "get", "configmap", "acct-remediation-status", "-o",
                   "jsonpath={.data.remediation\\.json}").stdout
         steps = json.loads(data)["actions"] if data else {}
         return all(steps.get(step, {}).get("success", 0) >= 1 for step in ("replace", "recheck", "resume")), steps
