@@ -137,14 +137,20 @@ def test_the_jail_image_holds_the_plugin_built_for_its_slurm(tag, tmp_path):
     assert "Version: %s-" % _label("%s/controller:%s" % (REGISTRY, tag), build.LABEL_SLURM) in proc.stdout
 
 
+def _smoke(tag, *options):
+    """images/smoke.py with these options; asserts it passed and returns its last line (the results)."""
+    proc = subprocess.run([sys.executable, os.path.join(IMAGES, "smoke.py")] + list(options) + [
+        "--tag", tag, "--registry", REGISTRY], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        universal_newlines=True, env=ENV, timeout=900, check=False)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 0 and last.startswith("images-smoke: OK"), proc.stdout[-4000:]
+    return last
+
+
 def test_the_images_run_as_a_slurm_cluster(tag):
     """images/smoke.py: the rendered small-cpu example with accounting as podman containers; srun, the jail, ssh,
     sbatch, sacct, health checks (about a minute)."""
-    proc = subprocess.run([sys.executable, os.path.join(IMAGES, "smoke.py"), "--accounting", "--tag", tag,
-                           "--registry", REGISTRY], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, env=ENV, timeout=900, check=False)
-    last = proc.stdout.strip().splitlines()[-1]
-    assert proc.returncode == 0 and last.startswith("images-smoke: OK"), proc.stdout[-4000:]
+    last = _smoke(tag, "--accounting")
     assert "srun -N2 hostname=cpu-0,cpu-1" in last and "jail=yes" in last and "sacct=" in last
 
 
@@ -154,11 +160,7 @@ def test_pods_started_before_the_populate_job_wait_for_the_jail(tag):
     to its end, as a kubelet runs them). Their init container waits until the jail is populated; without it the
     login container's mounts below the jail made the empty volume non-empty and the Job refused it (the smoke
     failed with "populate Job exited 2")."""
-    proc = subprocess.run([sys.executable, os.path.join(IMAGES, "smoke.py"), "--pods-first", "--tag", tag,
-                           "--registry", REGISTRY], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, env=ENV, timeout=900, check=False)
-    last = proc.stdout.strip().splitlines()[-1]
-    assert proc.returncode == 0 and last.startswith("images-smoke: OK"), proc.stdout[-4000:]
+    last = _smoke(tag, "--pods-first")
     assert "pods-first=ok" in last and "jail=yes" in last and "ssh=jail" in last
 
 

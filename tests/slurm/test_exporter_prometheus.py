@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import ansible_run
-from test_health_checks import faults, run_active, wait_for  # noqa: F401 pylint: disable=unused-import
+from test_health_checks import ACTIVE_PROBE, faults, run_active, wait_for  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
 
@@ -109,19 +109,6 @@ class Prometheus(object):
             return False
 
 
-# An active check (run by hand here; the checks CronJob on Kubernetes) that fails while a fault file exists.
-ACTIVE = """
-    active:
-      - name: probe
-        type: sbatch
-        schedule: "*/30 * * * *"
-        timeoutSeconds: 60
-        script: |
-          #!/bin/bash
-          test ! -e %(faults)s/active-$SLURMD_NODENAME
----"""
-
-
 def _started(local_cluster, faults, tmp_path, spec):
     exporter_port, prometheus_port = _free_ports(2)
     text = spec % {"port": exporter_port, "interval": INTERVAL, "faults": faults}
@@ -143,7 +130,8 @@ def setup(local_cluster, faults, tmp_path):
 @pytest.fixture
 def setup_with_active_check(local_cluster, faults, tmp_path):
     assert SPEC.count("\n---") == 1
-    yield from _started(local_cluster, faults, tmp_path, SPEC.replace("\n---", ACTIVE, 1))
+    # the active check is run by hand here (the checks CronJob on Kubernetes)
+    yield from _started(local_cluster, faults, tmp_path, SPEC.replace("\n---", ACTIVE_PROBE + "\n---", 1))
 
 
 def _drains(prom):

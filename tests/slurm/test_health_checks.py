@@ -19,6 +19,16 @@ INTERVAL = 5
 WAIT = 2 * INTERVAL + 20
 ACTIVE_CHECK = active_check.__file__
 
+# An active check that fails on a node while its fault file exists (test_exporter_prometheus adds it to its spec).
+ACTIVE_PROBE = """
+    active:
+      - name: probe
+        type: sbatch
+        schedule: "*/30 * * * *"
+        timeoutSeconds: 60
+        script: |
+          #!/bin/bash
+          test ! -e %(faults)s/active-$SLURMD_NODENAME"""
 SPEC = """
 apiVersion: slurm.soperator.dev/v1alpha1
 kind: SlurmCluster
@@ -32,15 +42,7 @@ spec:
       custom:
         - name: fault-file
           command: test ! -e %(faults)s/fault-$SLURMD_NODENAME
-          timeoutSeconds: 3
-    active:
-      - name: probe
-        type: sbatch
-        schedule: "*/30 * * * *"
-        timeoutSeconds: 60
-        script: |
-          #!/bin/bash
-          test ! -e %(faults)s/active-$SLURMD_NODENAME
+          timeoutSeconds: 3""" + ACTIVE_PROBE + """
 ---
 apiVersion: slurm.soperator.dev/v1alpha1
 kind: NodeSet
