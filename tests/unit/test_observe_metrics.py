@@ -110,6 +110,7 @@ def test_node_and_partition_families():
 
 class _Runner(object):
     """Answers sinfo/squeue/sdiag as a runner does, or fails the commands it is told to."""
+    nodes_by_scontrol = False  # sinfo --json lists nodes, as 22.05's does
 
     def __init__(self, fail=()):
         self.fail = fail

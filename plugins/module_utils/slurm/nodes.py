@@ -105,13 +105,12 @@ def _parse_sinfo_result(result):
 def read_sinfo(runner):
     """Every node sinfo shows (FUTURE nodes hidden), by name, in Slurm's order: one ``sinfo --json`` (22.05), or one
     ``scontrol show nodes --json`` where sinfo's JSON lists groups of nodes (23.02+); the runner remembers which."""
-    if not getattr(runner, "nodes_by_scontrol", False):
-        try:
-            _result, records = runner.run(SINFO_JSON, parse=_parse_sinfo_result, check=False)
-            return dict((r.name, r) for r in records)
-        except SinfoGroupedOutput:
-            runner.nodes_by_scontrol = True
-    _result, records = runner.run(SCONTROL_NODES_JSON, parse=_parse_sinfo_result, check=False)
+    try:
+        _result, records = runner.run(SCONTROL_NODES_JSON if runner.nodes_by_scontrol else SINFO_JSON,
+                                      parse=_parse_sinfo_result, check=False)
+    except SinfoGroupedOutput:
+        runner.nodes_by_scontrol = True
+        _result, records = runner.run(SCONTROL_NODES_JSON, parse=_parse_sinfo_result, check=False)
     return dict((r.name, r) for r in records)
 
 
