@@ -103,7 +103,7 @@ k8s-down:
 IMAGES_APT_PACKAGES := podman buildah runc mmdebstrap uidmap netavark aardvark-dns openssh-client containernetworking-plugins
 IMAGES_SPEC ?= examples/small-cpu.yml
 IMAGES_ENV = SUITE=$(SUITE) REGISTRY=$(REGISTRY) TAG=$(TAG)
-.PHONY: images-deps images images-save images-smoke images-check-configs jail
+.PHONY: images-deps images images-save images-smoke images-check-configs jail runner-local
 
 images-deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -129,6 +129,13 @@ jail: images-deps
 	@# The host's slurmstepd loads the plugin from the path plugstack.conf names, and srun in the jail from the same
 	@# path inside it: /usr/lib/slurm/spank_chroot.so in both (built against the host's spank.h, as in the tarball).
 	$(MAKE) -C images/spank_chroot install BUILD_DIR=$(CURDIR)/build/spank
+
+# The ansible-runner image for the local target: the runner's recipe from this machine's Debian suite, so its Slurm
+# client speaks the local cluster's (a client talks to a slurmctld at most two releases apart: forky's 26.05 cannot
+# reach this host's 22.05). Always tagged <host Slurm version>-<collection version> (a TAG given for `make images`
+# would name the forky runner's tag), e.g. ansible-runner:22.05.8-0.1.0; REGISTRY applies.
+runner-local: images-deps
+	TAG= $(PYTHON) images/build.py --suite $(JAIL_SUITE) --only ansible-runner
 
 # Each example's rendered slurm.conf, started by the controller image's slurmctld (with slurmdbd where it has one).
 images-check-configs: images

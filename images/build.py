@@ -83,10 +83,13 @@ ROOTFS = {
     # The accounting database for machines that cannot pull the public MariaDB image (images/mariadb).
     "mariadb": {"packages": ["mariadb-server", "util-linux"]},
     # An Ansible execution environment: ansible-core and the kubernetes client from PyPI in a venv (pinned: the
-    # versions our tests run with), the collections added by the Containerfile.
+    # versions our tests run with), the collections added by the Containerfile. slurm-client (and the munge client
+    # library it brings) of the suite's Slurm: with the local target or slurm_transport=local the collection's Slurm
+    # commands and the health checks run in this image; no munge key in it.
     "runner": {
-        "packages": ["python3", "python3-venv", "openssh-client", "ca-certificates", "git"],
+        "packages": ["python3", "python3-venv", "openssh-client", "ca-certificates", "git", "slurm-client"],
         "hooks": [
+            'rm -f "$1"/etc/munge/munge.key',
             'chroot "$1" python3 -m venv /opt/ansible',
             # The build machine's CA bundle (it may sit behind a TLS-inspecting proxy), for pip only, removed after.
             'upload {ca} /tmp/build-ca.crt',
@@ -121,6 +124,10 @@ IMAGE_RECIPES = {
                                            "jail.py": os.path.join(NODE, "jail.py"),
                                            "safe_tree.py": os.path.join(NODE, "safe_tree.py")}),
 }
+# The root filesystems each image is made from (the jail image: the populate program's, and the jail's as a tarball).
+ROOTFS_OF = {"controller": ("controller",), "worker": ("worker",), "login": ("login",),
+             "accounting": ("accounting",), "jail": ("populate", "jail-rootfs"), "mariadb": ("mariadb",),
+             "ansible-runner": ("runner",)}
 
 
 def log(msg):
@@ -299,7 +306,18 @@ def tree_digest(path):
     return h.hexdigest()
 
 
-def build_runner(b, runner_fs):
+def one_slurm_version(component, rootfs_tar, slurm):
+    """The one Slurm version of an image's root filesystem, which must be `slurm` (the tag's)."""
+    versions = dpkg_versions(rootfs_tar, {"slurmctld", "slurmd", "slurmdbd", "slurm-client"})
+    if len(set(map(upstream, versions.values()))) != 1:
+        raise SystemExit("images: %s: expected one Slurm version, found %s" % (component, versions))
+    version = upstream(sorted(versions.values())[0])
+    if version != slurm:
+        raise SystemExit("images: %s has Slurm %s, the controller %s" % (component, version, slurm))
+    return version
+
+
+def build_runner(b, runner_fs, slurm_version):
     """The ansible-runner image: this collection (ansible-galaxy collection build) and kubernetes.core (the copy
     installed here with the ansible package: Galaxy is not reachable from every build machine)."""
     work = os.path.join(b.out, "runner")
@@ -323,7 +341,8 @@ def build_runner(b, runner_fs):
         tar.add(core, arcname=".", filter=lambda ti: None if "__pycache__" in ti.name else ti)
     files = {"soperator-slurm.tar.gz": collection, "kubernetes-core.tar": core_tar}
     key_files = {"soperator-slurm.tar.gz": h.hexdigest(), "kubernetes-core.tar": tree_digest(core)}
-    b.build_image("ansible-runner", "remediation", runner_fs[0], runner_fs[1], files, "", key_files=key_files)
+    b.build_image("ansible-runner", "remediation", runner_fs[0], runner_fs[1], files, slurm_version,
+                  key_files=key_files)
     shutil.rmtree(work, ignore_errors=True)
 
 
@@ -441,27 +460,37 @@ def main(argv=None):
         print("images: jail root filesystem %s (%s, Slurm %s, %d MB)" % (
             os.path.relpath(target), args.suite, upstream(versions["slurm-client"]), os.path.getsize(target) >> 20))
         return 0
-    # The Slurm version decides the default tag: read it from the controller's root filesystem.
-    controller_fs, controller_key = b.rootfs("controller")
-    slurm = upstream(dpkg_versions(controller_fs, {"slurmctld"})["slurmctld"])
+    # Root filesystems: only those of the images asked for (`--only ansible-runner` makes one).
+    fs = {}
+    ca = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt"
+    # The Slurm version decides the default tag: the controller's; with only the runner (`make runner-local`), the
+    # runner's slurm-client (the same Slurm: one suite, one source package).
+    if any(c != "ansible-runner" for c in only):
+        fs["controller"] = b.rootfs("controller")
+        slurm = upstream(dpkg_versions(fs["controller"][0], {"slurmctld"})["slurmctld"])
+    else:
+        fs["runner"] = b.rootfs("runner", substitutions={"ca": ca})
+        slurm = upstream(dpkg_versions(fs["runner"][0], {"slurm-client"})["slurm-client"])
     if not args.tag:
         args.tag = "%s-%s" % (slurm, collection_version())
     if args.print_tag:
         print(args.tag)
         return 0
 
-    plugin, plugin_key = b.spank_plugin()
-    subs = {"plugin": plugin}
-    fs = {"controller": (controller_fs, controller_key)}
-    for name in ("worker", "login", "accounting", "populate"):
-        fs[name] = b.rootfs(name)
-    if "mariadb" in only:
-        fs["mariadb"] = b.rootfs("mariadb")
-    if "ansible-runner" in only:
-        ca = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt"
-        fs["runner"] = b.rootfs("runner", substitutions={"ca": ca})
-    fs["jail-rootfs"] = b.rootfs("jail-rootfs", {"plugin": plugin_key}, subs)
-    subs["jail_rootfs"] = fs["jail-rootfs"][0]
+    subs = {}
+    if any(c in only for c in ("worker", "login", "jail")):
+        subs["plugin"], plugin_key = b.spank_plugin()
+    for component in only:
+        for name in ROOTFS_OF.get(component, ()):
+            if name in fs:
+                continue
+            if name == "jail-rootfs":
+                fs[name] = b.rootfs(name, {"plugin": plugin_key}, subs)
+                subs["jail_rootfs"] = fs[name][0]
+            elif name == "runner":
+                fs[name] = b.rootfs(name, substitutions={"ca": ca})
+            else:
+                fs[name] = b.rootfs(name)
 
     for component in only:
         if component == "ansible-runner":
@@ -473,16 +502,11 @@ def main(argv=None):
             b.build_image(component, containerfile_dir, fs_path, fs_key, files, "")
             continue
         version_source = fs["jail-rootfs"][0] if component == "jail" else fs_path
-        versions = dpkg_versions(version_source, {"slurmctld", "slurmd", "slurmdbd", "slurm-client"})
-        if len(set(map(upstream, versions.values()))) != 1:
-            raise SystemExit("images: %s: expected one Slurm version, found %s" % (component, versions))
-        version = upstream(sorted(versions.values())[0])
-        if version != slurm:
-            raise SystemExit("images: %s has Slurm %s, the controller %s" % (component, version, slurm))
-        b.build_image(component, containerfile_dir, fs_path, fs_key, files, version)
+        b.build_image(component, containerfile_dir, fs_path, fs_key, files,
+                      one_slurm_version(component, version_source, slurm))
 
     if "ansible-runner" in only:
-        build_runner(b, fs["runner"])
+        build_runner(b, fs["runner"], one_slurm_version("ansible-runner", fs["runner"][0], slurm))
 
     rows = []
     for component, ref, rebuilt in b.built:
