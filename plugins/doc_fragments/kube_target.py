@@ -45,9 +45,10 @@ options:
       - PersistentVolumeClaims the StatefulSet created from its volume claim templates are never deleted, and
         Kubernetes does not resize them; a new size applies to claims created afterwards (a new replica).
       - Pods then follow the StatefulSet's update strategy. The controller and login nodes use C(RollingUpdate), so a
-        changed pod template replaces their pods one by one. Workers use C(OnDelete), so their running pods keep the
-        old template until they are replaced - by remediation (M(soperator.slurm.slurm_remediate)), a scale-down and
-        scale-up, or deleting the pod by hand - and running jobs are never interrupted by the rollout.
+        changed pod template replaces their pods one by one. Workers use C(OnDelete), so Kubernetes never replaces them
+        by itself; a NodeSet with C(spec.updateStrategy.type=slurmAware) (the default) is rolled by this module,
+        Slurm-aware (see RV(rollout)), one with V(onDelete) keeps the old template until its pods are replaced - by
+        remediation (M(soperator.slurm.slurm_remediate)), a scale-down and scale-up, or deleting the pod by hand.
     type: bool
     default: false
   drain_timeout:
@@ -97,6 +98,22 @@ options:
   slurm_conf:
     description:
       - With O(slurm_transport=local), the C(slurm.conf) the Slurm commands use.
+    type: path
+  rollout_timeout:
+    description:
+      - With the Kubernetes target, how long in seconds the rolling upgrade of a NodeSet with
+        C(spec.updateStrategy.type=slurmAware) waits for the jobs on workers it drained (with the reason
+        C(<prefix> upgrade)) to end. At the timeout the task does not fail - those nodes stay drained, are reported
+        in RV(rollout) as V(waiting), and no further batch starts; a later run, or the remediation pass, replaces,
+        re-checks and resumes them once they run no job. V(0) does not wait.
+    type: int
+    default: 600
+  health_check_program:
+    description:
+      - With the Kubernetes target, the health-check program the rolling upgrade runs (C(--check-only --node NAME))
+        on a replaced worker before resuming it; with O(slurm_transport=kubernetes) in the worker pod, with
+        O(slurm_transport=local) on this host in the node's environment.
+      - Defaults to C(/opt/soperator/bin/health-check), where the worker image installs it.
     type: path
 notes:
   - Objects are applied with server-side apply under the field manager C(soperator.slurm), with conflicts forced (the

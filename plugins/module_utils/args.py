@@ -115,6 +115,14 @@ def require_positive(module, *names):
             module.fail_json(msg="%s must be > 0, got %s" % (name, value))
 
 
+def require_non_negative(module, *names):
+    """fail_json naming the first option of `names` that is < 0 (a wait that may be 0: do not wait)."""
+    for name in names:
+        value = module.params[name]
+        if value is not None and value < 0:
+            module.fail_json(msg="%s must be >= 0, got %s" % (name, value))
+
+
 def fail_spec_error(module, error, **extra):
     """A SpecError as the module's failure: the message and every issue with its field path."""
     module.fail_json(msg=str(error), errors=[{"path": i.path, "message": i.message} for i in error.issues], **extra)

@@ -47,6 +47,14 @@ description:
     cluster's drain reason prefix, waited for (O(drain_timeout)) until they run no job, and taken out of Slurm
     before their pods go. A changed slurm.conf is applied with C(scontrol reconfigure), once the controller pod
     sees the new file (see O(reconfigure)).
+  - With O(state=present) and O(target=kubernetes), workers of a NodeSet whose C(spec.updateStrategy.type) is
+    C(slurmAware) (the default) and whose pod template changed (image, resources, env, mounts) are rolled onto it
+    after the apply, in batches of at most C(spec.updateStrategy.maxUnavailable) workers out of service (counting
+    those already drained or down) - idle nodes first, each drained with C(<prefix> upgrade), its pod deleted so the
+    StatefulSet recreates it from the new template, its new slurmd waited for (O(wait_timeout)), its health checks
+    run, and resumed only when they pass. A busy node is drained and replaced only once it runs no job
+    (O(rollout_timeout); then it is reported V(waiting) and left drained for a later run or the remediation pass).
+    No job is killed. With C(onDelete) nothing is rolled.
   - With O(state=absent) and O(target=kubernetes), deletes every object we own of the cluster - slurmctld and the
     workers go together, so running jobs end with them; PersistentVolumeClaims (the jail, spools, the database) are kept unless O(purge_volumes=true), and the
     CRDs always stay.
@@ -61,7 +69,8 @@ attributes:
         config files under O(state_dir)) and list in RV(actions) what would be started, restarted, scaled, stopped or
         deleted, without starting, stopping or writing anything.
       - With O(target=kubernetes), every write is sent as a server-side dry run; RV(objects) lists what would be
-        created, updated or pruned and RV(actions) which nodes would be drained and removed.
+        created, updated or pruned, RV(actions) which nodes would be drained and removed, and RV(rollout) the
+        batches of the rolling upgrade, which nodes would be replaced or drained, and why.
   diff_mode:
     support: partial
     details:
@@ -428,6 +437,23 @@ requests:
   returned: when O(target=kubernetes)
   type: dict
   sample: {reads: 17, writes: 0, dry_run_writes: 0}
+rollout:
+  description:
+    - With O(target=kubernetes), the Slurm-aware rolling upgrade of the workers whose pod template changed, one
+      entry per node it concerns, in batch order; empty when every worker runs its NodeSet's current template.
+    - C(step) in check mode is the plan - V(replace) (idle), V(drain) (busy - drained, replaced once it runs no
+      job), V(wait) (drained by an earlier run, still busy), V(recheck) (replaced already, still drained), or
+      V(skipped) (with C(batch) 0 and the reason, such as a drain of someone else's or maxUnavailable reached).
+    - After a real run C(step) is the outcome - V(resumed), V(left-drained) (its checks failed or could not run),
+      V(waiting) (drained, jobs still ran at O(rollout_timeout)), V(pending) (its batch did not start in this run),
+      or V(skipped); C(steps) lists what was done (drained, replaced, rechecked, resumed).
+  returned: when O(target=kubernetes) and O(state=present)
+  type: list
+  elements: dict
+  sample: [{node: cpu-1, node_set: cpu, batch: 1, step: resumed, reason: "checks pass after the replacement",
+            steps: [drained, replaced, rechecked, resumed]},
+           {node: cpu-0, node_set: cpu, batch: 3, step: waiting, steps: [drained],
+            reason: "drained (soperator: upgrade); jobs still run on it after 600s: ..."}]
 errors:
   description: On an invalid spec, every problem found, each with its field path.
   returned: failure
@@ -503,6 +529,7 @@ def _kubernetes(module):
         module.fail_json(msg="target=kubernetes needs the cluster: pass src or definition")
     model = _model(module)
     require_positive(module, "drain_timeout", "api_timeout", "wait_sleep")
+    args.require_non_negative(module, "rollout_timeout")
     extra = {"cluster": local_ops.cluster_summary(model)}
     try:
         cluster = km.make_cluster(module, model)

@@ -141,6 +141,16 @@ actions:
   type: list
   elements: str
   sample: ["drained gpu-[6-7]", "waited 40s until gpu-[6-7] ran no job", "removed gpu-[6-7] from Slurm (state FUTURE)"]
+rollout:
+  description:
+    - The Slurm-aware rolling upgrade of this NodeSet's workers when its pod template changed and its
+      C(spec.updateStrategy.type) is C(slurmAware), as RV(soperator.slurm.slurm_cluster#module:rollout) describes
+      it - one entry per node (C(node), C(node_set), C(batch), C(step), C(reason), C(steps)).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{node: gpu-1, node_set: gpu, batch: 1, step: resumed, reason: "checks pass after the replacement",
+            steps: [drained, replaced, rechecked, resumed]}]
 node_set:
   description: The NodeSet after the run.
   returned: always
@@ -189,6 +199,7 @@ def main():
                            supports_check_mode=True)
     ms.require_yaml(module)
     ms.require_positive(module, "wait_timeout", "drain_timeout", "api_timeout", "wait_sleep")
+    args.require_non_negative(module, "rollout_timeout")
     try:
         change = nodeset.prepare(module.params, km.make_client)
     except SpecError as e:

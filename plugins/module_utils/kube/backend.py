@@ -13,8 +13,11 @@ One run, in order:
 5. reload Slurm: a changed slurm.conf reaches slurmctld with `scontrol reconfigure`, once the controller pod sees the
    new file (the kubelet updates mounted ConfigMaps late); changed node definitions roll the controller through its
    pod template instead (render_kube.node_definitions_hash); kube/reconfigure.py;
-6. wait for readiness (wait=true) and write .status of the SlurmCluster and NodeSets when it changed.
-Check mode runs 1-4 with the API server's dry run and the Slurm side as a plan.
+6. roll the workers of NodeSets with updateStrategy slurmAware onto their new pod template, Slurm-aware: in batches
+   of at most maxUnavailable, idle nodes first, busy ones drained and replaced only once they run no job, each new
+   slurmd re-checked before it is resumed (slurm/rollout.py plans and executes, kube/rollout.py reads the revisions);
+7. wait for readiness (wait=true) and write .status of the SlurmCluster and NodeSets when it changed.
+Check mode runs 1-4 with the API server's dry run and the Slurm side as a plan, and 6 as the roll's plan.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -31,14 +34,16 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness imp
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.reconfigure import (
     CONFIG_DIGEST_FIELD, SlurmConfigReload)
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.status import cluster_status, node_set_status
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import rollout as kube_rollout
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import rollout as slurm_rollout
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.crds import crds
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (
     CR_API_VERSION, KubeError, NotFound, RESOURCES, object_key)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster, secret_material
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import (
-    KIND_ORDER, WORKER, labels as component_labels)
+    APP_NAME, KIND_ORDER, WORKER, labels as component_labels)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 
 # Everything we may own, in apply order; the CRs go first so the cluster's own record exists before its parts.
@@ -101,8 +106,12 @@ class KubeCluster(SlurmConfigReload):
     def __init__(self, client, model, runner_factory=None, check_mode=False, install_crds=True,
                  create_namespace=True, purge_volumes=False, force_conflicts=True, wait=False, wait_timeout=600,
                  drain_timeout=3600, force=False, reconfigure=True, sleep=time.sleep, clock=time.monotonic,
-                 poll=2.0, manage_rbac=True, recreate_statefulsets=False):
+                 poll=2.0, manage_rbac=True, recreate_statefulsets=False, rollout_timeout=600,
+                 checker_factory=None):
         self.client = client
+        self.rollout_timeout = rollout_timeout
+        self.checker_factory = checker_factory      # () -> the health checker of the roll (slurm/remediation.py)
+        self.rollout_steps = []
         self.recreate_statefulsets = recreate_statefulsets
         self.manage_rbac = manage_rbac
         self.model = model
@@ -249,6 +258,46 @@ class KubeCluster(SlurmConfigReload):
         except SlurmError as e:
             raise BackendError("scale-down of %s: %s" % (", ".join(nodes), e))
 
+    def roll_workers(self, changes):
+        """Slurm-aware rolling upgrade of each NodeSet whose updateStrategy is slurmAware and whose workers (some of
+        them) run an older pod template. A StatefulSet this run left unchanged and whose status counts every replica
+        updated costs no request."""
+        from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import CR_API_VERSION
+        from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
+        for node_set in self.model.node_sets:
+            if not node_set.update_strategy.slurm_aware:
+                continue
+            change = self._change(changes, "StatefulSet", node_set.name)
+            if change is None or change.live is None or change.action == ka.PRUNE:
+                continue        # another NodeSet's run (slurm_nodeset), or new pods: nothing to roll
+            predicted_new = self.check_mode and kube_rollout.template_changes(change)
+            if not predicted_new and (change.action == ka.UNCHANGED or self.check_mode) and \
+                    kube_rollout.all_updated(change.live):
+                continue
+            if self.checker_factory is None:
+                raise BackendError("rolling NodeSet %s needs its health checks, and no checker was given"
+                                   % node_set.name)
+            inputs = kube_rollout.WorkerRevisions(
+                self.client, self.model.namespace, node_set.name, node_set.node_name, self.wait_timeout,
+                predicted_new=predicted_new, sleep=self.sleep, clock=self.clock, poll=self.poll)
+            replacer = rm.KubeReplacer(self.client, self.model.namespace, timeout=self.wait_timeout, poll=self.poll,
+                                       sleep=self.sleep, clock=self.clock)
+            events = rm.EventRecorder(self.client, self.model.namespace, self.model.name, CR_API_VERSION)
+            remediator = rm.Remediator(self.runner, self.prefix, self.checker_factory(), replacer=replacer,
+                                       events=events, check_mode=self.check_mode,
+                                       register_timeout=self.wait_timeout, poll=self.poll, sleep=self.sleep,
+                                       clock=self.clock)
+            roll = slurm_rollout.Rollout(self.runner, self.prefix, inputs, remediator,
+                                         node_set.update_strategy.max_unavailable, self.rollout_timeout,
+                                         node_set.name, check_mode=self.check_mode, poll=self.poll,
+                                         sleep=self.sleep, clock=self.clock)
+            try:
+                self.rollout_steps += roll.run()
+            except SlurmError as e:
+                raise BackendError("rolling NodeSet %s: %s" % (node_set.name, e))
+            if roll.errors:
+                raise BackendError("rolling NodeSet %s: %s" % (node_set.name, "; ".join(roll.errors)))
+
     def _change(self, changes, kind, name):
         found = [ch for ch in changes if ch.kind == kind and ch.name == name]
         return found[0] if found else None
@@ -293,6 +342,7 @@ class KubeCluster(SlurmConfigReload):
                            self.wait_timeout)
         self._execute(rest)
         self.reload_slurm(changes)
+        self.roll_workers(changes)
         return self._finish(desired)
 
     def absent(self):
@@ -303,9 +353,33 @@ class KubeCluster(SlurmConfigReload):
         if self.client.get("Namespace", self.model.namespace) is None:
             return self.result()
         live = self.read_live()
+        live.update(self.template_claims(live))
         self.changes = ka.plan([], live, purge_volumes=self.purge_volumes)
         self._execute(self.changes)
         return self.result()
+
+    def template_claims(self, live):
+        """key -> claim, for the volume claims the StatefulSet controller made from our claim templates (the
+        controller's spool, the in-cluster database): `<template>-<StatefulSet>-<ordinal>`. They carry the
+        template's labels and no managed-by label (never pruned with their StatefulSet), so read_live does not see
+        them; a teardown reports them kept, or deletes them with purge_volumes. The StatefulSets are the rendered
+        ones and the live ones (a teardown may follow one that kept the claims and deleted the StatefulSets)."""
+        sets = [o for o in render_cluster(self.model, live_secret_material(live)).manifests
+                if o["kind"] == "StatefulSet"]
+        sets += [o for key, o in sorted(live.items()) if key[0] == "StatefulSet"]
+        prefixes = set()
+        for sts in sets:
+            for template in sts["spec"].get("volumeClaimTemplates") or []:
+                prefixes.add("%s-%s-" % (template["metadata"]["name"], sts["metadata"]["name"]))
+        if not prefixes:
+            return {}
+        selector = "%s=%s,%s=%s" % (c.LABEL_NAME, APP_NAME, c.LABEL_INSTANCE, self.model.name)
+        claims = {}
+        for claim in self.client.list("PersistentVolumeClaim", self.model.namespace, selector):
+            name = claim["metadata"]["name"]
+            if any(name.startswith(p) and name[len(p):].isdigit() for p in prefixes):
+                claims[object_key(claim)] = claim
+        return claims
 
     def _workloads_ready(self, keys):
         objs = {}
@@ -365,8 +439,8 @@ class KubeCluster(SlurmConfigReload):
         """Apply .status of the SlurmCluster and its NodeSets, only where it changed."""
         workloads = self._current_workloads()
         for ch in self.changes:
-            if ch.kind not in ("SlurmCluster", "NodeSet") or ch.action == ka.PRUNE:
-                continue
+            if ch.kind not in ("SlurmCluster", "NodeSet") or ch.action == ka.PRUNE or ch.desired is None:
+                continue   # not rendered any more: pruned, or being deleted already
             obj = ch.after if ch.after is not None else ch.live
             previous = (ch.live or {}).get("status") or {}
             generation = (obj.get("metadata") or {}).get("generation", 0)
@@ -394,8 +468,10 @@ class KubeCluster(SlurmConfigReload):
 
     def result(self):
         changed = any(ch.writes for ch in self.changes) or any(
-            not a.startswith("kept ") for a in self.actions)
+            not a.startswith("kept ") for a in self.actions) or any(
+            slurm_rollout.acted(step, self.check_mode) for step in self.rollout_steps)
         return {
+            "rollout": list(self.rollout_steps),
             "changed": changed,
             "objects": [ch.result() for ch in self.changes],
             "actions": list(self.actions),

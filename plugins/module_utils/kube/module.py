@@ -34,6 +34,8 @@ KUBE_TARGET_SPEC = dict(
     wait_sleep=dict(type="float", default=2.0),
     slurm_transport=dict(type="str", choices=["kubernetes", "local"], default="kubernetes"),
     slurm_conf=dict(type="path"),
+    rollout_timeout=dict(type="int", default=600),
+    health_check_program=dict(type="path"),
 )
 
 
@@ -59,13 +61,19 @@ def make_cluster(module, model, client=None):
                      cluster_name=model.name, slurm_conf=params.get("slurm_conf"))
         return runner_from_params(slurm)
 
+    client = client or make_client(params)
+
+    def checker():
+        from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation_setup import kube_checker
+        return kube_checker(params, client, model.namespace)
+
     return KubeCluster(
-        client or make_client(params), model, runner_factory=runner, check_mode=module.check_mode,
+        client, model, runner_factory=runner, check_mode=module.check_mode,
         install_crds=params.get("install_crds", False), create_namespace=params["create_namespace"],
         purge_volumes=params["purge_volumes"], wait=params["wait"], wait_timeout=params["wait_timeout"],
         drain_timeout=params["drain_timeout"], force=params["force"], reconfigure=params["reconfigure"],
         manage_rbac=params.get("manage_rbac", True), recreate_statefulsets=params["recreate_statefulsets"],
-        poll=params["wait_sleep"])
+        poll=params["wait_sleep"], rollout_timeout=params["rollout_timeout"], checker_factory=checker)
 
 
 def run(module, cluster, operation, extra=None):

@@ -302,12 +302,19 @@ class Remediator(object):
             self.errors.append("could not record event %s: %s" % (reason, e))
 
     def _remediate(self, record, entry):
-        name = record.name
         # Same second counts as after: a slurmd whose first checks drained it is new already (replacing it again
         # would loop).
         replaced_since_drain = bool(record.slurmd_start_time and record.reason_changed_at and
                                     record.slurmd_start_time >= record.reason_changed_at)
-        if self.replacer is not None and not replaced_since_drain:
+        self.restore(record, entry, replace=self.replacer is not None and not replaced_since_drain)
+
+    def restore(self, record, entry, replace=True):
+        """Bring back one drained, idle node: replace it (when `replace`), wait for its new slurmd to register,
+        re-check it and resume it only when every check passes. The steps go to entry['steps'], the outcome to
+        entry['action'] / entry['why'] (resumed, or left-drained); failures to self.errors. Shared by the
+        remediation pass and the rolling upgrade (slurm/rollout.py)."""
+        name = record.name
+        if replace:
             try:
                 entry["replacement"] = self.replacer.replace(name, check_mode=self.check_mode)
             except RemediationError as e:

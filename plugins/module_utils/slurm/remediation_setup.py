@@ -79,6 +79,19 @@ class ConfigMapStore(object):
                           force=True, field_manager=RECORD_FIELD_MANAGER)
 
 
+def kube_checker(params, client, namespace, timeout=60):
+    """The health checker of a cluster on Kubernetes: the program in the worker pod (slurm_transport=kubernetes), or
+    on this host in the node's environment (slurm_transport=local). Remediation and the rolling upgrade share it."""
+    program = params.get("health_check_program") or c.HEALTH_CHECK_PROGRAM
+    if params["slurm_transport"] == "local":
+        return rm.LocalChecker(program, slurm_conf=params.get("slurm_conf"), timeout=timeout)
+
+    def core_v1():
+        from kubernetes.client import CoreV1Api
+        return CoreV1Api(client.api)
+    return rm.KubeChecker(namespace, core_v1, program=program, timeout=timeout)
+
+
 def kube_parts(params, model):
     from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
     from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import CR_API_VERSION
@@ -86,14 +99,7 @@ def kube_parts(params, model):
     runner = runner_from_params(dict(auth_params(params), transport=params["slurm_transport"],
                                      namespace=model.namespace, cluster_name=model.name,
                                      slurm_conf=params.get("slurm_conf")))
-    program = params["health_check_program"] or c.HEALTH_CHECK_PROGRAM
-    if params["slurm_transport"] == "local":
-        checker = rm.LocalChecker(program, slurm_conf=params.get("slurm_conf"), timeout=params["check_timeout"])
-    else:
-        def core_v1():
-            from kubernetes.client import CoreV1Api
-            return CoreV1Api(client.api)
-        checker = rm.KubeChecker(model.namespace, core_v1, program=program, timeout=params["check_timeout"])
+    checker = kube_checker(params, client, model.namespace, params["check_timeout"])
     replacer = rm.KubeReplacer(
         client, model.namespace,
         cordon=setting(params, "cordon_kubernetes_node", model.remediation.cordon_kubernetes_node),

@@ -505,6 +505,15 @@ NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict
     "maxUnavailable": Int("Workers Kubernetes may evict at once (PodDisruptionBudget).", minimum=1,
                           maximum=INT32_MAX, default=1),
     "image": _image_ref("Worker image (default: the cluster's images.worker)."),
+    "updateStrategy": Obj("How running workers move to a changed pod template (image, resources, env, mounts).", {
+        "type": Str("slurmAware: site.yml and the remediation pass replace outdated workers in batches of at most "
+                    "maxUnavailable, idle nodes first; a busy node is drained with '<prefix> upgrade' and replaced "
+                    "only once it runs no job, then re-checked and resumed. onDelete: a worker takes the new template "
+                    "only when something else replaces its pod.", enum=["slurmAware", "onDelete"],
+                    default="slurmAware"),
+        "maxUnavailable": Int("Workers of this NodeSet out of service at once during a roll, counting those already "
+                              "down or drained.", minimum=1, maximum=INT32_MAX, default=1),
+    }),
     "sharedMemory": _quantity("Size of /dev/shm (NCCL needs a large one).", minimum="positive"),
 }, **_scheduling_fields()), required=("clusterName", "resources"),
     checks=[lambda v: "maxReplicas (%s) must be >= replicas (%s)" % (v["maxReplicas"], v["replicas"])

@@ -60,6 +60,17 @@ class Scheduling:
 
 
 @dataclass(frozen=True)
+class UpdateStrategy:
+    """How running workers move to a changed pod template (slurm/rollout.py)."""
+    type: str = "slurmAware"            # slurmAware | onDelete
+    max_unavailable: int = 1
+
+    @property
+    def slurm_aware(self):
+        return self.type == "slurmAware"
+
+
+@dataclass(frozen=True)
 class NodeSet:
     name: str
     replicas: int
@@ -77,6 +88,7 @@ class NodeSet:
     max_unavailable: int
     image: str
     shared_memory: Optional[str]
+    update_strategy: UpdateStrategy = UpdateStrategy()     # spec.updateStrategy
 
     @property
     def gpus(self):

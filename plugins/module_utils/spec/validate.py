@@ -293,6 +293,7 @@ def _node_set_model(doc, default_image):
         max_unavailable=spec["maxUnavailable"],
         image=spec.get("image") or default_image,
         shared_memory=str(spec["sharedMemory"]) if spec.get("sharedMemory") is not None else None,
+        update_strategy=m.UpdateStrategy(spec["updateStrategy"]["type"], spec["updateStrategy"]["maxUnavailable"]),
     )
 
 
