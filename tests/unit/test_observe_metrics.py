@@ -74,6 +74,7 @@ def test_drain_labels_name_our_mechanism_never_the_free_text():
     assert metrics.drain_labels("soperator: check:nccl-bw 120 GB/s < 400", PREFIX) == (
         "soperator", "active_check", "nccl-bw")
     assert metrics.drain_labels("soperator: scale-down", PREFIX) == ("soperator", "scale-down", "")
+    assert metrics.drain_labels("soperator: upgrade", PREFIX) == ("soperator", "upgrade", "")
     assert metrics.drain_labels("soperator: replacing the PSU of rack 12", PREFIX) == ("soperator", "manual", "")
     assert metrics.drain_labels("Kill task failed", PREFIX) == ("other", "other", "")
     assert metrics.drain_labels("soperator: health:" + "x" * 200, PREFIX) == ("soperator", "health_check", "other")

@@ -279,7 +279,7 @@ class KubeCluster(SlurmConfigReload):
                                    % node_set.name)
             inputs = kube_rollout.WorkerRevisions(
                 self.client, self.model.namespace, node_set.name, node_set.node_name, self.wait_timeout,
-                predicted_new=predicted_new, sleep=self.sleep, clock=self.clock, poll=self.poll)
+                ka.owner_selector(self.model.name), predicted_new=predicted_new, sleep=self.sleep, clock=self.clock, poll=self.poll)
             replacer = rm.KubeReplacer(self.client, self.model.namespace, timeout=self.wait_timeout, poll=self.poll,
                                        sleep=self.sleep, clock=self.clock)
             events = rm.EventRecorder(self.client, self.model.namespace, self.model.name, CR_API_VERSION)

@@ -47,11 +47,12 @@ def template_changes(change):
 
 class WorkerRevisions(object):
     """inputs() for slurm/rollout.Rollout: (nodes, revisions, update_revision) of one worker StatefulSet, read afresh
-    each call (the StatefulSet, then its pods by its selector)."""
+    each call: the StatefulSet (a list by our labels), then its pods (a list by its selector)."""
 
-    def __init__(self, client, namespace, name, node_name, timeout, predicted_new=False, sleep=None, clock=None,
-                 poll=2.0):
+    def __init__(self, client, namespace, name, node_name, timeout, owner_selector, predicted_new=False, sleep=None,
+                 clock=None, poll=2.0):
         self.client = client
+        self.owner_selector = owner_selector    # our labels: the StatefulSet is listed (what remediation's Role allows)
         self.namespace = namespace
         self.name = name
         self.node_name = node_name          # ordinal -> node (= pod) name
@@ -66,7 +67,9 @@ class WorkerRevisions(object):
         found = {}
 
         def observed():
-            sts = found["sts"] = self.client.get("StatefulSet", self.name, self.namespace)
+            listed = [o for o in self.client.list("StatefulSet", self.namespace, self.owner_selector)
+                      if o["metadata"]["name"] == self.name]
+            sts = found["sts"] = listed[0] if listed else None
             if sts is None:
                 raise BackendError("StatefulSet %s/%s vanished during the roll" % (self.namespace, self.name))
             return _observed(sts), "status.observedGeneration %s < generation %s" % (

@@ -24,6 +24,7 @@ except ImportError:  # only the exporter program builds metrics; the modules imp
     HAS_PROMETHEUS_CLIENT = False
 
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import SCALE_DOWN_REASON
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.rollout import UPGRADE_REASON
 
 MIB = 1024 * 1024
 
@@ -32,9 +33,10 @@ SQUEUE_JOBS = ("squeue", "--noheader", "--all", "--array", "--format=%P|%T|%r")
 SDIAG = ("sdiag",)
 
 # Our drain reasons: "<prefix> <tag><check> <detail>" (node/health_check.py, node/active_check.py), "<prefix>
-# scale-down" (node removal), or "<prefix> <what an admin wrote>" (slurm_drain). The kind label says which.
+# scale-down" (node removal), "<prefix> upgrade" (a rolling upgrade, slurm/rollout.py), or "<prefix> <what an admin
+# wrote>" (slurm_drain). The kind label says which.
 _OUR_TAGS = (("health:", "health_check"), ("check:", "active_check"))
-_OUR_WORDS = frozenset([SCALE_DOWN_REASON])
+_OUR_WORDS = frozenset([SCALE_DOWN_REASON, UPGRADE_REASON])
 _CHECK_NAME = re.compile(r"[A-Za-z0-9_][-A-Za-z0-9_.]{0,62}$")   # the spec's check names (and a bound)
 
 
@@ -54,7 +56,7 @@ class Snapshot:
 
 def drain_labels(reason, prefix):
     """(owner, kind, check) of a drain reason: owner 'soperator' for ours (the prefix), else 'other'; kind
-    health_check / active_check with the check's name, scale-down, or manual (an admin's slurm_drain): never
+    health_check / active_check with the check's name, scale-down, upgrade, or manual (an admin's slurm_drain): never
     the free text of a reason."""
     if not prefix or not reason.startswith(prefix):
         return "other", "other", ""

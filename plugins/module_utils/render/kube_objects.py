@@ -317,7 +317,8 @@ def remediation_rules(model=None):
         {"apiGroups": ["monitoring.coreos.com"], "resources": ["servicemonitors", "prometheusrules"],
          "verbs": ["list", "patch", "delete"] if _observed(model) else ["list"]},
         # Replacing a node: read its worker pod (uid, the Kubernetes node it runs on), delete it, wait for the new one.
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"]},
+        # A rolling upgrade lists a NodeSet's worker pods (their revisions) by its StatefulSet's selector.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "delete"]},
         # Slurm commands in the controller pod and checks in worker pods. The python client execs over a websocket
         # (an HTTP GET, authorized as get before Kubernetes 1.31 and as create since).
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},

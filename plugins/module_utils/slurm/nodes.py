@@ -159,6 +159,30 @@ def read_jobs(runner):
     return counts
 
 
+def wait_no_jobs(runner, nodes, timeout, poll=2.0, sleep=time.sleep, clock=time.monotonic):
+    """Poll squeue (one per round, bounded by `timeout` seconds) until none of `nodes` runs a job -> (the nodes still
+    running jobs at the timeout, [] when all are free; seconds waited). Node removal and rolling upgrades wait so."""
+    state = {"busy": list(nodes)}
+
+    class StillBusy(Exception):
+        pass
+
+    def free():
+        jobs = read_jobs(runner)
+        state["busy"] = [n for n in nodes if jobs.get(n)]
+        return not state["busy"], hostlist.compress(state["busy"]) if state["busy"] else ""
+
+    if not nodes:
+        return [], 0.0
+    started = clock()
+    try:
+        waited = wait_until(free, "jobs to end on %s" % hostlist.compress(nodes), timeout, poll=poll, sleep=sleep,
+                            clock=clock, timeout_error=lambda unused: StillBusy())
+    except StillBusy:
+        return list(state["busy"]), clock() - started
+    return [], waited
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Planning
 

@@ -15,10 +15,9 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.soperator.slurm.plugins.module_utils import wait
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
-    SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes, update_nodes_argv)
+    SCALE_DOWN_REASON, full_reason, read_nodes, update_nodes_argv, wait_no_jobs)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 
 
@@ -70,17 +69,11 @@ def remove_nodes(runner, nodes, prefix, timeout, force=False, check_mode=False, 
     if foreign:
         actions.append("kept the drain of %s (set by someone else)" % hostlist.compress(foreign))
     if not force:
-        def idle():
-            jobs = read_jobs(runner)
-            busy = [n for n in present if jobs.get(n)]
-            return not busy, hostlist.compress(busy)
-
-        def still_busy(busy):
-            return ScaleDownError(
+        busy, waited = wait_no_jobs(runner, present, timeout, poll=poll, sleep=sleep, clock=clock)
+        if busy:
+            raise ScaleDownError(
                 "scale-down: %s still run jobs after %ds; they stay drained and in the cluster (re-run to go on, or "
-                "force=true to remove them anyway)" % (busy, int(timeout)), actions)
-        waited = wait.wait_until(idle, "jobs to end", timeout, poll=poll, sleep=sleep, clock=clock,
-                                 timeout_error=still_busy)
+                "force=true to remove them anyway)" % (hostlist.compress(busy), int(timeout)), actions)
         actions.append("waited %ds until %s ran no job" % (int(waited), where))
     if stop_nodes:
         actions += stop_nodes(nodes)

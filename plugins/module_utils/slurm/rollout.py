@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from ansible_collections.soperator.slurm.plugins.module_utils import wait
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
-    SCALE_DOWN_REASON, full_reason, read_jobs, read_sinfo, set_state)
+    SCALE_DOWN_REASON, full_reason, read_jobs, read_sinfo, set_state, wait_no_jobs)
 
 UPGRADE_REASON = "upgrade"
 # What the plan says of a node (check mode reports these; the real run the outcomes below).
@@ -175,27 +175,7 @@ def acted(entry, check_mode=False):
 
 # --- execution -------------------------------------------------------------------------------------------------
 
-def wait_no_jobs(runner, nodes, timeout, poll=2.0, sleep=time.sleep, clock=time.monotonic):
-    """Poll squeue (bounded by `timeout`) until none of `nodes` runs a job -> the nodes still running jobs at the
-    timeout ([] when all are free). One squeue per round."""
-    state = {"busy": list(nodes)}
-
-    def free():
-        jobs = read_jobs(runner)
-        state["busy"] = [n for n in nodes if jobs.get(n)]
-        return not state["busy"], hostlist.compress(state["busy"]) if state["busy"] else ""
-
-    if not nodes:
-        return []
-    try:
-        wait.wait_until(free, "jobs to end on %s" % hostlist.compress(nodes), timeout, poll=poll, sleep=sleep,
-                        clock=clock, timeout_error=lambda unused: _StillBusy())
-    except _StillBusy:
-        return list(state["busy"])
-    return []
-
-
-class _StillBusy(Exception):
+class _Late(Exception):
     pass
 
 
@@ -274,8 +254,8 @@ class Rollout(object):
         jobs = read_jobs(self.runner)
         waiting = [s.node for s in batch if s.step != RECHECK and jobs.get(s.node)]
         outcomes = self._restore([s for s in batch if s.node not in waiting], number)
-        still_busy = wait_no_jobs(self.runner, waiting, self.timeout, poll=self.poll, sleep=self.sleep,
-                                  clock=self.clock)
+        still_busy, _waited = wait_no_jobs(self.runner, waiting, self.timeout, poll=self.poll, sleep=self.sleep,
+                                           clock=self.clock)
         outcomes += self._restore([s for s in batch if s.node in waiting and s.node not in still_busy], number)
         for s in batch:
             if s.node in still_busy:
@@ -301,8 +281,8 @@ class Rollout(object):
         try:
             wait.wait_until(responding, "resumed nodes to respond", self.remediator.register_timeout,
                             poll=self.poll, sleep=self.sleep, clock=self.clock,
-                            timeout_error=lambda unused: _StillBusy())
-        except _StillBusy:
+                            timeout_error=lambda unused: _Late())
+        except _Late:
             pass
 
     def _restore(self, steps, number):
