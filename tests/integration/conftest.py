@@ -100,22 +100,25 @@ def kubeconfig(real_cluster):
 
 @pytest.fixture
 def volumes(real_cluster):
-    """provide(namespace, claims): a PersistentVolume bound ahead (claimRef) to each named claim, as a provisioner
-    would make it (none runs here; the controller-manager completes the binding). Pre-bound, so no claim of
-    another test takes it. A hostPath never mounted: kwok runs no pod. Deleted after the test."""
+    """provide(namespace, claims, storage_class=None, capacity="1Ti"): a PersistentVolume bound ahead (claimRef) to
+    each named claim, as a provisioner would make it (none runs here; the controller-manager completes the binding).
+    Pre-bound, so no claim of another test takes it; of the claims' storage class (the binder matches it) and at
+    least their size. A hostPath never mounted: kwok runs no pod. Deleted after the test."""
     from kubernetes import client, config
     api = config.new_client_from_config(config_file=real_cluster.kubeconfig)
     core = client.CoreV1Api(api)
     made = []
 
-    def provide(namespace, claims):
+    def provide(namespace, claims, storage_class=None, capacity="1Ti"):
         for claim in claims:
             name = "soperator-it-%s" % uuid.uuid4().hex[:8]
-            core.create_persistent_volume({
-                "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
-                "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-                         "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/nonexistent/" + name},
-                         "claimRef": {"namespace": namespace, "name": claim}}})
+            spec = {"capacity": {"storage": capacity}, "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                    "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/nonexistent/" + name},
+                    "claimRef": {"namespace": namespace, "name": claim}}
+            if storage_class:
+                spec["storageClassName"] = storage_class
+            core.create_persistent_volume({"apiVersion": "v1", "kind": "PersistentVolume",
+                                           "metadata": {"name": name}, "spec": spec})
             made.append(name)
     try:
         yield provide
@@ -136,3 +139,45 @@ def audit(real_cluster):
         pytest.skip(environmental("the audit log of the cluster of KUBECONFIG is unknown (SOPERATOR_K8S_AUDIT_LOG)"))
     from k8s_audit import AuditLog
     return AuditLog(real_cluster.audit_log)
+
+
+@pytest.fixture
+def namespaced_spec(kubeconfig):
+    """make(path=examples/small-cpu.yml): the spec's documents moved to a namespace of their own, soperator-it-<hex>.
+    At the end, for each: slurm_cluster state=absent with purge_volumes (our objects, cluster-scoped RBAC included)
+    as the documents then are, and the namespace deleted."""
+    from slurm_specs import SMALL, module, new_namespace, spec_docs
+    made = []
+
+    def make(path=SMALL):
+        docs = spec_docs(path, new_namespace())
+        made.append(docs)
+        return docs
+    try:
+        yield make
+    finally:
+        from kubernetes import client, config
+        for docs in made:
+            module("slurm_cluster", expect_failed=None, state="absent", target="kubernetes", definition=docs,
+                   kubeconfig=kubeconfig, purge_volumes=True)
+            with config.new_client_from_config(config_file=kubeconfig) as api:
+                try:
+                    client.CoreV1Api(api).delete_namespace(docs[0]["metadata"]["namespace"])
+                except client.exceptions.ApiException as e:
+                    if e.status != 404:
+                        raise
+
+
+@pytest.fixture
+def faults(real_cluster, tmp_path):
+    """A FaultProxy (fault_proxy.py) in front of the cluster under test: clients given faults.kubeconfig reach the
+    real API server through it, and meet the faults the test sets (fail_next, delay_next); faults.requests is what
+    it saw. Stopped at the end (connections closed); a fault no request took fails the test."""
+    from fault_proxy import FaultProxy
+    proxy = FaultProxy(real_cluster.kubeconfig).start()
+    proxy.write_kubeconfig(str(tmp_path / "fault-proxy-kubeconfig"))
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+    assert not proxy.unconsumed(), "faults set up but taken by no request: %s" % proxy.unconsumed()

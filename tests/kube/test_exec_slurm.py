@@ -10,7 +10,7 @@ import yaml
 from ansible_collections.soperator.slurm.plugins.module_utils import args as module_args
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation import KubeChecker
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import read_nodes
-from test_slurm_cluster_kube import SMALL, module, spec_docs
+from kube_module import SMALL, module, spec_docs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _spec = importlib.util.spec_from_file_location("slurm_fixtures", os.path.join(ROOT, "tests", "slurm", "conftest.py"))

@@ -8,7 +8,7 @@ import pytest
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeClient, api_client_from_params
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
-from test_slurm_cluster_kube import CR, SMALL, module
+from kube_module import CR, SMALL, module
 
 NS, JOB = "slurm", "small-populate-jail"
 

@@ -10,7 +10,7 @@ import time
 
 import yaml
 
-from test_slurm_cluster_kube import SMALL, module, spec_docs
+from kube_module import SMALL, module, spec_docs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _spec = importlib.util.spec_from_file_location("slurm_fixtures", os.path.join(ROOT, "tests", "slurm", "conftest.py"))

@@ -14,7 +14,7 @@ import yaml
 
 from emulator import podexec
 import test_exec_slurm
-from test_slurm_cluster_kube import SMALL, module, spec_docs
+from kube_module import SMALL, module, spec_docs
 
 local_cluster = test_exec_slurm.local_cluster   # the real-daemons fixture, shared with tests/slurm
 NS = test_exec_slurm.NS

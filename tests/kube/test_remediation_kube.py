@@ -11,7 +11,7 @@ import time
 
 import yaml
 
-from test_slurm_cluster_kube import SMALL, module, spec_docs
+from kube_module import SMALL, module, spec_docs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEALTH_CHECK = os.path.join(ROOT, "plugins", "module_utils", "node", "health_check.py")

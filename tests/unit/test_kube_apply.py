@@ -117,6 +117,17 @@ def test_plan_creates_updates_prunes_and_keeps_volumes():
     assert ("PersistentVolumeClaim", "prune") in purge
 
 
+def test_an_object_being_deleted_is_not_deleted_again():
+    # A purged claim that a pod still mounts stays, deletionTimestamp set, until the pod goes (pvc-protection).
+    held = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
+        "name": "jail", "namespace": "slurm", "deletionTimestamp": "2026-01-01T00:00:00Z",
+        "finalizers": ["kubernetes.io/pvc-protection"]}}
+    for purge in (True, False):
+        [change] = ka.plan([], ka.index([held]), purge_volumes=purge)
+        assert change.action == "unchanged" and not change.writes
+        assert change.note == "being deleted, held by finalizers: kubernetes.io/pvc-protection"
+
+
 def test_jobs_run_once():
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "populate", "namespace": "slurm"},
            "spec": {"template": {"spec": {"containers": [{"name": "p", "image": "a"}]}}}}

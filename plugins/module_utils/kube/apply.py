@@ -11,7 +11,8 @@ How a run stays cheap and truthful:
 - Changed objects are sent with server-side apply under one field manager, in the order given (dependencies first).
   Check mode sends the same requests with dryRun=All, so the plan and the diff are the API server's own answer.
 - Pruning deletes objects carrying our labels that are no longer rendered, last and in reverse order. Persistent
-  volume claims are kept unless purge_volumes: they hold the jail and the databases.
+  volume claims are kept unless purge_volumes: they hold the jail and the databases. One whose deletion is under way
+  already (held by a finalizer, e.g. a claim a pod still mounts) is left to it: unchanged, noted, nothing sent.
 - A StatefulSet whose immutable fields (STS_IMMUTABLE) differ cannot be applied: the plan finds it before anything is
   written and refuses unless recreate_statefulsets. Then it is deleted with propagationPolicy=Orphan (its pods keep
   running), and, once gone, applied again; the new one adopts the pods. Its claims are never touched.
@@ -236,6 +237,12 @@ def _made_by_a_controller(obj):
     return any(ref.get("controller") for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
 
 
+def _being_deleted(obj):
+    """The finalizers that hold an object whose deletion is under way (deletionTimestamp set), else None."""
+    meta = obj.get("metadata") or {}
+    return list(meta.get("finalizers") or []) if meta.get("deletionTimestamp") else None
+
+
 def plan(desired, live, purge_volumes=False, recreate_statefulsets=False):
     """Changes that bring `live` (key -> object we own) to `desired` (objects in apply order). PlanError when a
     StatefulSet's immutable fields changed and recreate_statefulsets is off."""
@@ -264,7 +271,14 @@ def plan(desired, live, purge_volumes=False, recreate_statefulsets=False):
     gone = [obj for key, obj in live.items() if key not in wanted and not _made_by_a_controller(obj)]
     gone.sort(key=lambda o: (-order.get(o["kind"], -1), object_key(o)[1] or "", object_key(o)[2]))
     for obj in gone:
-        if obj["kind"] in VOLUME_KINDS and not purge_volumes:
+        finalizers = _being_deleted(obj)
+        if finalizers is not None:
+            # Deleted already (by an earlier run, or by someone else) and held by finalizers - a claim that a pod
+            # still mounts (kubernetes.io/pvc-protection): nothing to send. Deleting it again reported a change on
+            # every run until the pod went; reporting it kept would hide that it is going.
+            changes.append(Change(UNCHANGED, live=obj, note="being deleted, held by finalizers: %s" % (
+                ", ".join(finalizers) or "none")))
+        elif obj["kind"] in VOLUME_KINDS and not purge_volumes:
             changes.append(Change(KEEP, live=obj, note="volumes are kept unless purge_volumes"))
         else:
             changes.append(Change(PRUNE, live=obj))

@@ -239,7 +239,12 @@ class KubeClient(object):
                                              _request_timeout=self.timeout)
             text = response.data.decode("utf-8", "replace") if isinstance(response.data, bytes) else response.data
             if not 200 <= response.status <= 299:
-                return "(log unavailable: HTTP %s)" % response.status
+                # with the server's reason (its Status message): e.g. the node's kubelet could not be reached
+                try:
+                    reason = json.loads(text).get("message")
+                except (TypeError, ValueError, AttributeError):
+                    reason = None
+                return "(log unavailable: HTTP %s%s)" % (response.status, ": %s" % reason if reason else "")
             return text
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
             return "(log unavailable: %s)" % e
@@ -265,7 +270,15 @@ class KubeClient(object):
         if dry_run:
             query["dryRun"] = "All"
         what = "create %s" % describe(kind, name, namespace)
-        data, _status = self._call("POST", resource_path(kind, namespace), what, query=query, body=obj)
+        try:
+            data, _status = self._call("POST", resource_path(kind, namespace), what, query=query, body=obj)
+        except KubeError as e:
+            # An earlier attempt timed out (or failed) after the server had made the object: the retry meets it.
+            if e.status == 409 and e.reason == "AlreadyExists" and e.attempts > 1 and name and not dry_run:
+                live = self.get(kind, name, namespace)
+                if live is not None:
+                    return live
+            raise
         return data
 
     def delete(self, kind, name, namespace=None, dry_run=False, propagation="Background", uid=None):
@@ -274,7 +287,15 @@ class KubeClient(object):
         query = {"propagationPolicy": propagation}
         if dry_run:
             query["dryRun"] = "All"
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
+        body = None
+        if uid:
+            # The API server reads a DELETE's options from its body when there is one, and then ignores the query:
+            # every option goes in the body (the query keeps them too, for the audit log's requestURI). Without
+            # this, a dry run with a uid deleted for real, and Orphan was lost (the pods went with their owner).
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid},
+                    "propagationPolicy": propagation}
+            if dry_run:
+                body["dryRun"] = ["All"]
         try:
             self._call("DELETE", resource_path(kind, namespace, name), "delete %s" % describe(kind, name, namespace),
                        query=query, body=body)
