@@ -98,6 +98,19 @@ def _component(obj):
     return ((obj.get("metadata") or {}).get("labels") or {}).get(c.LABEL_COMPONENT)
 
 
+class _ReadOnceMore(object):
+    """inputs() of a roll: what was just read, the first time; a fresh read after that."""
+
+    def __init__(self, first, read):
+        self.first, self.read = first, read
+
+    def __call__(self):
+        if self.first is not None:
+            first, self.first = self.first, None
+            return first
+        return self.read()
+
+
 # --- the run -------------------------------------------------------------------------------------------------
 
 class KubeCluster(SlurmConfigReload):
@@ -274,12 +287,18 @@ class KubeCluster(SlurmConfigReload):
             if not predicted_new and (change.action == ka.UNCHANGED or self.check_mode) and \
                     kube_rollout.all_updated(change.live):
                 continue
+            read = kube_rollout.WorkerRevisions(
+                self.client, self.model.namespace, node_set.name, node_set.node_name, self.wait_timeout,
+                ka.owner_selector(self.model.name), predicted_new=predicted_new, sleep=self.sleep, clock=self.clock,
+                poll=self.poll)
+            first = read()
+            nodes, revisions, update_revision = first
+            if not any(revisions.get(n) not in (None, update_revision) for n in nodes):
+                continue        # every pod current (the status lagged): no Slurm access at all
             if self.checker_factory is None:
                 raise BackendError("rolling NodeSet %s needs its health checks, and no checker was given"
                                    % node_set.name)
-            inputs = kube_rollout.WorkerRevisions(
-                self.client, self.model.namespace, node_set.name, node_set.node_name, self.wait_timeout,
-                ka.owner_selector(self.model.name), predicted_new=predicted_new, sleep=self.sleep, clock=self.clock, poll=self.poll)
+            inputs = _ReadOnceMore(first, read)
             replacer = rm.KubeReplacer(self.client, self.model.namespace, timeout=self.wait_timeout, poll=self.poll,
                                        sleep=self.sleep, clock=self.clock)
             events = rm.EventRecorder(self.client, self.model.namespace, self.model.name, CR_API_VERSION)
