@@ -263,3 +263,21 @@ def test_a_job_that_lands_on_an_idle_node_is_never_killed():
     done = roll.run()
     assert [(d["node"], d["step"]) for d in done] == [("cpu-0", "resumed"), ("cpu-1", "waiting")]
     assert pods.replaced == ["cpu-0"]
+
+
+def test_a_node_someone_else_drains_meanwhile_is_left_alone():
+    # cpu-1 is idle when planned; an admin drains it right after (before our drain): theirs stays, it is not replaced.
+    slurm, pods, roll, clock = make(nodes(2), {n: OLD for n in nodes(2)}, max_unavailable=2)
+    real_exec = slurm.exec
+
+    def exec_with_an_admin(argv, timeout):
+        if argv[0] == "squeue" and not slurm.nodes["cpu-1"]["reason"]:
+            slurm.nodes["cpu-1"]["state_flags"].append("DRAIN")
+            slurm.nodes["cpu-1"]["reason"] = "admin: dimm"
+        return real_exec(argv, timeout)
+    slurm.exec = exec_with_an_admin
+    done = roll.run()
+    assert [(d["node"], d["step"]) for d in done] == [("cpu-0", "resumed"), ("cpu-1", "skipped")]
+    assert "admin: dimm" in done[1]["reason"]
+    assert pods.replaced == ["cpu-0"]
+    assert slurm.nodes["cpu-1"]["reason"] == "admin: dimm" and "DRAIN" in slurm.nodes["cpu-1"]["state_flags"]

@@ -291,12 +291,18 @@ class Rollout(object):
         if not steps:
             return []
         records = read_sinfo(self.runner)
+        upgrade = full_reason(self.prefix, UPGRADE_REASON)
         outcomes = []
         for s in steps:
             record = records.get(s.node)
             if record is None:
                 self.errors.append("%s: vanished from Slurm during the roll" % s.node)
                 outcomes.append(self._entry(s, number, LEFT_DRAINED, "vanished from Slurm during the roll"))
+                continue
+            if not (record.drain and record.reason == upgrade):
+                # someone drained it first (our drain left their reason), or resumed it: not ours to replace now
+                outcomes.append(self._entry(s, number, SKIP, "no longer drained for the upgrade (%s%s): left alone"
+                                            % (record.state, ": " + record.reason if record.reason else "")))
                 continue
             entry = {"name": s.node, "state": record.state, "reason": record.reason, "steps": []}
             errors = len(self.remediator.errors)
