@@ -58,6 +58,8 @@ options:
   command_timeout:
     description:
       - Seconds one Slurm command may run before it counts as not answering (and is retried).
+      - With O(transport=kubernetes), the command is also ended in the pod (by coreutils C(timeout) there) a second
+        later, so a command the module stopped waiting for does not go on running beside its retry.
     type: int
     default: 60
 requirements:

@@ -556,7 +556,9 @@ def test_kubernetes_transport_exec():
                             stream_func=stream)
     assert t.exec(["sinfo", "--json"], 5) == (2, "{}", "warn")
     assert seen["pod"] == "demo-controller-0" and seen["namespace"] == "slurm" and seen["container"] == "slurmctld"
-    assert seen["command"] == ["env", "SLURM_CONF=/etc/slurm/slurm.conf", "LC_ALL=C", "sinfo", "--json"]
+    # ended in the pod too, a second after the client's own deadline of 5 s
+    assert seen["command"] == ["timeout", "--kill-after=2", "6", "env", "SLURM_CONF=/etc/slurm/slurm.conf", "LC_ALL=C",
+                               "sinfo", "--json"]
     assert seen["tty"] is False and seen["stdin"] is False
 
     t = KubernetesTransport("slurm", "p", core_v1=FakeCore(),

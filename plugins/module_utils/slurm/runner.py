@@ -8,7 +8,8 @@ A SlurmRunner runs an argv through a transport and records every command it ran:
 * LocalTransport: exec on this host; SLURM_CONF comes from the option or the environment (the local backend exports
   it). Runs with LC_ALL=C so messages are parsable.
 * KubernetesTransport: exec into the controller pod ``<cluster>-controller-0`` (container ``slurmctld``) through the
-  Kubernetes API's exec stream (the kubernetes python client, authenticated by kubernetes.core's auth options).
+  Kubernetes API's exec stream (the kubernetes python client, authenticated by kubernetes.core's auth options). A
+  command that runs past its timeout is ended in the pod as well (coreutils' timeout), as the local one is.
 
 Commands are argv lists, never shell strings: a reason with spaces or quotes reaches Slurm as one argument on both
 transports. A controller that does not answer is retried a bounded number of times (``retries``, with a growing
@@ -179,6 +180,21 @@ def _exec_refusal(e):
     return status, message
 
 
+# A command we stopped waiting for goes on running in the pod: closing the exec stream does not stop it (neither the
+# kubelet nor containerd signals an exec'd process whose client went away), and a retry would run a second copy beside
+# it. So coreutils' timeout (in every image we exec into) ends it there too, shortly after the client gave up - later
+# than the client's own deadline, so the client's reading ("did not finish", retried) stays the one that counts: TERM
+# to the command's whole process group, then KILL to what ignored it.
+POD_TIMEOUT_GRACE = 1
+POD_KILL_AFTER = 2
+
+
+def pod_time_limit(timeout):
+    """The argv prefix that ends a command in the pod POD_TIMEOUT_GRACE seconds after `timeout`."""
+    limit = ("%.3f" % (max(timeout, 0) + POD_TIMEOUT_GRACE)).rstrip("0").rstrip(".")
+    return ["timeout", "--kill-after=%d" % POD_KILL_AFTER, limit]
+
+
 class KubernetesTransport(object):
     """Run Slurm commands in the controller pod through the Kubernetes exec API."""
 
@@ -219,6 +235,7 @@ class KubernetesTransport(object):
         command = list(argv)
         if self.slurm_conf:
             command = ["env", "SLURM_CONF=%s" % self.slurm_conf, "LC_ALL=C"] + command
+        command = pod_time_limit(timeout) + command
         stream = self._stream_func()
         try:
             from kubernetes.client.exceptions import ApiException

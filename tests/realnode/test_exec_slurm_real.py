@@ -1,0 +1,336 @@
+"""Slurm through the kubernetes transport on a real node: one small cluster (site.yml with the images of
+`make images`), deployed once for this module; its controller pod runs slurmctld, its worker pod slurmd.
+
+- SlurmRunner, the slurm_drain module and the health-check program (KubeChecker) exec into those pods;
+- slurm_cluster target=kubernetes runs `scontrol reconfigure` only once the controller pod sees the new configs.
+  The kubelet refreshes a mounted ConfigMap for real (on its pod sync, tools/k8s/node.py's syncFrequency 10s);
+  where a test needs a pod that does not see them yet, the refresh is made to fail on this host, which is the node:
+  the volume's directory, bind-mounted read-only over itself, refuses the kubelet's writes (its log says so)
+  while the pod keeps the files it has.
+
+Which commands ran where comes from the API server's audit log (the exec requests' own argv).
+"""
+import concurrent.futures
+import contextlib
+import copy
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+import yaml
+
+import ansible_run
+from ansible_collections.soperator.slurm.plugins.module_utils import args as module_args
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import read_nodes
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation import KubeChecker
+from realnode_audit import Audit
+
+NS = "slurm-exec"
+CLUSTER = "ex"
+CONTROLLER = CLUSTER + "-controller-0"
+CONFIGS = CLUSTER + "-slurm-configs"
+PROGRAM = "/opt/soperator/bin/health-check"   # constants.HEALTH_CHECK_PROGRAM, as the worker image installs it
+FAULT = "/tmp/soperator-fault"
+SPEC = """
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: SlurmCluster
+metadata: {name: ex, namespace: slurm-exec}
+spec:
+  jail: {volume: {size: 1Gi}}
+  login: {replicas: 0}
+  slurmConfig: {SlurmdTimeout: 120}
+  remediation: {enabled: false}
+  healthChecks:
+    passive:
+      interval: 0           # slurmd never runs the checks on its own: only the test does (KubeChecker)
+      custom:
+        - name: fault-file
+          command: test ! -e %s
+---
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: NodeSet
+metadata: {name: cpu, namespace: slurm-exec}
+spec:
+  clusterName: ex
+  replicas: 1
+  resources: {cpu: "1", memory: 1Gi}
+""" % FAULT
+
+
+class Cluster:
+    def __init__(self, node, docs):
+        self.node, self.docs = node, docs     # docs: the definition last applied
+        self.audit = Audit(node.info["audit_log"])
+
+
+@pytest.fixture(scope="module")
+def cluster(real_node, tmp_path_factory):
+    path = tmp_path_factory.mktemp("slurm-exec") / "ex.yml"
+    path.write_text(SPEC)
+    try:
+        ansible_run.playbook("site.yml", "-e", "spec_file=%s" % path, "-e", "kubeconfig=" + real_node.kubeconfig,
+                             timeout=900)
+        _until("cpu-0 registered and idle", lambda: (_sinfo(real_node).get("cpu-0") == ("idle", "none"),
+                                                     _sinfo(real_node)), timeout=180)
+        yield Cluster(real_node, list(yaml.safe_load_all(SPEC)))
+    finally:
+        # the next module's clusters need the worker's CPU
+        real_node.kubectl("delete", "namespace", NS, "--wait=true", timeout=300, check=False)
+
+
+def _params(node, **extra):
+    return dict(transport="kubernetes", namespace=NS, cluster_name=CLUSTER, kubeconfig=node.kubeconfig, retries=1,
+                retry_delay=0.5, command_timeout=30, **extra)
+
+
+def _until(what, probe, timeout=120):
+    deadline = time.monotonic() + timeout
+    while True:
+        last = probe()
+        if last[0]:
+            return last
+        assert time.monotonic() < deadline, "timed out after %ss waiting for %s (last: %s)" % (timeout, what, last)
+        time.sleep(1)
+
+
+def _in_pod(node, pod, container, *argv):
+    """kubectl exec - the test's own look, not the transport under test."""
+    return node.kubectl("-n", NS, "exec", pod, "-c", container, "--", *argv, timeout=60, check=False)
+
+
+def _sinfo(node):
+    """{node: (state, reason)} as sinfo in the controller pod shows them."""
+    out = _in_pod(node, CONTROLLER, "slurmctld", "sinfo", "-h", "-N", "-o", "%N|%t|%E").stdout
+    return dict((line.split("|")[0], tuple(line.split("|")[1:])) for line in out.splitlines() if "|" in line)
+
+
+def _back_in_service(node):
+    # slurmctld marks a resumed node not responding ("idle*") until its next ping of the slurmd answers
+    _until("cpu-0 idle again", lambda: (_sinfo(node).get("cpu-0") == ("idle", "none"), _sinfo(node)), timeout=60)
+
+
+# ---------------------------------------------------------------- Slurm commands and checks in the pods
+
+def test_runner_reads_and_updates_slurm_through_the_controller_pod(cluster):
+    node, audit = cluster.node, cluster.audit
+    runner = module_args.runner_from_params(_params(node))
+    assert runner.describe()["pod"] == CONTROLLER
+    mark = audit.mark()
+    assert sorted(read_nodes(runner)) == sorted(_sinfo(node)) == ["cpu-0"]
+    reason = "exec test: a b 'c'"
+    runner.run(["scontrol", "update", "NodeName=cpu-0", "State=DRAIN", "Reason=" + reason])
+    ran = audit.execs(mark)
+    assert _sinfo(node)["cpu-0"] == ("drain", reason)
+    # a Slurm error comes back as the command's exit code and output, not as a transport failure
+    mark = audit.mark()
+    result, unused = runner.run(["scontrol", "show", "node", "no-such-node"], check=False)
+    assert result.rc == 1 and "no-such-node" in result.stdout + result.stderr, (result.stdout, result.stderr)
+    runner.run(["scontrol", "update", "NodeName=cpu-0", "State=RESUME"])
+    ran += audit.execs(mark)
+    _back_in_service(node)
+    # every command ran in the controller pod's slurmctld container, one argument per argv item
+    assert {(e.pod, e.container, e.code) for e in ran} == {(CONTROLLER, "slurmctld", 101)}, ran
+    assert ["scontrol", "update", "NodeName=cpu-0", "State=DRAIN", "Reason=" + reason] in [e.argv for e in ran]
+    assert [e.argv for e in ran][-2:] == [["scontrol", "show", "node", "no-such-node"],
+                                          ["scontrol", "update", "NodeName=cpu-0", "State=RESUME"]]
+
+
+def test_slurm_drain_module_over_the_kubernetes_transport(cluster):
+    node, audit = cluster.node, cluster.audit
+    params = _params(node, nodes="cpu-0")
+    mark = audit.mark()
+    drained = ansible_run.module("slurm_drain", dict(params, state="drained", reason="maintenance"))
+    ran = audit.execs(mark)
+    assert drained["changed"] and drained["transport"]["pod"] == CONTROLLER
+    assert _sinfo(node)["cpu-0"] == ("drain", "soperator: maintenance")
+    mark = audit.mark()
+    assert not ansible_run.module("slurm_drain", dict(params, state="drained", reason="maintenance"))["changed"]
+    assert ansible_run.module("slurm_drain", dict(params, state="resumed"))["changed"]
+    ran += audit.execs(mark)
+    _back_in_service(node)
+    assert ran and {(e.pod, e.container, e.code) for e in ran} == {(CONTROLLER, "slurmctld", 101)}, ran
+
+
+def test_health_check_program_runs_in_the_worker_pod(cluster):
+    node, audit = cluster.node, cluster.audit
+    checker = KubeChecker(NS, module_args._core_v1_factory(_params(node)), timeout=30)
+    healthy, report = checker.check("cpu-0")
+    assert healthy is True and report["node"] == "cpu-0" and "fault-file" in report["passed"], report
+    assert _in_pod(node, "cpu-0", "slurmd", "touch", FAULT).returncode == 0
+    try:
+        mark = audit.mark()
+        healthy, report = checker.check("cpu-0")
+        ran = audit.execs(mark)
+        assert healthy is False and [f["check"] for f in report["failed"]] == ["fault-file"], report
+        assert [(e.pod, e.container, e.argv) for e in ran] == [
+            ("cpu-0", "slurmd", [PROGRAM, "--check-only", "--node", "cpu-0"])]
+        # --check-only changes nothing in Slurm
+        assert _sinfo(node)["cpu-0"] == ("idle", "none")
+    finally:
+        _in_pod(node, "cpu-0", "slurmd", "rm", "-f", FAULT)
+    # a worker pod that does not exist: the check could not run, never a verdict
+    mark = audit.mark()
+    healthy, detail = checker.check("cpu-9")
+    assert healthy is None and '404 pods "cpu-9" not found' in detail["error"], detail
+    assert [(e.pod, e.code) for e in audit.execs(mark)] == [("cpu-9", 404)]
+
+
+# ---------------------------------------------------------------- scontrol reconfigure after the kubelet's refresh
+
+def _apply(cluster, docs, wait_timeout=240, check=False, expect_failed=False):
+    return ansible_run.module("slurm_cluster", dict(
+        state="present", target="kubernetes", definition=docs, kubeconfig=cluster.node.kubeconfig, wait_sleep=1,
+        wait_timeout=wait_timeout), check=check, expect_failed=expect_failed, timeout=600)
+
+
+def _edited(docs, slurm_config=None, cgroup_config=None):
+    edited = copy.deepcopy(docs)
+    edited[0]["spec"].setdefault("slurmConfig", {}).update(slurm_config or {})
+    edited[0]["spec"].setdefault("cgroupConfig", {}).update(cgroup_config or {})
+    return edited
+
+
+def _configmap(node):
+    return json.loads(node.kubectl("-n", NS, "get", "configmap", CONFIGS, "-o", "json").stdout)["data"]
+
+
+def _recorded_digest(node):
+    found = json.loads(node.kubectl("-n", NS, "get", "slurmcluster", CLUSTER, "-o", "json").stdout)
+    return (found.get("status") or {}).get("slurmConfigDigest")
+
+
+def _loaded(node, key, value):
+    """Whether slurmctld runs with `key = value` (scontrol show config, slurm.conf and cgroup.conf); it re-executes
+    itself on a reconfigure, so a moment without an answer is no verdict."""
+    out = _in_pod(node, CONTROLLER, "slurmctld", "scontrol", "show", "config").stdout
+    seen = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    seen = dict((k.strip(), v.strip()) for k, v in seen.items())
+    return seen.get(key) == value, seen.get(key)
+
+
+def _reads_then_reconfigure(execs):
+    """The exec argvs of a run that waited for the configs: sha256sum reads, then the one reconfigure, last."""
+    argvs = [e.argv for e in execs]
+    assert {(e.pod, e.container) for e in execs} == {(CONTROLLER, "slurmctld")}, execs
+    assert argvs[-1:] == [["scontrol", "reconfigure"]], argvs
+    assert argvs[:-1] and all(a[0] == "sha256sum" and "/etc/slurm/slurm.conf" in a for a in argvs[:-1]), argvs
+    return len(argvs) - 1
+
+
+@contextlib.contextmanager
+def _kubelet_cannot_refresh(node):
+    """The kubelet's writes to the controller pod's slurm-configs volume fail while this holds: a read-only bind
+    mount of the volume's directory over itself, on the host. The container's own mount of it is private (it does
+    not see this one) and keeps showing the directory, now as the kubelet last wrote it. Yields its path."""
+    uid = node.kubectl("-n", NS, "get", "pod", CONTROLLER, "-o", "jsonpath={.metadata.uid}").stdout
+    path = os.path.join(node.info["state"], "node", "kubelet", "pods", uid, "volumes", "kubernetes.io~configmap",
+                        "slurm-configs")
+    assert os.path.isfile(os.path.join(path, "slurm.conf")), path
+    subprocess.run(["mount", "--bind", path, path], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", path], check=True)
+        yield path
+    finally:
+        subprocess.run(["umount", path], check=True)
+
+
+def test_reconfigure_runs_once_the_controller_pod_sees_the_new_slurm_conf(cluster):
+    node, audit = cluster.node, cluster.audit
+    edited = _edited(cluster.docs, slurm_config={"SlurmdTimeout": 300})
+    before = _recorded_digest(node)
+    assert before and _loaded(node, "SlurmdTimeout", "120 sec")[0]
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        with _kubelet_cannot_refresh(node) as volume:
+            mark = audit.mark()
+            run = pool.submit(_apply, cluster, edited)
+            # the run applied the ConfigMap and reads the files in the pod, which are still the old ones
+            _until("the run to read the configs in the pod twice", lambda: (
+                run.done() or len(audit.execs(mark)) >= 2, audit.execs(mark)))
+            assert not run.done(), run.result()
+            assert "SlurmdTimeout=300" in _configmap(node)["slurm.conf"]
+            with open(os.path.join(volume, "slurm.conf")) as f:
+                assert "SlurmdTimeout=120" in f.read()
+        # the kubelet's next attempt writes the new files
+        done = run.result(timeout=600)
+    finally:
+        pool.shutdown()
+    cluster.docs = edited
+    reads = _reads_then_reconfigure(audit.execs(mark))
+    assert reads >= 3
+    # slurmctld re-read the new slurm.conf: the reconfigure came after the pod had it
+    _until("slurmctld to run with SlurmdTimeout 300", lambda: _loaded(node, "SlurmdTimeout", "300 sec"), timeout=60)
+    waited = [a for a in done["actions"] if a.startswith("waited")]
+    assert len(waited) == 1 and re.match(r"^waited \d+ s for the changed Slurm configs to reach the controller pod "
+                                         r"%s/%s$" % (NS, CONTROLLER), waited[0]), done["actions"]
+    assert done["actions"].index(waited[0]) < done["actions"].index("ran scontrol reconfigure (slurm.conf changed)")
+    assert done["status"]["slurmConfigDigest"] == _recorded_digest(node) != before
+
+
+def test_no_reconfigure_while_the_pod_does_not_see_the_configs_and_a_rerun_runs_it(cluster):
+    """Only cgroup.conf changes (slurm.conf stays the same in the pod): the wait is for every file. It times out
+    (bounded by wait_timeout) without a reconfigure; the re-run, once the kubelet refreshed the pod, runs it."""
+    node, audit = cluster.node, cluster.audit
+    edited = _edited(cluster.docs, cgroup_config={"ConstrainRAMSpace": "no"})
+    before, old = _recorded_digest(node), _configmap(node)
+    assert _loaded(node, "ConstrainRAMSpace", "yes")[0]
+    with _kubelet_cannot_refresh(node):
+        mark = audit.mark()
+        failed = _apply(cluster, edited, wait_timeout=5, expect_failed=True)
+        cluster.docs = edited
+        assert "pod %s/%s still sees the old cgroup.conf in /etc/slurm" % (NS, CONTROLLER) in failed["msg"], \
+            failed["msg"]
+        assert "ConfigMap %s/%s was applied" % (NS, CONFIGS) in failed["msg"]
+        assert "reconfigure` was not run" in failed["msg"] and "a re-run of this task" in failed["msg"]
+        execs = audit.execs(mark)
+        assert execs and all(e.argv[0] == "sha256sum" for e in execs), execs
+        # the ConfigMap stays applied; slurmctld is recorded as still running the old configs
+        new = _configmap(node)
+        assert "ConstrainRAMSpace=no" in new["cgroup.conf"] and new["slurm.conf"] == old["slurm.conf"]
+        assert _recorded_digest(node) == before
+
+        # check mode: the ConfigMap is as wanted now, the reload is owed: planned, nothing run or written
+        mark = audit.mark()
+        planned = _apply(cluster, edited, check=True)
+        assert planned["changed"], planned
+        assert planned["actions"] == ["would run scontrol reconfigure (configs not yet loaded by slurmctld)"]
+        assert ("ConfigMap", CONFIGS, "unchanged") in [(o["kind"], o["name"], o["action"]) for o in planned["objects"]]
+        assert audit.execs(mark) == [] and audit.writes(mark) == []
+    assert _loaded(node, "ConstrainRAMSpace", "yes")[0]
+
+    # the kubelet may refresh now: the re-run waits for it if need be, reconfigures and records what was loaded
+    mark = audit.mark()
+    done = _apply(cluster, edited)
+    assert done["changed"] and done["actions"][-1] == "ran scontrol reconfigure (configs not yet loaded by slurmctld)"
+    assert all(a.startswith("waited ") for a in done["actions"][:-1]), done["actions"]
+    assert set(o["action"] for o in done["objects"]) == {"unchanged"}
+    _reads_then_reconfigure(audit.execs(mark))
+    _until("slurmctld to run with ConstrainRAMSpace no", lambda: _loaded(node, "ConstrainRAMSpace", "no"), timeout=60)
+    assert done["status_updated"] and done["status"]["slurmConfigDigest"] == _recorded_digest(node) != before
+
+    # converged: no exec, no write
+    mark = audit.mark()
+    third = _apply(cluster, edited)
+    assert not third["changed"] and third["actions"] == [] and not third["status_updated"], third
+    assert audit.execs(mark) == [] and audit.writes(mark) == []
+
+
+def test_a_cluster_without_a_recorded_digest_is_reconfigured_once(cluster):
+    """Deployed before the digest was kept: which configs slurmctld read is unknown, so one reconfigure settles it."""
+    node, audit = cluster.node, cluster.audit
+    node.kubectl("-n", NS, "patch", "slurmcluster", CLUSTER, "--subresource=status", "--type=json",
+                 "-p", json.dumps([{"op": "remove", "path": "/status/slurmConfigDigest"}]))
+    assert _recorded_digest(node) is None
+    mark = audit.mark()
+    once = _apply(cluster, cluster.docs)
+    assert once["actions"] == ["ran scontrol reconfigure (configs not yet loaded by slurmctld)"], once["actions"]
+    assert _reads_then_reconfigure(audit.execs(mark)) == 1     # the pod has the files already: one read
+    assert once["status"]["slurmConfigDigest"] == _recorded_digest(node)
+
+    mark = audit.mark()
+    again = _apply(cluster, cluster.docs)
+    assert not again["changed"] and again["actions"] == [], again
+    assert audit.execs(mark) == [] and audit.writes(mark) == []
