@@ -281,3 +281,14 @@ def test_a_node_someone_else_drains_meanwhile_is_left_alone():
     assert "admin: dimm" in done[1]["reason"]
     assert pods.replaced == ["cpu-0"]
     assert slurm.nodes["cpu-1"]["reason"] == "admin: dimm" and "DRAIN" in slurm.nodes["cpu-1"]["state_flags"]
+
+
+def test_no_slot_no_change():
+    # an admin's drain holds the only slot: the outdated nodes are reported, nothing is drained or replaced
+    slurm, pods, roll, clock = make(nodes(3), {"cpu-0": NEW, "cpu-1": OLD, "cpu-2": OLD})
+    slurm.nodes["cpu-0"]["state_flags"].append("DRAIN")
+    slurm.nodes["cpu-0"]["reason"] = "admin: dimm"
+    done = roll.run()
+    assert [(d["node"], d["batch"], d["step"]) for d in done] == [("cpu-1", 0, "skipped"), ("cpu-2", 0, "skipped")]
+    assert slurm.updates() == [] and pods.replaced == []
+    assert not any(rollout.acted(d) for d in done)

@@ -142,7 +142,7 @@ def plan(nodes, revisions, update_revision, records, jobs, max_unavailable, pref
             steps.append(s)
     if size < 1:
         for s in candidates:
-            s.step, s.batch = SKIP, 0
+            s.step, s.batch, s.drain = SKIP, 0, False
             s.reason = "maxUnavailable %d reached: %d worker(s) out of service (%s)" % (
                 max_unavailable, len(out), hostlist.compress(out))
         left_out = candidates + left_out
@@ -221,7 +221,9 @@ class Rollout(object):
             return [self._entry(s) for s in the_plan.steps]
         done, handled, batch_number = [], set(), 0
         while True:
-            batch = [s for s in the_plan.batch(min(the_plan.batches or [0])) if s.node not in handled]
+            if not the_plan.batches:
+                break       # nothing may start: every node is left out (no slot, held by others...)
+            batch = [s for s in the_plan.batch(the_plan.batches[0]) if s.node not in handled]
             if not batch:
                 break
             batch_number += 1
