@@ -104,8 +104,8 @@ def test_the_remediation_role_writes_the_exporters_kinds_only_when_there_is_one(
     assert verbs(trk.render(), "deployments") == [["list"]]
     assert verbs(trk.render(), "servicemonitors") == [["list"]]
     observed = _objects(OBSERVED)
-    assert verbs(observed, "deployments") == [["list", "patch", "delete"]]
-    assert verbs(observed, "prometheusrules") == [["list", "patch", "delete"]]
+    assert verbs(observed, "deployments") == [["list", "create", "patch", "delete"]]
+    assert verbs(observed, "prometheusrules") == [["list", "create", "patch", "delete"]]
 
 
 def test_a_long_interval_keeps_a_ten_second_timeout():

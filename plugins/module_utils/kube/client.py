@@ -224,17 +224,20 @@ class KubeClient(object):
     def pod_log(self, namespace, name, tail_lines=50):
         """The last lines of a pod's log, or why it could not be read (it only adds detail to an error)."""
         path = resource_path("Pod", namespace, name, "log")
+        # The API server negotiates the log's media type against its serializers (JSON, YAML, protobuf): a bare
+        # text/plain is refused (406), though what it sends is the log as text/plain. kubectl asks for anything too.
+        accept = "text/plain, */*"
         try:
             self.calls["reads"] += 1
             if hasattr(self.api, "param_serialize"):
                 request = self.api.param_serialize("GET", path, query_params=[("tailLines", tail_lines)],
-                                                   header_params={"Accept": "text/plain"},
+                                                   header_params={"Accept": accept},
                                                    auth_settings=["BearerToken"])
                 response = self.api.call_api(*request, _request_timeout=self.timeout)
                 response.read()
             else:
                 response = self.api.call_api(path, "GET", query_params=[("tailLines", tail_lines)],
-                                             header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"],
+                                             header_params={"Accept": accept}, auth_settings=["BearerToken"],
                                              _return_http_data_only=True, _preload_content=False,
                                              _request_timeout=self.timeout)
             text = response.data.decode("utf-8", "replace") if isinstance(response.data, bytes) else response.data

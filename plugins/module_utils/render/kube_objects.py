@@ -293,29 +293,33 @@ def remediation_rules(model=None):
     """The namespaced permissions of the remediation CronJob: exactly the calls of playbooks/remediate.yml, which
     reconciles with slurm_cluster (manage_rbac, install_crds and create_namespace off: no RBAC object, CRD or
     namespace is read or written, nothing cluster-scoped at all) and then runs slurm_remediate. No watch: nothing
-    watches. tests/kube/test_remediation_kube.py records a run's requests and compares them with these rules."""
+    watches. tests/integration/test_remediation_real.py runs remediate.yml with the ServiceAccount's own token and
+    compares the requests in the API server's audit log with these rules."""
     return [
         # slurm_cluster_info reads the cluster (get) and its NodeSets (list); the reconcile lists what it owns,
-        # applies (server-side apply is a patch, also for objects it creates), prunes NodeSets no longer there and
-        # writes .status.
+        # applies what they say (server-side apply: a patch; they exist, they are its input), prunes NodeSets no
+        # longer there and writes .status.
         {"apiGroups": [API_GROUP], "resources": ["slurmclusters"], "verbs": ["get", "list", "patch"]},
         {"apiGroups": [API_GROUP], "resources": ["nodesets"], "verbs": ["list", "patch", "delete"]},
         {"apiGroups": [API_GROUP], "resources": ["slurmclusters/status", "nodesets/status"], "verbs": ["patch"]},
         # Everything else the reconcile owns: listed by label, applied, pruned when no longer rendered. Secrets
         # are read too: their material (munge key, host keys, passwords) is reused to render, never regenerated.
+        # Applying an object that is missing makes it again, and the API server authorizes that patch as a create
+        # too: without `create` a deleted ConfigMap failed every later pass with 403.
         {"apiGroups": [""], "resources": ["configmaps", "secrets", "services", "serviceaccounts"],
-         "verbs": ["list", "patch", "delete"]},
-        # Volume claims are never pruned (purge_volumes stays off).
-        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "patch"]},
-        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list", "patch", "delete"]},
-        {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": ["list", "patch", "delete"]},
-        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list", "patch", "delete"]},
+         "verbs": ["list", "create", "patch", "delete"]},
+        # Volume claims are never pruned (purge_volumes stays off); a missing one (deleted by hand) is made again.
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "create", "patch"]},
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list", "create", "patch", "delete"]},
+        {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": ["list", "create", "patch", "delete"]},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],
+         "verbs": ["list", "create", "patch", "delete"]},
         # spec.observability's exporter Deployment and prometheus-operator objects: listed on every run (one that
         # was switched off is pruned), written only by the cluster that has them.
         {"apiGroups": ["apps"], "resources": ["deployments"],
-         "verbs": ["list", "patch", "delete"] if _observed(model) else ["list"]},
+         "verbs": ["list", "create", "patch", "delete"] if _observed(model) else ["list"]},
         {"apiGroups": ["monitoring.coreos.com"], "resources": ["servicemonitors", "prometheusrules"],
-         "verbs": ["list", "patch", "delete"] if _observed(model) else ["list"]},
+         "verbs": ["list", "create", "patch", "delete"] if _observed(model) else ["list"]},
         # Replacing a node: read its worker pod (uid, the Kubernetes node it runs on), delete it, wait for the new one.
         # A rolling upgrade lists a NodeSet's worker pods (their revisions) by its StatefulSet's selector.
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "delete"]},
