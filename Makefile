@@ -64,7 +64,7 @@ render:
 bench:
 	$(PYTHON) bench/bench_render.py
 	$(PYTHON) bench/bench_drain.py
-	$(PYTHON) bench/bench_kube_apply.py
+	$(PYTHON) bench/bench_kube_real.py
 	$(PYTHON) bench/bench_health_drain.py
 	$(PYTHON) bench/bench_exporter.py
 

@@ -2,7 +2,7 @@
 `make k8s-build`; the control plane is started in a temporary directory and stopped at the end): the first run, then
 no-op re-runs. Requests are counted from the API server's audit log, not by the client.
 
-Rows: the backend in-process (as bench_kube_apply.py runs it against the emulator), then `ansible-playbook
+Rows: the backend in-process (KubeCluster.present(), no Ansible), then `ansible-playbook
 site.yml` no-op runs and an empty ansible-playbook for scale. No wait for readiness: 3 kwok nodes cannot hold 1,024
 workers (nor the example's GPUs); before the no-op runs the StatefulSet controller has caught up (bounded wait), so
 the status each run writes is final. Goal: the no-op run writes nothing and costs at most 2x an empty

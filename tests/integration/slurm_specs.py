@@ -1,6 +1,5 @@
 """What the real-cluster tests share: the example specs (in a namespace of a test's own), slurm_cluster through
-`ansible localhost -m` (tests/ansible_run.py), what a result says, and who the kubeconfig's user is. Moved here from
-tests/kube/test_slurm_cluster_kube.py, so that nothing in tests/integration imports the emulator's tests."""
+`ansible localhost -m` (tests/ansible_run.py), what a result says, and who the kubeconfig's user is."""
 import os
 import uuid
 
