@@ -9,33 +9,19 @@ daemons (tests/slurm's `local_cluster` fixture, host Slurm), which the modules r
   there is deleted at the end (state=absent, volumes purged; its cluster-scoped RBAC too) and then the namespace.
 - `Api`: the admin's clients of the real server, with small readers; `until`, a bounded wait.
 """
-import os
 import time
 import uuid
 
-import yaml
 
-import ansible_run
+from slurm_specs import ROOT, SMALL, actions, admin_user, module, spec_docs  # noqa: F401 - tests import them here
+from slurm_specs import SMALL_CLAIMS as CLAIMS  # noqa: F401
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SMALL = os.path.join(ROOT, "examples", "small-cpu.yml")
-# The claims of examples/small-cpu.yml: the jail and the controller's spool (its StatefulSet's claim template).
-CLAIMS = ("small-jail", "spool-small-controller-0")
 CR_GROUP, CR_VERSION = "slurm.soperator.dev", "v1alpha1"
 BOUND = 180     # seconds: the longest any wait of these tests may take before the test fails
 
 
 def small_docs(namespace):
-    with open(SMALL) as f:
-        docs = [d for d in yaml.safe_load_all(f) if d]
-    for d in docs:
-        d["metadata"]["namespace"] = namespace
-    return docs
-
-
-def module(module_name, check=False, diff=False, expect_failed=False, **args):
-    """soperator.slurm.<module_name> through `ansible localhost -m`: its result."""
-    return ansible_run.module(module_name, args, check=check, diff=diff, expect_failed=expect_failed)
+    return spec_docs(SMALL, namespace)
 
 
 def until(what, probe, timeout=BOUND, poll=0.5):
@@ -47,10 +33,6 @@ def until(what, probe, timeout=BOUND, poll=0.5):
             return value
         assert time.monotonic() < deadline, "gave up after %ss waiting for %s" % (timeout, what)
         time.sleep(poll)
-
-
-def actions(result):
-    return [(o["kind"], o["name"], o["action"]) for o in result.get("objects") or []]
 
 
 class Api:
@@ -98,17 +80,6 @@ class Api:
 
     def nodeset(self, name, namespace):
         return self.custom_object("nodesets", name, namespace)
-
-
-def admin_user(kubeconfig):
-    """The user our runs act as with this kubeconfig, as the audit log names it."""
-    api = Api(kubeconfig)
-    try:
-        review = api.client.AuthenticationV1Api(api.api).create_self_subject_review(
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
-        return review.status.user_info.username
-    finally:
-        api.close()
 
 
 class Namespaced:

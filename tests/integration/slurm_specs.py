@@ -35,7 +35,7 @@ def module(module_name, check=False, diff=False, expect_failed=False, **args):
 
 
 def actions(result):
-    return [(o["kind"], o["name"], o["action"]) for o in result["objects"]]
+    return [(o["kind"], o["name"], o["action"]) for o in result.get("objects") or []]
 
 
 def changed(result):

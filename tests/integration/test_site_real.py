@@ -1,7 +1,6 @@
 """playbooks/site.yml of examples/small-cpu.yml against a real API server, judged by its audit log: the first run
 creates, the second changes nothing and writes nothing, check mode writes only dry runs."""
 import json
-import os
 import re
 import uuid
 
@@ -10,24 +9,10 @@ import yaml
 
 import ansible_run
 from k8s_audit import reads_per_resource
+from slurm_specs import SMALL, admin_user
+from slurm_specs import SMALL_CLAIMS as CLAIMS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SMALL = os.path.join(ROOT, "examples", "small-cpu.yml")
 APPLY = "soperator.slurm.cluster : Converge the Slurm cluster on Kubernetes"
-# The claims of examples/small-cpu.yml: the jail and the controller's spool (its StatefulSet's claim template).
-CLAIMS = ("small-jail", "spool-small-controller-0")
-
-
-def admin_user(kubeconfig):
-    """The user our runs act as: the subject of the kubeconfig's client certificate, as the audit log names it."""
-    from kubernetes import client, config
-    api = config.new_client_from_config(config_file=kubeconfig)
-    try:
-        review = client.AuthenticationV1Api(api).create_self_subject_review(
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
-        return review.status.user_info.username
-    finally:
-        api.close()
 
 
 @pytest.fixture
