@@ -11,11 +11,11 @@ nodes: readiness is what the real Job and StatefulSet controllers report.
   with the API server's reason, instead of the log lines a real node would give.
 """
 import json
-import time
 
 import pytest
 import yaml
 
+from slurm_kube import until
 from slurm_specs import SMALL_CLAIMS
 
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import BackendError, KubeCluster
@@ -37,17 +37,6 @@ def get(real_cluster, namespace, *what):
 
 def items(real_cluster, namespace, *what):
     return json.loads(real_cluster.kubectl("get", *what, "-n", namespace, "-o", "json").stdout)["items"]
-
-
-def until(what, probe, timeout=120):
-    """probe()'s first true value, polled; the test fails after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "gave up waiting %ss for %s" % (timeout, what)
-        time.sleep(0.5)
 
 
 def job_condition(real_cluster, namespace, ctype):

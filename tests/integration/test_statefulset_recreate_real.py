@@ -4,12 +4,12 @@ propagationPolicy=Orphan - the real garbage collector takes the owner reference 
 and created again, and the real StatefulSet controller adopts the same pods; the claims stay. Writes are counted
 from the audit log. Each test has a namespace of its own (conftest.py's namespaced_spec)."""
 import json
-import time
 import urllib.parse
 
 import pytest
 import yaml
 
+from slurm_kube import until
 from slurm_specs import SMALL_CLAIMS, admin_user, module
 
 CONTROLLER = "small-controller"
@@ -56,17 +56,6 @@ class Live:
 
     def claims(self):
         return dict((c["metadata"]["name"], c["metadata"]["uid"]) for c in self._get("pvc")["items"])
-
-
-def until(what, probe, timeout=120):
-    """probe()'s first true value, polled; the test fails after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "gave up waiting %ss for %s" % (timeout, what)
-        time.sleep(0.5)
 
 
 def propagation(request):
