@@ -13,8 +13,7 @@ import time
 import uuid
 
 
-from slurm_specs import ROOT, SMALL, actions, admin_user, module, spec_docs  # noqa: F401 - tests import them here
-from slurm_specs import SMALL_CLAIMS as CLAIMS  # noqa: F401
+from slurm_specs import SMALL, module, spec_docs
 
 CR_GROUP, CR_VERSION = "slurm.soperator.dev", "v1alpha1"
 BOUND = 180     # seconds: the longest any wait of these tests may take before the test fails

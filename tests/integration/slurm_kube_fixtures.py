@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from slurm_kube import ROOT, Api, Namespaced
+from slurm_kube import Api, Namespaced
+from slurm_specs import ROOT
 
 _SLURM_CONFTEST = "soperator_tests_slurm_conftest"
 

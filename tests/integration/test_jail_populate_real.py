@@ -26,7 +26,8 @@ import pytest
 import yaml
 
 from ci_skips import environmental
-from slurm_kube import BOUND, admin_user, module, until
+from slurm_kube import BOUND, until
+from slurm_specs import admin_user, module
 
 pytest_plugins = ("slurm_kube_fixtures",)     # its fixtures: namespaced, api
 

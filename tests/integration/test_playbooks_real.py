@@ -8,7 +8,9 @@ keeps the CRDs. Scaling down needs Slurm (drain, FUTURE): test_nodeset_scale_rea
 import yaml
 
 import ansible_run
-from slurm_kube import BOUND, CLAIMS, actions, admin_user
+from slurm_kube import BOUND
+from slurm_specs import actions, admin_user
+from slurm_specs import SMALL_CLAIMS as CLAIMS
 
 pytest_plugins = ("slurm_kube_fixtures",)     # its fixtures: namespaced, api
 

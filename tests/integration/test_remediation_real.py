@@ -21,7 +21,9 @@ import threading
 import yaml
 
 import ansible_run
-from slurm_kube import BOUND, CLAIMS, ROOT, actions, admin_user, module, until
+from slurm_kube import BOUND, until
+from slurm_specs import ROOT, actions, admin_user, module
+from slurm_specs import SMALL_CLAIMS as CLAIMS
 
 pytest_plugins = ("slurm_kube_fixtures",)     # its fixtures: namespaced, api, local_cluster
 

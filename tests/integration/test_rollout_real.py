@@ -17,7 +17,9 @@ import yaml
 
 import ansible_run
 from pod_slurmd import PodSlurmd
-from slurm_kube import BOUND, CLAIMS, admin_user, module, until
+from slurm_kube import BOUND, until
+from slurm_specs import admin_user, module
+from slurm_specs import SMALL_CLAIMS as CLAIMS
 
 pytest_plugins = ("slurm_kube_fixtures",)     # its fixtures: namespaced, api, local_cluster
 
