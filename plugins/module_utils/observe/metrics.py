@@ -23,8 +23,7 @@ except ImportError:  # only the exporter program builds metrics; the modules imp
     CounterMetricFamily = GaugeMetricFamily = None
     HAS_PROMETHEUS_CLIENT = False
 
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import SCALE_DOWN_REASON
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.rollout import UPGRADE_REASON
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import SCALE_DOWN_REASON, UPGRADE_REASON
 
 MIB = 1024 * 1024
 

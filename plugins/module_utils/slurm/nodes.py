@@ -40,6 +40,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.wait import wait_u
 DEFAULT_REASON_PREFIX = "soperator:"
 # The reason (after the prefix) of a node drained because its NodeSet shrinks; both backends use it.
 SCALE_DOWN_REASON = "scale-down"
+# The reason of a node drained by a rolling upgrade (slurm/rollout.py) until it runs no job.
+UPGRADE_REASON = "upgrade"
 STATES = ("drained", "resumed", "undrained")
 
 SINFO_JSON = ("sinfo", "--json")

@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from ansible_collections.soperator.slurm.plugins.module_utils import wait
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
-    SCALE_DOWN_REASON, full_reason, read_jobs, read_sinfo, set_state, wait_no_jobs)
+    SCALE_DOWN_REASON, UPGRADE_REASON, full_reason, read_jobs, read_sinfo, set_state, wait_no_jobs)
 
-UPGRADE_REASON = "upgrade"
 # What the plan says of a node (check mode reports these; the real run the outcomes below).
 REPLACE = "replace"        # in service and idle: drained (so no job lands), replaced, re-checked, resumed
 DRAIN = "drain"            # in service and busy: drained, replaced once it runs no job
