@@ -35,6 +35,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.reconfigure i
     CONFIG_DIGEST_FIELD, SlurmConfigReload)
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.status import cluster_status, node_set_status
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import rollout as kube_rollout
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import rollout as slurm_rollout
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
@@ -275,8 +276,6 @@ class KubeCluster(SlurmConfigReload):
         """Slurm-aware rolling upgrade of each NodeSet whose updateStrategy is slurmAware and whose workers (some of
         them) run an older pod template. A StatefulSet this run left unchanged and whose status counts every replica
         updated costs no request."""
-        from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import CR_API_VERSION
-        from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
         for node_set in self.model.node_sets:
             if not node_set.update_strategy.slurm_aware:
                 continue
