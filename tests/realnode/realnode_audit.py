@@ -24,7 +24,15 @@ class Exec:
         self.container = (query.get("container") or [None])[0]
         argv = query.get("command") or []
         self.limited = argv[:1] == ["timeout"]
-        self.argv = argv[3:] if self.limited else argv
+        argv = argv[3:] if self.limited else argv
+        # the transport's `env NAME=value ...` prefix (slurm_conf, the C locale, UTC): env here, the command in argv
+        self.env = {}
+        if argv[:1] == ["env"]:
+            argv = argv[1:]
+            while argv and "=" in argv[0] and not argv[0].startswith("="):
+                name, value = argv.pop(0).split("=", 1)
+                self.env[name] = value
+        self.argv = argv
 
     def __repr__(self):
         return "exec %s/%s -c %s %s -> %s" % (self.namespace, self.pod, self.container, self.argv, self.code)

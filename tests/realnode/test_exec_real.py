@@ -92,8 +92,10 @@ def test_exit_codes_stdout_and_stderr_as_the_transport_reads_them(pods, core, au
     execs = audit.execs(mark)
     assert [(e.pod, e.container, e.code) for e in execs] == [("p", "a", 101)] * 5, execs
     assert execs[3].argv == ["printf", "%s|", "a b", "'c'", "$HOME", ""]
-    assert execs[4].argv == ["env", "SLURM_CONF=/etc/slurm/other.conf", "LC_ALL=C", "sh", "-c",
-                             "echo $SLURM_CONF $LC_ALL"]
+    assert execs[4].argv == ["sh", "-c", "echo $SLURM_CONF $LC_ALL"]
+    # every command in the C locale and UTC (Slurm prints and reads times in its client's zone)
+    assert execs[3].env == {"LC_ALL": "C", "TZ": "UTC0"}
+    assert execs[4].env == {"SLURM_CONF": "/etc/slurm/other.conf", "LC_ALL": "C", "TZ": "UTC0"}
 
 
 def test_a_command_that_reads_stdin_gets_its_end_at_once(pods, core):

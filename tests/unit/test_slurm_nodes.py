@@ -495,8 +495,8 @@ def test_local_transport_sets_slurm_conf_and_runs(tmp_path):
         t.exec(["true"], 5)
     conf.rmdir()
     conf.write_text("ClusterName=x\n")
-    rc, out, _err = t.exec(["sh", "-c", "echo $SLURM_CONF $LC_ALL"], 5)
-    assert rc == 0 and out.split() == [str(conf), "C"]
+    rc, out, _err = t.exec(["sh", "-c", "echo $SLURM_CONF $LC_ALL $TZ"], 5)
+    assert rc == 0 and out.split() == [str(conf), "C", "UTC0"]
     with pytest.raises(TransientError, match=r"did not finish within 0.2s: waiting$"):
         t.exec(["sh", "-c", "echo waiting >&2; sleep 5"], 0.2)
     with pytest.raises(SlurmCommandError, match="cannot run"):
@@ -558,7 +558,7 @@ def test_kubernetes_transport_exec():
     assert seen["pod"] == "demo-controller-0" and seen["namespace"] == "slurm" and seen["container"] == "slurmctld"
     # ended in the pod too, a second after the client's own deadline of 5 s
     assert seen["command"] == ["timeout", "--kill-after=2", "6", "env", "SLURM_CONF=/etc/slurm/slurm.conf", "LC_ALL=C",
-                               "sinfo", "--json"]
+                               "TZ=UTC0", "sinfo", "--json"]
     assert seen["tty"] is False and seen["stdin"] is False
 
     t = KubernetesTransport("slurm", "p", core_v1=FakeCore(),

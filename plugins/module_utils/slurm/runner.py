@@ -41,6 +41,11 @@ UNAVAILABLE_PATTERNS = re.compile(
     re.I)
 
 
+# Slurm's clients read and print times in their own time zone: ours are UTC wherever they run (a reservation's
+# StartTime we write is the one we read back). POSIX form, so no zoneinfo file is needed in the image.
+SLURM_TZ = "UTC0"
+
+
 class SlurmError(Exception):
     """Base of every failure of a Slurm operation. ``commands`` lists the commands run so far."""
 
@@ -104,6 +109,7 @@ class LocalTransport(object):
             env["SLURM_CONF"] = slurm_conf
         env["LC_ALL"] = "C"
         env["LANG"] = "C"
+        env["TZ"] = SLURM_TZ
         self.env = env
 
     def describe(self):
@@ -232,9 +238,8 @@ class KubernetesTransport(object):
         return self._stream
 
     def exec(self, argv, timeout):
-        command = list(argv)
-        if self.slurm_conf:
-            command = ["env", "SLURM_CONF=%s" % self.slurm_conf, "LC_ALL=C"] + command
+        command = ["env"] + (["SLURM_CONF=%s" % self.slurm_conf] if self.slurm_conf else []) + \
+            ["LC_ALL=C", "TZ=%s" % SLURM_TZ] + list(argv)
         command = pod_time_limit(timeout) + command
         stream = self._stream_func()
         try:
