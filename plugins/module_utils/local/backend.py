@@ -31,10 +31,11 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
 from ansible_collections.soperator.slurm.plugins.module_utils.local.exporter import LocalExporter
 from ansible_collections.soperator.slurm.plugins.module_utils.local.login import LocalLogin
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
-    LocalPlan, nodes_to_remove, stop_order, wanted_nodes)
+    LocalPlan, nodes_to_remove, outdated_nodes, slurm_digest, stop_order, wanted_nodes)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import LocalPorts
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
     _descendants, _digest, _record_alive, _tail, LocalDaemons)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.rollout import LocalRollout
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_health_programs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _own_dir, current_text, LocalStateDir, read_secret)
@@ -58,13 +59,15 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.state import
     _saved_base, read_marker)
 
 
-class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, LocalLogin, LocalPorts, LocalStateDir):
+class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, LocalLogin, LocalPorts, LocalRollout,
+                   LocalStateDir):
     # Each base is one concept of the cluster (its file says which); this class is the flow: ensure_started, stop.
     """A ClusterModel as local processes over `state_dir`.
 
     `ensure_started()` converges (idempotent), `scale()` changes replicas, `stop()` stops everything it started,
     `status()` reports, `env()` gives what clients (sinfo, srun, ...) need. Every wait is bounded by `timeout`
-    (daemon start/stop) or `drain_timeout` (jobs on a node being removed).
+    (daemon start/stop), `drain_timeout` (jobs on a node being removed) or `rollout_timeout` (jobs on a node whose
+    slurmd a changed configuration restarts: local/rollout.py).
 
     `jail_dir`: run job steps in this jail (a directory holding a root filesystem) through the chroot SPANK plugin
     at `spank_chroot` (default: the installed c.SPANK_CHROOT_PLUGIN; `make spank` builds one); see local/configs.py.
@@ -82,12 +85,15 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
     """
 
     def __init__(self, state_dir, model=None, base_port=None, user=None, timeout=60.0, drain_timeout=300.0,
-                 renderer=None, jail_dir=None, spank_chroot=None, login=True, login_authorized_keys=()):
+                 renderer=None, jail_dir=None, spank_chroot=None, login=True, login_authorized_keys=(),
+                 rollout_timeout=600.0):
         self.layout = Layout(state_dir)
         self.model = model
         self.user = user or _current_user()
         self.timeout = float(timeout)
         self.drain_timeout = float(drain_timeout)
+        self.rollout_timeout = float(rollout_timeout)
+        self.rollout_steps = []        # the last run's (or plan's) roll of slurmds, slurm/rollout.py's entries
         self._renderer = renderer
         self._requested_base_port = base_port
         self.jail_dir = jail_dir
@@ -131,6 +137,8 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         """Before anything is written: refuse paths that would inject into the files they are written to, and a
         cluster the local slurmctld would refuse to start."""
         check_path("state_dir", self.layout.state_dir)
+        if self.rollout_timeout < 0:
+            raise LocalClusterError("rollout_timeout must be >= 0, got %s" % self.rollout_timeout)
         for what in ("jail_dir", "spank_chroot"):
             if getattr(self, what) is not None:
                 check_path(what, getattr(self, what))
@@ -140,6 +148,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
                                     "(slurmctld does not start without nodes)")
 
     def _ensure_started(self, model):
+        self.rollout_steps = []
         changes = self._notes
         self._notes = []
         self._prepare_dirs(changes)
@@ -147,9 +156,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         self._check_path_lengths(model)
         self._ensure_secrets(model, changes)
         configs = self._write_configs(model, base_port, changes)
-        # health.json is read at each health check run: a change of it restarts nothing.
-        slurm_hash = _digest(*["%s\n%s" % (k, v) for k, v in sorted(configs.items())
-                               if k not in (c.SLURMDBD_CONF, c.HEALTH_CONFIG_FILE)])
+        slurm_hash = slurm_digest(configs)
         for name in install_health_programs(self.layout):
             changes.append("installed %s" % os.path.join(self.layout.bin, name))
 
@@ -243,19 +250,30 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
                 "running": any(p["running"] for p in procs.values()), "login": self.login_address()}
 
     def restart_node(self, node):
-        """Restart the slurmd of `node` with the command and configuration it was started with: what replacing a
-        worker pod is on Kubernetes (remediation). Returns {'node', 'old_pid', 'new_pid'}. The node keeps its Slurm
-        state (a drain stays); the caller waits for the new slurmd to register."""
-        name = "slurmd-%s" % node
+        """Restart the slurmd of `node` with the command it was started with: what replacing a worker pod is on
+        Kubernetes (remediation). Returns {'node', 'old_pid', 'new_pid'}. The node keeps its Slurm state (a drain
+        stays); the caller waits for the new slurmd to register. The new slurmd reads the config files there are
+        now, so it is recorded with their digest (a later run sees it current)."""
         with self._locked():
-            rec = self._records().get(name)
-            if rec is None:
-                raise LocalClusterError("no slurmd of node %s was started in %s" % (node, self.state_dir))
-            old_pid = self.pid(name)
-            self._stop_daemon(name)
-            self._start_daemon(name, rec["argv"], rec.get("digest"), ready=None, ports=rec.get("ports") or (),
-                               jail=rec.get("jail"))
-            return {"node": node, "old_pid": old_pid, "new_pid": self.pid(name)}
+            return self._restart_slurmd(node, slurm_digest(self._etc_configs()))
+
+    def _restart_slurmd(self, node, digest):
+        """restart_node's work, under the lock the caller holds; the new slurmd recorded with `digest`."""
+        name = "slurmd-%s" % node
+        rec = self._records().get(name)
+        if rec is None:
+            raise LocalClusterError("no slurmd of node %s was started in %s" % (node, self.state_dir))
+        old_pid = self.pid(name)
+        self._stop_daemon(name)
+        self._start_daemon(name, rec["argv"], digest, ready=None, ports=rec.get("ports") or (),
+                           jail=rec.get("jail"))
+        return {"node": node, "old_pid": old_pid, "new_pid": self.pid(name)}
+
+    def _etc_configs(self):
+        """The config files under etc/ (name -> text), as _write_configs left them."""
+        etc = self.layout.etc
+        return dict((name, current_text(os.path.join(etc, name))) for name in sorted(os.listdir(etc))
+                    if not name.startswith("."))
 
     # --- Slurm clients -----------------------------------------------------------------------------------------
 
@@ -350,11 +368,25 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
                       if n.startswith("slurmd-") and _record_alive(r))
         ports = node_ports(model, base_port)
         behind = set(self.slurmds_behind())
-        # 1. workers to have: start missing slurmds, restart those on an old configuration or registered with an
-        #    earlier slurmctld.
+        # The running slurmds on an old configuration are restarted by the roll (4.), in batches, not here.
+        outdated = outdated_nodes(desired, self._running_records(), slurm_hash)
+        if outdated:
+            # one Slurm does not list (not registered, not behind) is no node in service: it just restarts
+            listed = set(n["name"] for n in self.sinfo_nodes())
+            outdated = [n for n in outdated if n in listed or "slurmd-%s" % n in behind]
+        signalled = []
+        # 1. workers to have: start missing slurmds, restart current ones registered with an earlier slurmctld; an
+        #    outdated one registered with an earlier slurmctld registers again without a restart (SIGHUP).
         for node in desired:
             _own_dir(lay.node_spool(node))
             name = "slurmd-%s" % node
+            if node in outdated:
+                if name not in behind:
+                    continue
+                if self._register_again(name, changes):
+                    signalled.append(name)
+                    continue
+                outdated.remove(node)       # not signalled: it restarts here, as a slurmd behind does
             self._ensure_daemon(name, [find_binary("slurmd"), "-D", "-N", node], changes, digest=slurm_hash,
                                 ready=None, ports=[ports[node]],
                                 stale="slurmctld restarted: the node registers again" if name in behind else None)
@@ -369,6 +401,9 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
                 self._stop_daemon(name)
         # 3. wait until every wanted node answers; undrain ours left over from an unfinished scale-down.
         self._wait_nodes_up(desired, changes)
+        self._registered_again(signalled)
+        # 4. restart the outdated slurmds in batches (slurm/rollout.py's plan), busy ones drained first.
+        self.rollout_steps = self._roll_slurmds(model, slurm_hash, outdated, changes)
 
     def _scale_down(self, nodes, visible, changes):
         """The shared removal (slurm/removal.py) for the nodes slurmctld lists; every slurmd of `nodes` stopped."""

@@ -37,13 +37,14 @@ def cluster_summary(model):
 
 
 def run(model, params, check_mode=False, diff=False):
-    """params: the module's state, state_dir, wait_timeout, jail_dir, spank_chroot, login, login_authorized_keys and
-    purge. -> the result; LocalOperationError (with the partial result) on failure."""
+    """params: the module's state, state_dir, wait_timeout, jail_dir, spank_chroot, login, login_authorized_keys,
+    purge and rollout_timeout. -> the result; LocalOperationError (with the partial result) on failure."""
     state = params["state"]
     timeout = params["wait_timeout"]
     cluster = LocalCluster(params["state_dir"] or default_state_dir(model.name), model, timeout=timeout,
                            drain_timeout=timeout, jail_dir=params["jail_dir"], spank_chroot=params["spank_chroot"],
-                           login=params["login"], login_authorized_keys=params["login_authorized_keys"])
+                           login=params["login"], login_authorized_keys=params["login_authorized_keys"],
+                           rollout_timeout=params.get("rollout_timeout", 600))
     result = dict(changed=False, actions=[], state_dir=cluster.state_dir, env=cluster.env())
     if model is not None:
         result["cluster"] = cluster_summary(model)
@@ -57,6 +58,8 @@ def run(model, params, check_mode=False, diff=False):
             _absent(cluster, before, result, params["purge"], check_mode, diff)
     except LocalClusterError as e:
         result.pop("changed")
+        if cluster.rollout_steps:
+            result["rollout"] = list(cluster.rollout_steps)
         if state == "present":
             result["logs"] = cluster.log_files()      # of every daemon it recorded: the one that failed among them
         raise LocalOperationError(str(e), result)
@@ -88,7 +91,7 @@ def _present(cluster, model, before, result, check_mode, diff):
     result["login"] = cluster.login_address()
     result["exporter"] = cluster.exporter_address()
     result["logs"] = cluster.log_files(after_daemons)
-    result.update(changed=bool(actions), actions=actions)
+    result.update(changed=bool(actions), actions=actions, rollout=list(cluster.rollout_steps))
     if diff:
         result["diff"] = {
             "before": {"daemons": _running(before), "nodes": [n["name"] for n in _nodes(before["nodes"])]},

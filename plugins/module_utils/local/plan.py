@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 import os
 import re
 
@@ -20,6 +21,29 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.state import
 SLURMD = "slurmd-"
 # Started in this order (the slurmds after them, in the model's order); stopped in the reverse, after the slurmds.
 _SERVICES = ("munged", "mariadbd", "slurmdbd", "slurmctld")
+
+
+def _digest(*texts):
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8") if isinstance(t, str) else t)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def slurm_digest(configs):
+    """The configuration slurmctld and each slurmd run with, recorded with them: every config file (name -> text)
+    but slurmdbd.conf (slurmdbd's own) and health.json (read at each health check run: its change restarts
+    nothing)."""
+    return _digest(*["%s\n%s" % (k, v) for k, v in sorted(configs.items())
+                     if k not in (c.SLURMDBD_CONF, c.HEALTH_CONFIG_FILE)])
+
+
+def outdated_nodes(nodes, running_records, digest):
+    """Of `nodes`, those whose slurmd runs (a live record) with another configuration than `digest`: the slurmds a
+    changed configuration restarts, in batches (local/rollout.py). Nodes without a running slurmd just start."""
+    return [n for n in nodes if SLURMD + n in running_records and
+            running_records[SLURMD + n].get("digest") != digest]
 
 
 def natural_key(name):
@@ -72,7 +96,7 @@ class LocalPlan(object):
             actions += ["would write the Slurm configs to %s" % lay.etc]
             actions += ["would start %s" % d for d in start_order(model)]
             return actions + self.plan_login(model) + self.plan_exporter(model)
-        actions, slurm_changed, dbd_changed = self._plan_configs(model)
+        actions, slurm_changed, dbd_changed, digest = self._plan_configs(model)
         actions = pre + actions
         if not os.path.exists(lay.munge_key):
             actions.append("would generate munge key")
@@ -81,15 +105,27 @@ class LocalPlan(object):
         # a slurmd registers once: one started before the slurmctld that will run restarts (slurmds_behind)
         new_ctld = "slurmctld" not in running or slurm_changed
         behind = set(self.slurmds_behind())
+        # slurmds on an old configuration are rolled (local/rollout.py), in batches: the same plan says how
+        listed_now = set(n["name"] for n in (status["nodes"] or []))
+        outdated = set() if digest is None else set(
+            SLURMD + n for n in outdated_nodes(wanted_nodes(model), self._running_records(), digest))
         for name in start_order(model):
             if name not in running:
                 actions.append("would start %s" % name)
-            elif changed_by.get(name, slurm_changed if name.startswith(SLURMD) else False):
+            elif name in outdated:
+                if new_ctld or name in behind:
+                    actions.append("would signal %s to register with the restarted slurmctld (SIGHUP; it keeps its "
+                                   "jobs and is restarted by the roll)" % name)
+                elif name[len(SLURMD):] not in listed_now:
+                    actions.append("would restart %s (configuration changed)" % name)
+            elif changed_by.get(name, slurm_changed if name.startswith(SLURMD) and digest is None else False):
                 actions.append("would restart %s (configuration changed)" % name)
             elif name.startswith(SLURMD) and (new_ctld or name in behind):
                 actions.append("would restart %s (slurmctld restarted: the node registers again)" % name)
         if not model.accounting.enabled:
             actions += ["would stop %s (accounting disabled)" % n for n in ("slurmdbd", "mariadbd") if n in running]
+        self.rollout_steps, rolled = self.plan_rollout(model, digest, status)
+        actions += rolled
         listed = [n["name"] for n in (status["nodes"] or [])]
         running_nodes = [n[len(SLURMD):] for n in running if n.startswith(SLURMD)]
         for node in nodes_to_remove(model, running_nodes, listed):
@@ -97,19 +133,20 @@ class LocalPlan(object):
         return actions + self.plan_login(model) + self.plan_exporter(model)
 
     def _plan_configs(self, model):
-        """(actions, slurm_changed, dbd_changed): which config files under state_dir/etc a run would write."""
+        """(actions, slurm_changed, dbd_changed, digest): which config files under state_dir/etc a run would write,
+        and the digest a run records with slurmctld and the slurmds (None when it cannot be known yet)."""
         lay = self.layout
         base_port, actions = self.plan_ports(model)
         if base_port is None:
             actions.append("would choose %d free loopback ports and write the Slurm configs to %s"
                            % (ports_needed(model), lay.etc))
-            return actions, True, True
+            return actions, True, True, None
         password = None
         if model.accounting.enabled:
             password = current_text(lay.db_password)
             if password is None:
                 actions.append("would generate the database password")
-                return actions + ["would write the Slurm configs to %s" % lay.etc], True, True
+                return actions + ["would write the Slurm configs to %s" % lay.etc], True, True, None
             password = password.strip()
         configs = local_slurm_configs(model, lay.state_dir, base_port, user=self.user, db_password=password,
                                       jail_dir=self.jail_dir, spank_chroot=self.spank_chroot,
@@ -128,7 +165,7 @@ class LocalPlan(object):
                 if name not in configs and not name.startswith("."):
                     actions.append("would remove %s" % name)
                     slurm_changed = True
-        return actions, slurm_changed, dbd_changed
+        return actions, slurm_changed, dbd_changed, slurm_digest(configs)
 
     def plan_absent(self, purge, status):
         """What stop(purge) would do, as 'would ...' actions, in the order it would do it. Raises, before anything,

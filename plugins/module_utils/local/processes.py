@@ -10,7 +10,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -24,7 +23,8 @@ import time
 from ansible_collections.soperator.slurm.plugins.module_utils import files, wait
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     LOGIN_DAEMON, LOOPBACK, LocalClusterError)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import natural_key as _natural
+from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (  # noqa: F401 pylint: disable=unused-import
+    _digest, natural_key as _natural)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import _port_free
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _is_real_dir,
@@ -129,14 +129,6 @@ def _socket_peer(path):
         return None
     finally:
         s.close()
-
-
-def _digest(*texts):
-    h = hashlib.sha256()
-    for t in texts:
-        h.update(t.encode("utf-8") if isinstance(t, str) else t)
-        h.update(b"\0")
-    return h.hexdigest()[:16]
 
 
 class LocalDaemons(object):

@@ -227,7 +227,8 @@ class LocalStateDir(object):
         lock = os.path.join(lay.state_dir, LOCK_FILE)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
-            _flock(fd, max(self.timeout, self.drain_timeout) * 2, lock)
+            # the operation holding it may wait for jobs: on a node it removes, or on one its roll drained
+            _flock(fd, max(self.timeout, self.drain_timeout, getattr(self, "rollout_timeout", 0)) * 2, lock)
             try:
                 same = os.fstat(fd).st_ino == os.lstat(lock).st_ino
             except OSError:
