@@ -101,8 +101,9 @@ options:
     type: path
   rollout_timeout:
     description:
-      - With the Kubernetes target, how long in seconds the rolling upgrade of a NodeSet with
-        C(spec.updateStrategy.type=slurmAware) waits for the jobs on workers it drained (with the reason
+      - How long in seconds the rolling upgrade of a NodeSet with C(spec.updateStrategy.type=slurmAware) (on
+        Kubernetes of the workers whose pod template changed, on a local cluster of the slurmds a changed Slurm
+        config restarts) waits for the jobs on workers it drained (with the reason
         C(<prefix> upgrade)) to end. At the timeout the task does not fail - those nodes stay drained, are reported
         in RV(rollout) as V(waiting), and no further batch starts; a later run, or the remediation pass, replaces,
         re-checks and resumes them once they run no job. V(0) does not wait.

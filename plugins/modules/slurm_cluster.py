@@ -30,7 +30,15 @@ description:
     except for hosts, ports and paths. Every daemon binds the loopback interface only.
   - Re-running O(state=present) on a running, identical cluster changes nothing and restarts nothing. A changed
     C(replicas) scales the running cluster without restarting slurmctld; removed nodes are drained first, waited for
-    until they run no job, then stopped and removed from Slurm. A changed Slurm config restarts the daemons that read it.
+    until they run no job, then stopped and removed from Slurm. A changed Slurm config restarts the daemons that read it -
+    slurmctld at once, the running slurmds in batches (see RV(rollout)) - a NodeSet with
+    C(spec.updateStrategy.type=slurmAware) (the default) has at most C(spec.updateStrategy.maxUnavailable) of them out
+    of service at once, idle nodes first, each drained with C(<prefix> upgrade), restarted, waited for until it
+    registers, health-checked and resumed only when its checks pass; a busy node is drained and restarted only once
+    it runs no job (O(rollout_timeout); then it is reported V(waiting) and left drained for a later run or the
+    remediation pass). No job is killed. Outdated slurmds are sent SIGHUP when slurmctld restarted (slurmctld 22.05
+    forgets nodes registered before it; slurmd re-reads the configs and registers again, keeping its jobs). With
+    C(onDelete) or C(scheduled) no slurmd is restarted and the outdated ones are reported.
   - With O(state=absent) and O(target=local), cancels the cluster's jobs and stops every process of it; the state
     directory (configs, munge key, Slurm state, accounting database) is kept unless O(purge=true).
   - With O(state=present) and O(target=kubernetes), applies the CRDs (O(install_crds)), the SlurmCluster and NodeSet
@@ -67,7 +75,8 @@ attributes:
       - O(state=rendered) reports which files would be created, updated or removed, and writes nothing.
       - O(state=present) and O(state=absent) compare the desired cluster with the running one (processes, Slurm nodes,
         config files under O(state_dir)) and list in RV(actions) what would be started, restarted, scaled, stopped or
-        deleted, without starting, stopping or writing anything.
+        deleted, without starting, stopping or writing anything. With O(target=local), RV(rollout) lists the batches
+        in which the slurmds of a changed Slurm config would be restarted, which nodes would be drained, and why.
       - With O(target=kubernetes), every write is sent as a server-side dry run; RV(objects) lists what would be
         created, updated or pruned, RV(actions) which nodes would be drained and removed, and RV(rollout) the
         batches of the rolling upgrade, which nodes would be replaced or drained, and why.
@@ -447,7 +456,10 @@ rollout:
     - After a real run C(step) is the outcome - V(resumed), V(left-drained) (its checks failed or could not run),
       V(waiting) (drained, jobs still ran at O(rollout_timeout)), V(pending) (its batch did not start in this run),
       or V(skipped); C(steps) lists what was done (drained, replaced, rechecked, resumed).
-  returned: when O(target=kubernetes) and O(state=present)
+    - With O(target=local), the same entries for the slurmds a changed Slurm config restarts (a node is outdated
+      when its slurmd runs an older configuration; replaced means its slurmd was restarted); a NodeSet whose
+      C(spec.updateStrategy.type) is not C(slurmAware) lists its outdated nodes as V(skipped).
+  returned: when O(state=present)
   type: list
   elements: dict
   sample: [{node: cpu-1, node_set: cpu, batch: 1, step: resumed, reason: "checks pass after the replacement",
