@@ -106,7 +106,8 @@ options:
         config restarts) waits for the jobs on workers it drained (with the reason
         C(<prefix> upgrade)) to end. At the timeout the task does not fail - those nodes stay drained, are reported
         in RV(rollout) as V(waiting), and no further batch starts; a later run, or the remediation pass, replaces,
-        re-checks and resumes them once they run no job. V(0) does not wait.
+        re-checks and resumes them once they run no job. V(0) does not wait. With
+        C(spec.updateStrategy.type=scheduled) the wait also ends with the maintenance window.
     type: int
     default: 600
   health_check_program:

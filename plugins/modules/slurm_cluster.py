@@ -63,6 +63,14 @@ description:
     run, and resumed only when they pass. A busy node is drained and replaced only once it runs no job
     (O(rollout_timeout); then it is reported V(waiting) and left drained for a later run or the remediation pass).
     No job is killed. With C(onDelete) nothing is rolled.
+  - With C(spec.updateStrategy.type=scheduled) the roll happens only inside the NodeSet's maintenance window
+    (C(spec.updateStrategy.window), UTC on Slurm's side). Before it, the outdated workers are put in a Slurm
+    reservation C(soperator-upgrade-<NodeSet>) with C(Flags=MAINT) for the window (C(IGNORE_JOBS) added when one of
+    them runs a job then), so the scheduler starts no job there that would still run when the window opens. Inside
+    the window each run (this module, or the remediation pass) rolls as C(slurmAware) does, waiting no longer than
+    the window lasts; the reservation shrinks to the workers still outdated and is deleted once none is (see
+    RV(reservations)). After the window nothing more is started until a new window is set. A reservation of that
+    name that is not ours (without MAINT or with other users) fails the run and is left alone.
   - With O(state=absent) and O(target=kubernetes), deletes every object we own of the cluster - slurmctld and the
     workers go together, so running jobs end with them; PersistentVolumeClaims (the jail, spools, the database) are kept unless O(purge_volumes=true), and the
     CRDs always stay.
@@ -459,6 +467,8 @@ rollout:
     - With O(target=local), the same entries for the slurmds a changed Slurm config restarts (a node is outdated
       when its slurmd runs an older configuration; replaced means its slurmd was restarted); a NodeSet whose
       C(spec.updateStrategy.type) is not C(slurmAware) lists its outdated nodes as V(skipped).
+    - With C(spec.updateStrategy.type=scheduled), before the window opens each outdated worker has C(step)
+      V(scheduled) (in the reservation of RV(reservations)); after it closes, V(skipped).
   returned: when O(state=present)
   type: list
   elements: dict
@@ -466,6 +476,20 @@ rollout:
             steps: [drained, replaced, rechecked, resumed]},
            {node: cpu-0, node_set: cpu, batch: 3, step: waiting, steps: [drained],
             reason: "drained (soperator: upgrade); jobs still run on it after 600s: ..."}]
+reservations:
+  description:
+    - With O(target=kubernetes), for each NodeSet with C(spec.updateStrategy.type=scheduled) whose reservation this
+      run looked at, what became of it - C(action) V(created), V(updated), V(removed) (every worker runs the new
+      template), V(unchanged) or V(absent) (would be, in check mode), the C(scontrol) C(commands) run (to be run, in
+      check mode), the reserved C(nodes) and the C(window) (UTC); C(before) is the reservation as it was.
+    - Workers waiting for their window are listed in RV(rollout) with C(step) V(scheduled).
+  returned: when O(target=kubernetes) and O(state=present)
+  type: list
+  elements: dict
+  sample: [{node_set: cpu, reservation: soperator-upgrade-cpu, action: created, nodes: "cpu-[0-2]",
+            window: {start: "2026-11-28T02:00:00Z", end: "2026-11-28T06:00:00Z"},
+            commands: ["scontrol create reservation ReservationName=soperator-upgrade-cpu StartTime=2026-11-28T02:00:00
+                        EndTime=2026-11-28T06:00:00 Nodes=cpu-[0-2] Flags=MAINT Users=root"]}]
 errors:
   description: On an invalid spec, every problem found, each with its field path.
   returned: failure

@@ -151,6 +151,16 @@ rollout:
   elements: dict
   sample: [{node: gpu-1, node_set: gpu, batch: 1, step: resumed, reason: "checks pass after the replacement",
             steps: [drained, replaced, rechecked, resumed]}]
+reservations:
+  description:
+    - With C(spec.updateStrategy.type=scheduled), what became of this NodeSet's maintenance reservation, as
+      RV(soperator.slurm.slurm_cluster#module:reservations) describes it.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{node_set: gpu, reservation: soperator-upgrade-gpu, action: removed, nodes: "",
+            window: {start: "2026-11-28T02:00:00Z", end: "2026-11-28T06:00:00Z"},
+            commands: ["scontrol delete reservation soperator-upgrade-gpu"]}]
 node_set:
   description: The NodeSet after the run.
   returned: always

@@ -70,8 +70,13 @@ def server_field_paths(stderr):
     return paths
 
 
-@pytest.mark.parametrize("bad", [{"replicas": -1}, {"replicas": 5, "maxReplicas": 4},
-                                 {"maxReplicas": -3}])
+@pytest.mark.parametrize("bad", [
+    {"replicas": -1}, {"replicas": 5, "maxReplicas": 4}, {"maxReplicas": -3},
+    {"updateStrategy": {"type": "scheduled"}},
+    {"updateStrategy": {"window": {"start": "2026-11-28T02:00:00Z", "durationMinutes": 60}}},
+    {"updateStrategy": {"type": "scheduled", "window": {"start": "2026-11-28T02:00:00", "durationMinutes": 0}}},
+], ids=["replicas", "max-below-replicas", "max-negative", "scheduled-no-window", "window-not-scheduled",
+        "window-start-and-duration"])
 def test_a_bad_nodeset_is_refused_at_our_field_path(crds, namespace, bad):
     docs = small_docs()
     docs[1]["spec"].update(bad)

@@ -28,7 +28,7 @@ def test_update_strategy_defaults_and_validation():
     assert (node_set.update_strategy.type, node_set.update_strategy.max_unavailable) == ("slurmAware", 1)
     assert build_model(docs(type="onDelete", maxUnavailable=3)).node_set("cpu").update_strategy.max_unavailable == 3
     with pytest.raises(SpecError) as e:
-        build_model(docs(type="scheduled", maxUnavailable=0))
+        build_model(docs(type="rolling", maxUnavailable=0))
     problems = dict((i.path, i.message) for i in e.value.issues)
     assert "NodeSet/cpu spec.updateStrategy.type" in problems, problems
     assert "NodeSet/cpu spec.updateStrategy.maxUnavailable" in problems, problems

@@ -35,6 +35,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.reconfigure i
     CONFIG_DIGEST_FIELD, SlurmConfigReload)
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.status import cluster_status, node_set_status
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import rollout as kube_rollout
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import maintenance
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import rollout as slurm_rollout
@@ -126,6 +127,8 @@ class KubeCluster(SlurmConfigReload):
         self.rollout_timeout = rollout_timeout
         self.checker_factory = checker_factory      # () -> the health checker of the roll (slurm/remediation.py)
         self.rollout_steps = []
+        self.reservations = []                      # scheduled NodeSets: what became of their reservation
+        self.now = time.time                        # the wall clock of maintenance windows
         self.recreate_statefulsets = recreate_statefulsets
         self.manage_rbac = manage_rbac
         self.model = model
@@ -273,11 +276,13 @@ class KubeCluster(SlurmConfigReload):
             raise BackendError("scale-down of %s: %s" % (", ".join(nodes), e))
 
     def roll_workers(self, changes):
-        """Slurm-aware rolling upgrade of each NodeSet whose updateStrategy is slurmAware and whose workers (some of
-        them) run an older pod template. A StatefulSet this run left unchanged and whose status counts every replica
-        updated costs no request."""
+        """Slurm-aware rolling upgrade of each NodeSet whose updateStrategy is slurmAware, or scheduled (inside its
+        window; a maintenance reservation before it: slurm/maintenance.py), and whose workers (some of them) run an
+        older pod template. A StatefulSet this run left unchanged and whose status counts every replica updated
+        costs no request."""
         for node_set in self.model.node_sets:
-            if not node_set.update_strategy.slurm_aware:
+            strategy = node_set.update_strategy
+            if not strategy.slurm_aware:
                 continue
             change = self._change(changes, "StatefulSet", node_set.name)
             if change is None or change.live is None or change.action == ka.PRUNE:
@@ -292,8 +297,10 @@ class KubeCluster(SlurmConfigReload):
                 poll=self.poll)
             first = read()
             nodes, revisions, update_revision = first
-            if not any(revisions.get(n) not in (None, update_revision) for n in nodes):
-                continue        # every pod current (the status lagged): no Slurm access at all
+            if not strategy.scheduled and not any(revisions.get(n) not in (None, update_revision) for n in nodes):
+                # every pod current (the status lagged): no Slurm access at all. A scheduled NodeSet goes on: a
+                # template set back before its window leaves a reservation to remove.
+                continue
             if self.checker_factory is None:
                 raise BackendError("rolling NodeSet %s needs its health checks, and no checker was given"
                                    % node_set.name)
@@ -305,12 +312,18 @@ class KubeCluster(SlurmConfigReload):
                                        events=events, check_mode=self.check_mode,
                                        register_timeout=self.wait_timeout, poll=self.poll, sleep=self.sleep,
                                        clock=self.clock)
-            roll = slurm_rollout.Rollout(self.runner, self.prefix, inputs, remediator,
-                                         node_set.update_strategy.max_unavailable, self.rollout_timeout,
-                                         node_set.name, check_mode=self.check_mode, poll=self.poll,
-                                         sleep=self.sleep, clock=self.clock)
+            roll = slurm_rollout.Rollout(self.runner, self.prefix, inputs, remediator, strategy.max_unavailable,
+                                         self.rollout_timeout, node_set.name, check_mode=self.check_mode,
+                                         poll=self.poll, sleep=self.sleep, clock=self.clock)
             try:
-                self.rollout_steps += roll.run()
+                if strategy.scheduled:
+                    steps, reservation = maintenance.ScheduledRollout(
+                        self.runner, roll, node_set.name, strategy.window_start, strategy.window_end,
+                        check_mode=self.check_mode, now=self.now).run()
+                    self.reservations += [reservation] if reservation else []
+                else:
+                    steps = roll.run()
+                self.rollout_steps += steps
             except SlurmError as e:
                 raise BackendError("rolling NodeSet %s: %s" % (node_set.name, e))
             if roll.errors:
@@ -487,9 +500,11 @@ class KubeCluster(SlurmConfigReload):
     def result(self):
         changed = any(ch.writes for ch in self.changes) or any(
             not a.startswith("kept ") for a in self.actions) or any(
-            slurm_rollout.acted(step, self.check_mode) for step in self.rollout_steps)
+            slurm_rollout.acted(step, self.check_mode) for step in self.rollout_steps) or any(
+            maintenance.acted(entry) for entry in self.reservations)
         return {
             "rollout": list(self.rollout_steps),
+            "reservations": list(self.reservations),
             "changed": changed,
             "objects": [ch.result() for ch in self.changes],
             "actions": list(self.actions),

@@ -18,6 +18,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_synta
     value_problem)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.cron import SCHEDULE_PATTERN, schedule_problem
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.window import START_HELP, START_PATTERN, start_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
     QUANTITY_PATTERN,
     QuantityError,
@@ -222,6 +223,23 @@ def _slurm_config(description, **kw):
     return Map(IntOrStr(checks=[_slurm_value], openapi_extra={"pattern": SLURM_VALUE_PATTERN}), description,
                keys=Str(pattern=CONFIG_KEY_PATTERN,
                         pattern_help="is not a configuration key (a letter, then letters, digits and '_')"), **kw)
+
+
+MAX_WINDOW_MINUTES = 366 * 24 * 60     # a year: a longer window is a typo
+
+
+WINDOW_RULE = "updateStrategy.window is required with type scheduled and refused with the other types"
+
+
+def _window_problem(spec):
+    """A NodeSet spec's check (where the CRD's CEL rule sits, so both name the same path): a window belongs to type
+    scheduled, and that type needs one."""
+    strategy = spec.get("updateStrategy")
+    if not isinstance(strategy, dict):
+        return None
+    if (strategy.get("type") == "scheduled") != bool(strategy.get("window")):
+        return "%s (type %s)" % (WINDOW_RULE, strategy.get("type"))
+    return None
 
 
 def _schedule(description, **kw):
@@ -508,18 +526,29 @@ NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict
     "updateStrategy": Obj("How running workers move to a changed pod template (image, resources, env, mounts).", {
         "type": Str("slurmAware: site.yml and the remediation pass replace outdated workers in batches of at most "
                     "maxUnavailable, idle nodes first; a busy node is drained with '<prefix> upgrade' and replaced "
-                    "only once it runs no job, then re-checked and resumed. onDelete: a worker takes the new template "
-                    "only when something else replaces its pod.", enum=["slurmAware", "onDelete"],
-                    default="slurmAware"),
+                    "only once it runs no job, then re-checked and resumed. scheduled: the same, but only inside "
+                    "the maintenance window (window); before it, a Slurm maintenance reservation on the outdated "
+                    "workers keeps jobs that would still run at its start off them, and it is removed once every "
+                    "worker is replaced. onDelete: a worker takes the new template only when something else "
+                    "replaces its pod.", enum=list(m.UPDATE_STRATEGIES), default="slurmAware"),
         "maxUnavailable": Int("Workers of this NodeSet out of service at once during a roll, counting those already "
                               "down or drained.", minimum=1, maximum=INT32_MAX, default=1),
+        "window": Obj("The maintenance window of type scheduled (required there, refused with the other types).", {
+            "start": Str("When it opens: an RFC 3339 time with its offset (2026-11-28T02:00:00Z).",
+                         pattern=START_PATTERN, pattern_help=START_HELP, checks=[start_problem]),
+            "durationMinutes": Int("How long it stays open, in minutes (the reservation's Duration).", minimum=1,
+                                   maximum=MAX_WINDOW_MINUTES),
+        }, required=("start", "durationMinutes"), optional=True),
     }),
     "sharedMemory": _quantity("Size of /dev/shm (NCCL needs a large one).", minimum="positive"),
 }, **_scheduling_fields()), required=("clusterName", "resources"),
     checks=[lambda v: "maxReplicas (%s) must be >= replicas (%s)" % (v["maxReplicas"], v["replicas"])
             if isinstance(v.get("maxReplicas"), int) and isinstance(v.get("replicas"), int)
-            and v["maxReplicas"] < v["replicas"] else None],
-    cel=[("!has(self.maxReplicas) || self.maxReplicas >= self.replicas", "maxReplicas must be >= replicas")])
+            and v["maxReplicas"] < v["replicas"] else None, _window_problem],
+    cel=[("!has(self.maxReplicas) || self.maxReplicas >= self.replicas", "maxReplicas must be >= replicas"),
+         # on the spec, not on updateStrategy: a rule there would drop updateStrategy's {} default from the CRD
+         ("!has(self.updateStrategy) || (has(self.updateStrategy.type) && self.updateStrategy.type == 'scheduled')"
+          " == has(self.updateStrategy.window)", WINDOW_RULE)])
 
 
 METADATA = Obj("Object metadata.", {

@@ -59,15 +59,29 @@ class Scheduling:
     priority_class_name: Optional[str] = None
 
 
+UPDATE_STRATEGIES = ("slurmAware", "scheduled", "onDelete")
+
+
 @dataclass(frozen=True)
 class UpdateStrategy:
-    """How running workers move to a changed pod template (slurm/rollout.py)."""
-    type: str = "slurmAware"            # slurmAware | onDelete
+    """How running workers move to a changed pod template (slurm/rollout.py; scheduled: slurm/maintenance.py)."""
+    type: str = "slurmAware"            # UPDATE_STRATEGIES
     max_unavailable: int = 1
+    window_start: Optional[int] = None  # scheduled: seconds since the epoch
+    window_minutes: Optional[int] = None
 
     @property
     def slurm_aware(self):
-        return self.type == "slurmAware"
+        """Rolled by us (slurmAware now, scheduled inside its window); onDelete is not."""
+        return self.type in ("slurmAware", "scheduled")
+
+    @property
+    def scheduled(self):
+        return self.type == "scheduled"
+
+    @property
+    def window_end(self):
+        return None if self.window_start is None else self.window_start + self.window_minutes * 60
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import
     UINT16_MAX)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
     QuantityError, is_quantity, to_cpus, to_mib)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.window import parse_start
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import (
     SpecError, SpecIssue, child_path, compile_pattern)
 # The spec's public names, for callers that know only spec.validate (the modules, crds.py, tests).
@@ -293,8 +294,15 @@ def _node_set_model(doc, default_image):
         max_unavailable=spec["maxUnavailable"],
         image=spec.get("image") or default_image,
         shared_memory=str(spec["sharedMemory"]) if spec.get("sharedMemory") is not None else None,
-        update_strategy=m.UpdateStrategy(spec["updateStrategy"]["type"], spec["updateStrategy"]["maxUnavailable"]),
+        update_strategy=_update_strategy(spec["updateStrategy"]),
     )
+
+
+def _update_strategy(strategy):
+    window = strategy.get("window") or {}
+    return m.UpdateStrategy(strategy["type"], strategy["maxUnavailable"],
+                            window_start=parse_start(window["start"]) if window else None,
+                            window_minutes=window.get("durationMinutes"))
 
 
 def _model(cluster, node_set_docs):
