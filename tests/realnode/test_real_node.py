@@ -123,6 +123,99 @@ def test_small_cpu_runs_jobs_in_real_pods(real_node, tmp_path):
     assert {c["metadata"]["name"] for c in claims} >= {"small-jail", "spool-small-controller-0"}
 
 
+ROLL = "roll"   # the rolling upgrade's namespace
+
+
+def _converge(spec, node, **extra):
+    """site.yml on `spec`; its slurm_cluster task's result."""
+    done = ansible_run.playbook("site.yml", "-e", json.dumps(dict(spec_file=spec, kubeconfig=node.kubeconfig,
+                                                                  **extra)), timeout=900)
+    found = [r for name, r in done.tasks().items() if name.endswith("Converge the Slurm cluster on Kubernetes")]
+    assert len(found) == 1, done.output()
+    return found[0]
+
+
+def test_new_worker_image_rolls_slurm_aware_in_real_pods(real_node, tmp_path):
+    """issue 16's must-show on the real node: a running cluster gets a new worker image tag while a job runs on
+    cpu-0. site.yml replaces idle cpu-1 (a new pod from the new template, its real slurmd registers, its health checks
+    run in the pod, it is resumed), drains cpu-0 and leaves it waiting at rollout_timeout; the job runs on. Once the
+    job has ended, the next site.yml replaces and resumes cpu-0. The job ran to its end; every node idle, every worker
+    pod on the new image; a re-run changes nothing. The new tag names the same image (ctr images tag): pods pull
+    nothing."""
+    docs = list(yaml.safe_load_all(open(os.path.join(ROOT, "examples", "small-cpu.yml"))))
+    for doc in docs:
+        doc["metadata"]["namespace"] = ROLL
+    docs[1]["spec"]["resources"]["cpu"] = "1"       # two workers on CI's 2 CPUs (see the module's docstring)
+    spec = tmp_path / "roll.yml"
+    spec.write_text(yaml.safe_dump_all(docs))
+    try:
+        first = _converge(str(spec), real_node)
+        assert first["rollout"] == [], first["rollout"]
+        # The roll is site.yml's here: the remediation CronJob (which carries a roll on too) stays out of the way.
+        real_node.kubectl("-n", ROLL, "patch", "cronjob", "small-remediation", "-p", '{"spec": {"suspend": true}}')
+        ready = functools.partial(_idle, real_node, ("cpu-0", "cpu-1"), "small", ROLL)
+        _wait("cpu-0 and cpu-1 idle", ready)
+        old = dict((n, _pod(real_node, n, ROLL)) for n in ("cpu-0", "cpu-1"))
+        old_image = old["cpu-0"]["spec"]["containers"][0]["image"]
+
+        # A job on cpu-0 that ends when the test says so, in the jail (shared by the login pod and the workers).
+        job = _exec(real_node, "small-login-0", "sbatch", "--parsable", "-w", "cpu-0", "-o", "/root/roll.out",
+                    "--wrap", "echo started; while [ ! -e /root/roll-release ]; do sleep 1; done; echo finished",
+                    container="sshd", namespace=ROLL)
+        assert job.returncode == 0, job.stdout + job.stderr
+        job_id = job.stdout.strip()
+
+        def job_state():
+            out = _exec(real_node, "small-controller-0", "scontrol", "-o", "show", "job", job_id,
+                        namespace=ROLL).stdout
+            return dict(w.split("=", 1) for w in out.split() if "=" in w).get("JobState")
+        _wait("the job to run on cpu-0", lambda: (job_state() == "RUNNING", job_state()))
+
+        # The new tag: the same Slurm version (its tag says so), the same image content.
+        registry, tag = old_image.rsplit(":", 1)
+        new_image = "%s:%s-rollout" % (registry, tag.split("-", 1)[0])
+        ctr = real_node.info["real_node"]["ctr"]
+        tagged = subprocess.run(ctr + ["images", "tag", "--force", old_image, new_image], capture_output=True,
+                                text=True, timeout=60, check=False)
+        assert tagged.returncode == 0, tagged.stdout + tagged.stderr
+        docs[0]["spec"].setdefault("images", {})["worker"] = new_image
+        spec.write_text(yaml.safe_dump_all(docs))
+
+        done = _converge(str(spec), real_node, rollout_timeout=5)
+        steps = [(r["node"], r["batch"], r["step"]) for r in done["rollout"]]
+        assert steps == [("cpu-1", 1, "resumed"), ("cpu-0", 2, "waiting")], done["rollout"]
+        assert done["rollout"][0]["steps"] == ["drained", "replaced", "rechecked", "resumed"], done["rollout"]
+        cpu1 = _pod(real_node, "cpu-1", ROLL)
+        assert cpu1["metadata"]["uid"] != old["cpu-1"]["metadata"]["uid"]
+        assert cpu1["spec"]["containers"][0]["image"] == new_image
+        assert _pod(real_node, "cpu-0", ROLL)["metadata"]["uid"] == old["cpu-0"]["metadata"]["uid"]
+        states = _sinfo(real_node, "small", ROLL)
+        assert states["cpu-0"][1] == "soperator: upgrade" and states["cpu-1"][0] == "idle", states
+        assert job_state() == "RUNNING"
+
+        # The job ends by itself; the next run replaces, re-checks and resumes cpu-0.
+        # (the login pod's sshd container has the jail at /mnt/jail; the job sees it as /)
+        released = _exec(real_node, "small-login-0", "touch", "/mnt/jail/root/roll-release", container="sshd",
+                         namespace=ROLL)
+        assert released.returncode == 0, released.stderr
+        _wait("the job to complete", lambda: (job_state() == "COMPLETED", job_state()))
+        done = _converge(str(spec), real_node, rollout_timeout=5)
+        assert [(r["node"], r["batch"], r["step"]) for r in done["rollout"]] == [("cpu-0", 1, "resumed")], \
+            done["rollout"]
+        cpu0 = _pod(real_node, "cpu-0", ROLL)
+        assert cpu0["metadata"]["uid"] != old["cpu-0"]["metadata"]["uid"]
+        assert cpu0["spec"]["containers"][0]["image"] == new_image
+        out = _exec(real_node, "small-login-0", "cat", "/mnt/jail/root/roll.out", container="sshd", namespace=ROLL)
+        assert out.stdout.split() == ["started", "finished"], out.stdout + out.stderr    # never killed
+
+        # Every node idle; a re-run changes nothing.
+        _wait("cpu-0 and cpu-1 idle", ready)
+        again = _converge(str(spec), real_node, rollout_timeout=5)
+        assert not again["changed"] and again["rollout"] == [], again
+    finally:
+        real_node.kubectl("delete", "namespace", ROLL, "--wait=true", timeout=300, check=False)
+
+
 FULL = """
 apiVersion: slurm.soperator.dev/v1alpha1
 kind: SlurmCluster
