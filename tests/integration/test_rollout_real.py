@@ -74,8 +74,9 @@ def _remediate(spec, slurm, **extra):
     return (None if reconcile.get("skipped") else reconcile), remediate
 
 
-def test_new_worker_image_rolls_in_batches_and_waits_for_the_busy_node(namespaced, api, volumes, audit,
-                                                                       local_cluster, tmp_path):
+def _running(namespaced, api, volumes, local_cluster):
+    """3 workers (kwok pods) on the real API server and as local slurmd, converged, nothing to roll. -> (namespace,
+    docs, the LocalCluster, the modules' Slurm arguments, the StatefulSet's revision)."""
     ns = namespaced.name
     docs = namespaced.docs()
     docs[1]["spec"]["replicas"] = 3
@@ -86,10 +87,16 @@ def test_new_worker_image_rolls_in_batches_and_waits_for_the_busy_node(namespace
     first = module("slurm_cluster", state="present", target="kubernetes", definition=namespaced.applied(docs),
                    wait=True, wait_timeout=BOUND, **slurm)
     assert first["status"]["phase"] == "Ready", first["status"]
-    assert first["rollout"] == []
+    assert first["rollout"] == [] and first["reservations"] == [], first
     until("3 worker pods", lambda: sorted(_revisions(api, ns)) == NODES)
     old_revision = api.statefulset("cpu", ns).status.update_revision
     assert set(_revisions(api, ns).values()) == {old_revision}
+    return ns, docs, cluster, slurm, old_revision
+
+
+def test_new_worker_image_rolls_in_batches_and_waits_for_the_busy_node(namespaced, api, volumes, audit,
+                                                                       local_cluster, tmp_path):
+    ns, docs, cluster, slurm, old_revision = _running(namespaced, api, volumes, local_cluster)
     user = admin_user(namespaced.kubeconfig)
 
     # A job on cpu-0 that ends only when the test says so (no timing), and says so in its own output.
@@ -199,18 +206,7 @@ def test_scheduled_window_reserves_ahead_rolls_inside_and_removes_the_reservatio
     roll (maxUnavailable 2), the reservation following the workers still outdated (IGNORE_JOBS over the busy one),
     removed by the remediation pass once the last is replaced. Moving the window (its start set back to now) stands
     in for waiting until it opens."""
-    ns = namespaced.name
-    docs = namespaced.docs()
-    docs[1]["spec"]["replicas"] = 3
-    volumes(ns, CLAIMS)
-    cluster = local_cluster(yaml.safe_dump_all(docs))
-    slurm = dict(kubeconfig=namespaced.kubeconfig, slurm_transport="local", slurm_conf=cluster.env()["SLURM_CONF"],
-                 health_check_program=os.path.join(cluster.state_dir, "bin", "health-check"))
-    first = module("slurm_cluster", state="present", target="kubernetes", definition=namespaced.applied(docs),
-                   wait=True, wait_timeout=BOUND, **slurm)
-    assert first["status"]["phase"] == "Ready" and first["reservations"] == [], first
-    until("3 worker pods", lambda: sorted(_revisions(api, ns)) == NODES)
-    old_revision = api.statefulset("cpu", ns).status.update_revision
+    ns, docs, cluster, slurm, old_revision = _running(namespaced, api, volumes, local_cluster)
     user = admin_user(namespaced.kubeconfig)
 
     # A new image, rolled in a window an hour from now.
