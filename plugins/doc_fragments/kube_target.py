@@ -117,6 +117,28 @@ options:
         O(slurm_transport=local) on this host in the node's environment.
       - Defaults to C(/opt/soperator/bin/health-check), where the worker image installs it.
     type: path
+  allow_unversioned_images:
+    description:
+      - With the Kubernetes target, a slurmdbd or slurmctld image whose tag does not start with its Slurm version
+        (C(<YY.MM.micro>-...), as C(make images) tags them) fails the run when that image changes, before any write -
+        a wrong guess could make slurmdbd or slurmctld convert the accounting database or their state with a version
+        Slurm does not support. V(true) upgrades anyway, in Slurm's order with the same backups (RV(upgrade)), but
+        without the version check. A worker or login image without a version is a plain image change (they convert
+        no database or state).
+    type: bool
+    default: false
+  backup_size:
+    description:
+      - With the Kubernetes target, the size of the backup claim C(<name>-backups) a Slurm version upgrade makes for
+        the accounting database dump and slurmctld's saved state, when it does not exist yet (an existing one is never
+        resized).
+      - Defaults to the in-cluster database's C(storage), V(10Gi) with an external database.
+    type: str
+  backup_storage_class:
+    description:
+      - With the Kubernetes target, the StorageClass of the backup claim (default that of the in-cluster database,
+        else the cluster's default).
+    type: str
 notes:
   - Objects are applied with server-side apply under the field manager C(soperator.slurm), with conflicts forced (the
     spec is the source of truth). An object is sent only when it differs from what we applied last or someone changed
@@ -124,6 +146,14 @@ notes:
   - Check mode sends every write as a server-side dry run (C(dryRun=All)), so the diff is the API server's own
     answer. Where the namespace or a CRD does not exist yet, the plan is shown without the server's view.
   - Writing C(.status) of the SlurmCluster and its NodeSets is reported in RV(status_updated), not as C(changed).
+  - "A change of the Slurm version of a daemon (the version its image tag starts with) runs in Slurm's documented
+    order (U(https://slurm.schedmd.com/upgrades.html)): the accounting database is dumped (C(mariadb-dump
+    --single-transaction)) onto the claim C(<name>-backups) by a Job, then slurmdbd is applied and waited for, then
+    slurmctld is stopped, its StateSaveLocation copied onto the same claim, and applied and waited for, then the
+    workers and login. Such a run waits for each step whatever O(wait) says (at most O(wait_timeout) each). A jump
+    beyond what the new release accepts (the previous two major releases; three since 24.11), a downgrade, or a
+    slurmctld newer than slurmdbd (slurmd or login newer than slurmctld) fails the run before any write. The backup
+    claim and Jobs are never deleted by this collection, O(purge_volumes) included."
 requirements:
   - The C(kubernetes) Python client (24.2 or newer) on the host that runs the module.
 """

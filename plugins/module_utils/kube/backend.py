@@ -35,6 +35,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.reconfigure i
     CONFIG_DIGEST_FIELD, SlurmConfigReload)
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.status import cluster_status, node_set_status
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import rollout as kube_rollout
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import upgrade as kube_upgrade
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import maintenance
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
@@ -122,8 +123,10 @@ class KubeCluster(SlurmConfigReload):
                  create_namespace=True, purge_volumes=False, force_conflicts=True, wait=False, wait_timeout=600,
                  drain_timeout=3600, force=False, reconfigure=True, sleep=time.sleep, clock=time.monotonic,
                  poll=2.0, manage_rbac=True, recreate_statefulsets=False, rollout_timeout=600,
-                 checker_factory=None):
+                 checker_factory=None, upgrade_options=None):
         self.client = client
+        self.upgrade_options = upgrade_options or kube_upgrade.UpgradeOptions()
+        self.upgrade = None         # this run's Slurm version change (kube/upgrade.py), if any
         self.rollout_timeout = rollout_timeout
         self.checker_factory = checker_factory      # () -> the health checker of the roll (slurm/remediation.py)
         self.rollout_steps = []
@@ -358,6 +361,11 @@ class KubeCluster(SlurmConfigReload):
                               recreate_statefulsets=self.recreate_statefulsets)
         except ka.PlanError as e:
             raise BackendError(str(e))
+        # A Slurm version change Slurm does not support is refused here, before any write; a slurmdbd one dumps the
+        # accounting database before anything else is written.
+        self.upgrade = kube_upgrade.ClusterUpgrade.plan_for(self, changes, live, self.upgrade_options)
+        if self.upgrade is not None:
+            self.upgrade.backup_database()
         crd_changes = self.apply_crds()
         self.changes = ([ns_change] if ns_change else []) + crd_changes + changes
         self.scale_down(desired, scoped_live)
@@ -371,6 +379,8 @@ class KubeCluster(SlurmConfigReload):
         if job and self.wait and not self.check_mode:
             self._wait_for(lambda: self._workloads_ready([("Job", job[0].name)]), "the jail to be populated",
                            self.wait_timeout)
+        if self.upgrade is not None:
+            rest = self.upgrade.apply_in_order(rest)     # slurmdbd, then slurmctld, each waited for
         self._execute(rest)
         self.reload_slurm(changes)
         self.roll_workers(changes)
@@ -503,6 +513,7 @@ class KubeCluster(SlurmConfigReload):
             slurm_rollout.acted(step, self.check_mode) for step in self.rollout_steps) or any(
             maintenance.acted(entry) for entry in self.reservations)
         return {
+            "upgrade": self.upgrade.report() if self.upgrade is not None else None,
             "rollout": list(self.rollout_steps),
             "reservations": list(self.reservations),
             "changed": changed,

@@ -14,6 +14,7 @@ import copy
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC, auth_params, runner_from_params
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import BackendError, KubeCluster
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.upgrade import UpgradeOptions
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (
     HAS_KUBERNETES, KubeClient, KubeError, api_client_from_params)
 
@@ -36,6 +37,9 @@ KUBE_TARGET_SPEC = dict(
     slurm_conf=dict(type="path"),
     rollout_timeout=dict(type="int", default=600),
     health_check_program=dict(type="path"),
+    allow_unversioned_images=dict(type="bool", default=False),
+    backup_size=dict(type="str"),
+    backup_storage_class=dict(type="str"),
 )
 
 
@@ -73,7 +77,9 @@ def make_cluster(module, model, client=None):
         purge_volumes=params["purge_volumes"], wait=params["wait"], wait_timeout=params["wait_timeout"],
         drain_timeout=params["drain_timeout"], force=params["force"], reconfigure=params["reconfigure"],
         manage_rbac=params.get("manage_rbac", True), recreate_statefulsets=params["recreate_statefulsets"],
-        poll=params["wait_sleep"], rollout_timeout=params["rollout_timeout"], checker_factory=checker)
+        poll=params["wait_sleep"], rollout_timeout=params["rollout_timeout"], checker_factory=checker,
+        upgrade_options=UpgradeOptions(params["allow_unversioned_images"], params.get("backup_size"),
+                                       params.get("backup_storage_class")))
 
 
 def run(module, cluster, operation, extra=None):
