@@ -129,9 +129,11 @@ ROLL = "roll"   # the rolling upgrade's namespace
 def _converge(spec, node, **extra):
     """site.yml on `spec`; its slurm_cluster task's result."""
     done = ansible_run.playbook("site.yml", "-e", json.dumps(dict(spec_file=spec, kubeconfig=node.kubeconfig,
-                                                                  **extra)), timeout=900)
+                                                                  **extra)), timeout=900, expect_rc=None)
     found = [r for name, r in done.tasks().items() if name.endswith("Converge the Slurm cluster on Kubernetes")]
     assert len(found) == 1, done.output()
+    assert done.rc == 0 and not found[0].get("failed"), "%s\n%s" % (
+        found[0].get("msg"), node.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout)
     return found[0]
 
 
