@@ -10,6 +10,7 @@ import os
 import subprocess
 import time
 
+import pytest
 import yaml
 
 import ansible_run
@@ -273,7 +274,14 @@ _hpc_exec = functools.partial(_exec, namespace=HPC)
 _acct_sinfo = functools.partial(_sinfo, cluster="acct", namespace=HPC)
 
 
-def test_accounting_scaling_and_remediation_in_real_pods(real_node, tmp_path):
+@pytest.fixture
+def hpc_namespace(real_node):
+    """The accounting test's namespace, deleted afterwards: its pods hold the node's CPUs, which a later test needs."""
+    yield HPC
+    real_node.kubectl("delete", "namespace", HPC, "--wait=true", timeout=300, check=False)
+
+
+def test_accounting_scaling_and_remediation_in_real_pods(real_node, hpc_namespace, tmp_path):
     """Accounting with the in-cluster database; kubectl scale up, converged by the remediation CronJob (the real
     CronJob controller, the runner image, its ServiceAccount) without restarting slurmctld; scale down with a job
     on the removed node (remediate.yml with the ServiceAccount's token) waits for the job; a passive health check
