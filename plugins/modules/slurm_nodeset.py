@@ -144,27 +144,12 @@ actions:
 upgrade:
   description:
     - The Slurm version change of this run (the NodeSet's workers against the cluster's other daemons), done in Slurm's
-      order; V(null) when no daemon's Slurm version changes (a re-run after an upgrade - no new dump).
-    - C(versions) maps each moving component (C(slurmdbd/<StatefulSet>), C(slurmctld/...), C(slurmd/...),
-      C(login/...)) to C(from -> to).
-    - C(phases) in order - V(backup-database) (C(job), C(claim), C(file)), V(slurmdbd), V(save-slurmctld-state)
-      (C(job), C(claim), C(folder)), V(slurmctld), V(slurmd and login) - each with C(status) V(planned) (check mode),
-      V(done), V(done earlier) (an earlier run's backup Job was found), V(ready) or V(applied).
-    - C(backup) names the backup claim, the dump's file (C(dump)) and slurmctld's saved state (C(state)) on it, and
-      their Jobs. C(unverified) is V(true) when O(allow_unversioned_images) let an image without a version through.
+      order, as RV(soperator.slurm.slurm_cluster#module:upgrade) describes it (C(versions), C(phases), C(backup));
+      V(null) when no daemon's Slurm version changes (a re-run after an upgrade - no new dump).
   returned: always
   type: dict
-  sample: {versions: {slurmdbd/demo-accounting: "25.11.2 -> 26.05.5", slurmctld/demo-controller: "25.11.2 -> 26.05.5"},
-           phases: [{phase: backup-database, status: done, job: demo-dbdump-1a2b3c4d, claim: demo-backups,
-                     file: accounting/dbdump-25.11.2-to-26.05.5-1a2b3c4d.sql},
-                    {phase: slurmdbd, status: ready, objects: [demo-accounting-db, demo-accounting]},
-                    {phase: save-slurmctld-state, status: done, job: demo-slurmctld-state-5e6f7a8b, claim: demo-backups,
-                     folder: slurmctld/slurmctld-state-25.11.2-to-26.05.5-5e6f7a8b},
-                    {phase: slurmctld, status: ready, objects: [demo-controller]},
-                    {phase: slurmd and login, status: applied, objects: [demo-login, cpu]}],
-           backup: {claim: demo-backups, dump: accounting/dbdump-25.11.2-to-26.05.5-1a2b3c4d.sql,
-                    dump_job: demo-dbdump-1a2b3c4d, state: slurmctld/slurmctld-state-25.11.2-to-26.05.5-5e6f7a8b,
-                    state_job: demo-slurmctld-state-5e6f7a8b}}
+  sample: {versions: {slurmd/cpu: "25.11.2 -> 26.05.5"},
+           phases: [{phase: slurmd and login, status: applied, objects: [cpu]}]}
 rollout:
   description:
     - The Slurm-aware rolling upgrade of this NodeSet's workers when its pod template changed and its
