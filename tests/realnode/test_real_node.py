@@ -8,12 +8,12 @@ import functools
 import json
 import os
 import subprocess
-import time
 
 import pytest
 import yaml
 
 import ansible_run
+from realnode_wait import wait as _wait
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NS = "slurm"
@@ -29,17 +29,6 @@ def _spec(tmp_path, public_key):
     path = tmp_path / "small-cpu-real.yml"
     path.write_text(yaml.safe_dump_all(docs))
     return str(path)
-
-
-def _wait(what, probe, timeout=180):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last and last[0]:
-            return last
-        time.sleep(2)
-    raise AssertionError("timed out after %ss waiting for %s (last: %s)" % (timeout, what, last))
 
 
 def _pods(node):

@@ -5,15 +5,16 @@ cannot judge is judged here: the dump Job's mariadb-dump really reads the 24.11 
 whole dump on the backup claim before slurmdbd moves; slurmctld's StateSaveLocation is copied; the real slurmdbd 26.05
 and slurmctld 26.05 then start on the converted database and state.
 """
+import functools
 import importlib.util
 import json
 import os
-import time
 
 import pytest
 import yaml
 
 import ansible_run
+from realnode_wait import wait
 
 OLD_TAG = "24.11.5-0.1.0"
 NS = "upg"
@@ -37,6 +38,7 @@ spec:
   updateStrategy: {type: onDelete}
 """
 COMPONENTS = ("controller", "worker", "login", "accounting", "jail", "mariadb")
+_wait = functools.partial(wait, timeout=300)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -47,17 +49,6 @@ def _node_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _wait(what, probe, timeout=300):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last and last[0]:
-            return last
-        time.sleep(2)
-    raise AssertionError("timed out after %ss waiting for %s (last: %s)" % (timeout, what, last))
 
 
 def _import_old_images(real_node, registry, tmp_path):
