@@ -101,19 +101,6 @@ def _component(obj):
     return ((obj.get("metadata") or {}).get("labels") or {}).get(c.LABEL_COMPONENT)
 
 
-class _ReadOnceMore(object):
-    """inputs() of a roll: what was just read, the first time; a fresh read after that."""
-
-    def __init__(self, first, read):
-        self.first, self.read = first, read
-
-    def __call__(self):
-        if self.first is not None:
-            first, self.first = self.first, None
-            return first
-        return self.read()
-
-
 # --- the run -------------------------------------------------------------------------------------------------
 
 class KubeCluster(SlurmConfigReload):
@@ -300,14 +287,13 @@ class KubeCluster(SlurmConfigReload):
                 poll=self.poll)
             first = read()
             nodes, revisions, update_revision = first
-            if not strategy.scheduled and not any(revisions.get(n) not in (None, update_revision) for n in nodes):
+            if not strategy.scheduled and not slurm_rollout.outdated(nodes, revisions, update_revision):
                 # every pod current (the status lagged): no Slurm access at all. A scheduled NodeSet goes on: a
                 # template set back before its window leaves a reservation to remove.
                 continue
             if self.checker_factory is None:
                 raise BackendError("rolling NodeSet %s needs its health checks, and no checker was given"
                                    % node_set.name)
-            inputs = _ReadOnceMore(first, read)
             replacer = rm.KubeReplacer(self.client, self.model.namespace, timeout=self.wait_timeout, poll=self.poll,
                                        sleep=self.sleep, clock=self.clock)
             events = rm.EventRecorder(self.client, self.model.namespace, self.model.name, CR_API_VERSION)
@@ -315,17 +301,17 @@ class KubeCluster(SlurmConfigReload):
                                        events=events, check_mode=self.check_mode,
                                        register_timeout=self.wait_timeout, poll=self.poll, sleep=self.sleep,
                                        clock=self.clock)
-            roll = slurm_rollout.Rollout(self.runner, self.prefix, inputs, remediator, strategy.max_unavailable,
+            roll = slurm_rollout.Rollout(self.runner, self.prefix, read, remediator, strategy.max_unavailable,
                                          self.rollout_timeout, node_set.name, check_mode=self.check_mode,
                                          poll=self.poll, sleep=self.sleep, clock=self.clock)
             try:
                 if strategy.scheduled:
                     steps, reservation = maintenance.ScheduledRollout(
                         self.runner, roll, node_set.name, strategy.window_start, strategy.window_end,
-                        check_mode=self.check_mode, now=self.now).run()
+                        check_mode=self.check_mode, now=self.now).run(first)
                     self.reservations += [reservation] if reservation else []
                 else:
-                    steps = roll.run()
+                    steps = roll.run(first)
                 self.rollout_steps += steps
             except SlurmError as e:
                 raise BackendError("rolling NodeSet %s: %s" % (node_set.name, e))

@@ -43,7 +43,7 @@ def not_rolled(node_set, nodes, revisions, update_revision):
     return [{"node": n, "node_set": node_set.name, "batch": 0, "step": slurm_rollout.SKIP,
              "reason": "its slurmd runs configuration %s, not %s; updateStrategy %s: not restarted"
                        % (revisions[n], update_revision, strategy)}
-            for n in nodes if revisions.get(n) not in (None, update_revision)]
+            for n in slurm_rollout.outdated(nodes, revisions, update_revision)]
 
 
 def change_line(entry, check_mode=False):

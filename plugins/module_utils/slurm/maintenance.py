@@ -33,7 +33,7 @@ from typing import Tuple
 
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import read_jobs, read_sinfo
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.rollout import SKIP
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.rollout import SKIP, outdated
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmCommandError, SlurmOutputError
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.window import parse_utc_text, utc_text
 
@@ -155,7 +155,7 @@ def reservation_commands(name, existing, nodes, busy, start, end, now):
 
 class ScheduledRollout(object):
     """The roll of one NodeSet with a maintenance window: the reservation, then (inside the window) slurm/rollout's
-    Rollout, whose inputs() it shares. run() -> (rollout steps, the reservation's entry)."""
+    Rollout, whose inputs() it shares. run(first) -> (rollout steps, the reservation's entry)."""
 
     def __init__(self, runner, rollout, node_set, window_start, window_end, check_mode=False, now=time.time):
         self.runner = runner
@@ -165,10 +165,6 @@ class ScheduledRollout(object):
         self.start, self.end = window_start, window_end
         self.check_mode = check_mode
         self.now = now
-
-    def _outdated(self):
-        nodes, revisions, update_revision = self.rollout.inputs()
-        return [n for n in nodes if revisions.get(n) not in (None, update_revision)]
 
     def _entry(self, action, commands, nodes=(), existing=None):
         entry = {"node_set": self.node_set, "reservation": self.name, "action": action,
@@ -189,26 +185,29 @@ class ScheduledRollout(object):
                 self.runner.run(argv)
         return self._entry(action, commands, nodes, existing)
 
-    def run(self):
-        outdated = self._outdated()
+    def run(self, first=None):
+        """`first`: what the rollout's inputs() would say now, when the caller has just read it."""
+        first = first or self.rollout.inputs()
+        behind = outdated(*first)
         phase = window_phase(self.now(), self.start, self.end)
         window = "the maintenance window %sZ to %sZ" % (utc_text(self.start), utc_text(self.end))
-        if not outdated:
+        if not behind:
             # every worker current: the reservation (if a run before left it) goes
-            return [], self._entry_if_acted(self._ensure([], []))
+            entry = self._ensure([], [])
+            return [], None if entry["action"] == ABSENT else entry
         if phase == OVER:
             # nothing more is started; Slurm ends the reservation at its end time by itself
             return [{"node": n, "node_set": self.node_set, "batch": 0, "step": SKIP,
-                     "reason": "%s is over: set a new window to roll it" % window} for n in outdated], None
+                     "reason": "%s is over: set a new window to roll it" % window} for n in behind], None
         records = read_sinfo(self.runner)
         jobs = read_jobs(self.runner)
         # a reservation holds only nodes slurmctld knows: one not registered yet gets the new template when it comes
-        reserve = [n for n in outdated if n in records and not records[n].future]
+        reserve = [n for n in behind if n in records and not records[n].future]
         busy = [n for n in reserve if jobs.get(n) or records[n].busy]
         entry = self._ensure(reserve, busy)
         if phase == BEFORE:
             steps = []
-            for n in outdated:
+            for n in behind:
                 why = ("in reservation %s (MAINT) for %s: Slurm starts no job on it that would still run then; "
                        "replaced inside the window" % (self.name, window)) if n in reserve else \
                     "its slurmd is not registered in Slurm: not reserved"
@@ -217,18 +216,15 @@ class ScheduledRollout(object):
             return steps, entry
         # inside the window: the roll, waiting no longer than the window lasts
         self.rollout.timeout = max(0, min(self.rollout.timeout, self.end - self.now()))
-        steps = self.rollout.run()
+        steps = self.rollout.run(first)
         if self.check_mode:
             return steps, entry
-        left = self._outdated()
+        left = outdated(*self.rollout.inputs())
         after = self._ensure([n for n in reserve if n in left], busy)
         if after["action"] != UNCHANGED:
             entry = dict(after, action=REMOVED if after["action"] == REMOVED else UPDATED,
                          commands=entry["commands"] + after["commands"])
         return steps, entry
-
-    def _entry_if_acted(self, entry):
-        return None if entry["action"] == ABSENT else entry
 
 
 def acted(entry):

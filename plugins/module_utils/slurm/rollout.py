@@ -76,6 +76,12 @@ class RolloutPlan:
         return any(s.step in PLAN_STEPS for s in self.steps)
 
 
+def outdated(nodes, revisions, update_revision):
+    """Of `nodes` (in order), those on another revision than `update_revision`; a node without one (no pod, no
+    slurmd) is not outdated: it comes up on the new one."""
+    return [n for n in nodes if revisions.get(n) not in (None, update_revision)]
+
+
 def plan(nodes, revisions, update_revision, records, jobs, max_unavailable, prefix):
     """The roll of one NodeSet.
 
@@ -208,10 +214,11 @@ class Rollout(object):
         return {"node": step.node, "node_set": self.node_set, "batch": step.batch if batch is None else batch,
                 "step": outcome or step.step, "reason": reason or step.reason}
 
-    def run(self):
-        """-> the steps of every node the roll concerns, in order ({node, node_set, batch, step, reason})."""
-        nodes, revisions, update_revision = self.inputs()
-        if not any(revisions.get(n) not in (None, update_revision) for n in nodes):
+    def run(self, first=None):
+        """-> the steps of every node the roll concerns, in order ({node, node_set, batch, step, reason}). `first`:
+        what inputs() would say now, when the caller has just read it (no second read)."""
+        nodes, revisions, update_revision = first or self.inputs()
+        if not outdated(nodes, revisions, update_revision):
             # Nothing outdated: no Slurm read. A node on the new revision still drained by a roll (its resume failed)
             # is the remediation pass's: it re-checks and resumes our idle drained nodes.
             return []
