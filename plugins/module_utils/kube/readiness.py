@@ -37,6 +37,12 @@ def _rollout_done(sts):
         int(status.get("updatedReplicas") or 0) >= want and int(status.get("readyReplicas") or 0) >= want
 
 
+def observed(obj):
+    """Its controller has seen the object's current generation: its status describes what we applied last."""
+    return ((obj or {}).get("status") or {}).get("observedGeneration", 0) >= \
+        ((obj or {}).get("metadata") or {}).get("generation", 0)
+
+
 def workload_state(obj):
     """(ready, text) of a StatefulSet or Job, from its status."""
     status = obj.get("status") or {}
@@ -49,8 +55,7 @@ def workload_state(obj):
         return False, "running (%s succeeded)" % status.get("succeeded", 0)
     want = _replicas(obj)
     ready = int(status.get("readyReplicas") or 0)
-    current = status.get("observedGeneration", 0) >= (obj.get("metadata") or {}).get("generation", 0)
-    return ready >= want and current, "%d/%d ready" % (ready, want)
+    return ready >= want and observed(obj), "%d/%d ready" % (ready, want)
 
 
 def _job_condition(obj, ctype):

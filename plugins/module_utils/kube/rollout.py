@@ -18,22 +18,18 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError, _replicas, wait_for
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import (
+    BackendError, _replicas, observed, wait_for)
 
 REVISION_LABEL = "controller-revision-hash"
 # The update revision check mode reports for a template the dry run changed (the controller names it once applied).
 NEW_TEMPLATE = "(the new pod template)"
 
 
-def _observed(sts):
-    status = sts.get("status") or {}
-    return status.get("observedGeneration", 0) >= (sts.get("metadata") or {}).get("generation", 0)
-
-
 def all_updated(sts):
     """The live status says every replica runs the update revision (and describes the current generation)."""
     status = (sts or {}).get("status") or {}
-    return _observed(sts) and bool(status.get("updateRevision")) and \
+    return observed(sts) and bool(status.get("updateRevision")) and \
         int(status.get("updatedReplicas") or 0) >= _replicas(sts)
 
 
@@ -66,16 +62,16 @@ class WorkerRevisions(object):
         """The StatefulSet once its controller has observed its current generation (bounded wait)."""
         found = {}
 
-        def observed():
+        def current():
             listed = [o for o in self.client.list("StatefulSet", self.namespace, self.owner_selector)
                       if o["metadata"]["name"] == self.name]
             sts = found["sts"] = listed[0] if listed else None
             if sts is None:
                 raise BackendError("StatefulSet %s/%s vanished during the roll" % (self.namespace, self.name))
-            return _observed(sts), "status.observedGeneration %s < generation %s" % (
+            return observed(sts), "status.observedGeneration %s < generation %s" % (
                 (sts.get("status") or {}).get("observedGeneration"), sts["metadata"].get("generation"))
         kw = dict((k, v) for k, v in (("sleep", self.sleep), ("clock", self.clock)) if v is not None)
-        wait_for(observed, "the StatefulSet controller to observe %s/%s" % (self.namespace, self.name),
+        wait_for(current, "the StatefulSet controller to observe %s/%s" % (self.namespace, self.name),
                  self.timeout, poll=self.poll, **kw)
         return found["sts"]
 

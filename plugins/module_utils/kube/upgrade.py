@@ -34,7 +34,7 @@ import hashlib
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import (
-    BackendError, _rollout_done, job_failed, job_log_tail, workload_state)
+    BackendError, _rollout_done, job_failed, job_log_tail, observed, workload_state)
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import (
     ACCOUNTING, ACCOUNTING_DB, CONTROLLER, LOGIN, WORKER, selector_labels)
@@ -354,9 +354,7 @@ class ClusterUpgrade(object):
         waiting = []
         for name in sts_names:
             sts = objs.get(name)
-            meta = (sts or {}).get("metadata") or {}
-            current = ((sts or {}).get("status") or {}).get("observedGeneration", 0) >= meta.get("generation", 0)
-            if sts is None or not current or not _rollout_done(sts):
+            if sts is None or not observed(sts) or not _rollout_done(sts):
                 status = (sts or {}).get("status") or {}
                 waiting.append("StatefulSet %s (%s/%s updated and ready)" % (
                     name, min(int(status.get("updatedReplicas") or 0), int(status.get("readyReplicas") or 0)),
