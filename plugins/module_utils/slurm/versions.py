@@ -172,9 +172,6 @@ class Plan:
     moving: Tuple[Component, ...]
     unverified: bool            # some image said no version; the user allowed it
 
-    def moves(self, name):
-        return any(c.name == name for c in self.moving)
-
     @property
     def versions(self):
         """{component/object: "from -> to"} of what moves."""
