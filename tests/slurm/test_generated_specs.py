@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
-from conftest import assert_nodes_as_specified
+from local_helpers import assert_nodes_as_specified
 
 RUNS = settings(max_examples=5, deadline=None, derandomize=False,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,

@@ -25,7 +25,7 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 
-from conftest import DRAIN_TIMEOUT, REQUIRED, ROOT, TIMEOUT, load_model, skip_without
+from local_helpers import DRAIN_TIMEOUT, REQUIRED, ROOT, TIMEOUT, load_model, skip_without
 
 SMALL = "examples/small-cpu.yml"
 JOB_WAIT = 60

@@ -11,7 +11,7 @@ import pytest
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.local import operations
 
-from conftest import REQUIRED, TIMEOUT, load_model, skip_without
+from local_helpers import REQUIRED, TIMEOUT, load_model, skip_without
 
 SMALL = "examples/small-cpu.yml"
 DAEMONS = ["munged", "slurmctld", "slurmd-cpu-0", "slurmd-cpu-1"]

@@ -3,7 +3,7 @@ order the real run executes - starting, scaling down and stopping - against real
 import dataclasses
 import re
 
-from conftest import load_model
+from local_helpers import load_model
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import plan
 

@@ -9,7 +9,7 @@ import yaml
 
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import rollout as slurm_rollout
 
-from conftest import ROOT, load_model
+from local_helpers import ROOT, load_model
 from test_local_backend import SMALL, job_state, node_states, sbatch, wait_job
 
 NODES = ("cpu-0", "cpu-1", "cpu-2")

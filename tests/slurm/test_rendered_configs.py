@@ -11,7 +11,7 @@ import pytest
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
-from conftest import assert_nodes_as_specified
+from local_helpers import assert_nodes_as_specified
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 EXAMPLE_FILES = sorted(glob.glob(os.path.join(EXAMPLES, "*.yml")) + glob.glob(os.path.join(EXAMPLES, "*.yaml")))
