@@ -93,6 +93,11 @@ def format_command(argv):
     return " ".join(shlex.quote(str(a)) for a in argv)
 
 
+def _secs(seconds):
+    """A timeout as people write it: 20, 0.2, 7.83 (a deadline's share is a fraction)."""
+    return "%.3g" % seconds if seconds < 100 else "%d" % seconds
+
+
 def looks_unavailable(text):
     return bool(text) and bool(UNAVAILABLE_PATTERNS.search(text))
 
@@ -128,7 +133,7 @@ class LocalTransport(object):
             # what it printed before it was stopped usually says why (e.g. a config it could not read)
             said = (e.stderr or b"").decode("utf-8", "replace").strip().splitlines()
             last = ": %s" % said[-1] if said else ""
-            raise TransientError("%s did not finish within %ss%s" % (argv[0], timeout, last))
+            raise TransientError("%s did not finish within %ss%s" % (argv[0], _secs(timeout), last))
         except (OSError, ValueError) as e:
             # A missing scontrol (or a NUL in an argument) is a setup problem, not a controller that is down: no retry.
             raise SlurmCommandError("cannot run %s: %s" % (argv[0], e))
@@ -266,7 +271,7 @@ class KubernetesTransport(object):
             resp.run_forever(timeout=max(timeout, 0.001))
             if resp.is_open():
                 raise TransientError("%s did not finish within %ss in pod %s/%s"
-                                     % (argv[0], timeout, self.namespace, self.pod))
+                                     % (argv[0], _secs(timeout), self.namespace, self.pod))
             stdout, stderr = resp.read_stdout(), resp.read_stderr()
             # Ours, not WSClient.returncode: that raises on a Failure without an exit code (container not running,
             # no such binary), where we keep the server's message.
@@ -286,9 +291,13 @@ class KubernetesTransport(object):
 
 
 class SlurmRunner(object):
-    """Runs Slurm commands through a transport with bounded retries; remembers every command it ran."""
+    """Runs Slurm commands through a transport with bounded retries; remembers every command it ran.
 
-    def __init__(self, transport, retries=3, retry_delay=2.0, timeout=60, sleep=time.sleep):
+    ``timeout`` bounds each attempt; ``deadline`` (a time.monotonic() value, optional) bounds them all: an attempt gets
+    at most the time left, and none starts once it has passed (the exporter's scrape, observe/exporter.py)."""
+
+    def __init__(self, transport, retries=3, retry_delay=2.0, timeout=60, sleep=time.sleep, deadline=None,
+                 clock=time.monotonic):
         if retries < 0:
             raise ValueError("retries must be >= 0")
         self.transport = transport
@@ -296,6 +305,8 @@ class SlurmRunner(object):
         self.retry_delay = retry_delay
         self.timeout = timeout
         self.sleep = sleep
+        self.deadline = deadline
+        self.clock = clock
         self.history = []          # CommandResult of every command run, in order
         self.nodes_by_scontrol = False  # nodes.read_sinfo: this Slurm's sinfo --json lists groups, not nodes
 
@@ -316,19 +327,27 @@ class SlurmRunner(object):
         argv = [str(a) for a in argv]
         attempts = self.retries + 1
         problem = None
-        started = time.monotonic()
+        started = self.clock()
         for attempt in range(1, attempts + 1):
             if attempt > 1:
                 self.sleep(self.retry_delay * (attempt - 1))
+            timeout = self.timeout
+            if self.deadline is not None:
+                timeout = min(timeout, self.deadline - self.clock())
+                if timeout <= 0:
+                    attempts = attempt - 1
+                    problem = "%s; no time left for another attempt" % problem if problem else \
+                        "not run: no time left before the deadline"
+                    break
             try:
-                rc, out, err = self.transport.exec(argv, self.timeout)
+                rc, out, err = self.transport.exec(argv, timeout)
             except TransientError as e:
                 problem = str(e)
                 continue
             except SlurmError as e:
                 e.commands = self.commands + [format_command(argv)]
                 raise
-            result = CommandResult(argv, rc, out, err, attempt, time.monotonic() - started)
+            result = CommandResult(argv, rc, out, err, attempt, self.clock() - started)
             if rc != 0 and looks_unavailable(err + "\n" + out):
                 problem = (err or out).strip()
                 continue
@@ -347,10 +366,10 @@ class SlurmRunner(object):
                 raise
             self.history.append(result)
             return result, parsed
-        self.history.append(CommandResult(argv, None, "", problem or "", attempts, time.monotonic() - started))
+        self.history.append(CommandResult(argv, None, "", problem or "", attempts, self.clock() - started))
         raise SlurmUnavailable(
             "the Slurm controller did not answer %s after %d attempt(s) over %.0fs (%s): %s"
-            % (format_command(argv), attempts, time.monotonic() - started, _where(self.transport), problem),
+            % (format_command(argv), attempts, self.clock() - started, _where(self.transport), problem),
             self.commands)
 
 
