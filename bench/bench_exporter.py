@@ -54,7 +54,8 @@ class TimedCollector(exporter.SlurmCollector):
 
     def collect(self):
         start = self.clock()
-        self.last = exporter.read_snapshot(self.runner_factory(), self.clock)
+        self.last = exporter.read_snapshot(self.runner_factory(start + exporter.READ_SHARE * self.scrape_timeout),
+                                           self.clock)
         return iter(metrics.families(self.last, self.prefix, self.clock() - start))
 
 
@@ -78,7 +79,8 @@ def main():
         for _job in range(JOBS):
             cluster.run(["sbatch", "--hold", "-o", "/dev/null", "--wrap", "true"], timeout=30)
 
-        collector = TimedCollector(lambda: SlurmRunner(LocalTransport(slurm_conf=slurm_conf), retries=0, timeout=30))
+        collector = TimedCollector(lambda deadline: SlurmRunner(LocalTransport(slurm_conf=slurm_conf), retries=0,
+                                                                timeout=30, deadline=deadline))
         registry = exporter.CollectorRegistry(auto_describe=False)
         registry.register(collector)
         generate_latest(registry)            # warm: the first sinfo after a start is slower

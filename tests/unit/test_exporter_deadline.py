@@ -1,10 +1,16 @@
 """A scrape answers within its bound (issue 35, defect 7): the runner's deadline bounds every attempt of every
-command."""
+command, the exporter's reads stop at the first command the controller does not answer, and the collector gives the
+runner READ_SHARE of the scrape timeout. tests/slurm/test_exporter_prometheus.py proves it with a real Prometheus and
+a stopped slurmctld."""
 import os
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ansible_collections.soperator.slurm.plugins.module_utils.observe import exporter
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
-    LocalTransport, SlurmRunner, SlurmUnavailable, TransientError)
+    LocalTransport, SlurmCommandError, SlurmRunner, SlurmUnavailable, TransientError)
 
 
 class Clock(object):
@@ -72,3 +78,63 @@ def test_a_command_that_hangs_ends_at_the_deadline(tmp_path):
     pid = int(pidfile.read_text())
     with pytest.raises(ProcessLookupError):      # killed and reaped, not left behind
         os.kill(pid, 0)
+
+
+class Runner(object):
+    """Answers the exporter's reads as a runner does: `unanswered` commands raise SlurmUnavailable (the controller did
+    not answer), `failing` ones SlurmCommandError; records what was run."""
+    nodes_by_scontrol = False
+
+    def __init__(self, unanswered=(), failing=()):
+        self.unanswered, self.failing = unanswered, failing
+        self.ran = []
+
+    def run(self, argv, parse=None, check=True):
+        self.ran.append(argv[0])
+        if argv[0] in self.unanswered:
+            raise SlurmUnavailable("the Slurm controller did not answer %s" % argv[0])
+        if argv[0] in self.failing:
+            raise SlurmCommandError("%s failed (rc=1): something else" % argv[0])
+        raise AssertionError("not reached in these tests: %r" % (argv,))
+
+
+def _scrape(runner, **kwargs):
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(exporter.SlurmCollector(lambda deadline: runner, **kwargs))
+    samples = [s for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples]
+    return dict(((s.name, s.labels.get("command")), s.value) for s in samples)
+
+
+def test_reads_stop_at_the_first_command_the_controller_does_not_answer():
+    runner = Runner(unanswered=("sinfo", "squeue", "sdiag"))
+    values = _scrape(runner)
+    assert runner.ran == ["sinfo"]                       # squeue and sdiag would wait for it again
+    assert values[("soperator_slurm_up", None)] == 0
+    assert [values[("soperator_slurm_exporter_command_failed", c)] for c in ("sinfo", "squeue", "sdiag")] == [1, 1, 1]
+    assert [values[("soperator_slurm_exporter_command_seconds", c)] for c in ("squeue", "sdiag")] == [0, 0]
+
+
+def test_a_command_that_fails_otherwise_does_not_stop_the_others():
+    runner = Runner(failing=("sinfo", "squeue", "sdiag"))
+    assert _scrape(runner)[("soperator_slurm_up", None)] == 0
+    assert runner.ran == ["sinfo", "squeue", "sdiag"]
+
+
+def test_the_collector_gives_the_runner_its_share_of_the_scrape_timeout():
+    clock = Clock(50.0)
+    deadlines = []
+
+    def factory(deadline):
+        deadlines.append(deadline)
+        return Runner(unanswered=("sinfo",))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(exporter.SlurmCollector(factory, clock=clock, scrape_timeout=4.0))
+    generate_latest(registry)
+    assert deadlines == [50.0 + exporter.READ_SHARE * 4.0] and exporter.READ_SHARE < 1
+
+
+def test_the_scrape_timeout_must_be_a_positive_number_of_seconds(capsys):
+    for bad in ("0", "-1", "nan", "inf", "10s"):
+        with pytest.raises(SystemExit):
+            exporter.main(["--port", "1", "--scrape-timeout", bad])
+        assert "argument --scrape-timeout: " in capsys.readouterr().err

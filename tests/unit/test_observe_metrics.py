@@ -124,7 +124,7 @@ class _Runner(object):
 
 def test_a_failed_scrape_says_slurm_up_0_and_reports_no_empty_cluster():
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(exporter.SlurmCollector(lambda: _Runner(fail=("sinfo", "squeue", "sdiag"))))
+    registry.register(exporter.SlurmCollector(lambda deadline: _Runner(fail=("sinfo", "squeue", "sdiag"))))
     text = generate_latest(registry).decode()
     names = set(f.name for f in text_string_to_metric_families(text))
     assert "soperator_slurm_up" in names and "soperator_slurm_exporter_command_failed" in names

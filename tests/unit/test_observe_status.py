@@ -250,7 +250,8 @@ def test_one_scrape_exports_the_status_records(status_dir, monkeypatch):
                                          100.0))
     monkeypatch.setattr(exporter, "read_sinfo", lambda runner: {"cpu-0": _node("cpu-0")})
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(exporter.SlurmCollector(_Runner, status_dir=status_dir, remediation_record=record))
+    registry.register(exporter.SlurmCollector(lambda deadline: _Runner(), status_dir=status_dir,
+                                              remediation_record=record))
     text = generate_latest(registry).decode()
     samples = dict(((s.name, tuple(sorted(s.labels.items()))), s.value)
                    for f in text_string_to_metric_families(text) for s in f.samples)

@@ -50,6 +50,7 @@ def test_the_exporter_and_what_watches_it():
     assert args[args.index("--controller-pod") + 1] == "demo-controller-0"
     assert args[args.index("--kubernetes-namespace") + 1] == "hpc"
     assert args[args.index("--port") + 1] == "9400"
+    assert args[args.index("--scrape-timeout") + 1] == "5"          # the ServiceMonitor's scrapeTimeout, below
     assert container["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
     sec = container["securityContext"]
     assert sec["runAsNonRoot"] and sec["readOnlyRootFilesystem"] and not sec["allowPrivilegeEscalation"]
@@ -108,10 +109,26 @@ def test_the_remediation_role_writes_the_exporters_kinds_only_when_there_is_one(
     assert verbs(observed, "prometheusrules") == [["list", "create", "patch", "delete"]]
 
 
+def _timeouts(observability):
+    """(the ServiceMonitors' scrapeTimeouts, the exporter's --scrape-timeout)"""
+    objects = _objects(observability)
+    monitors = [e["scrapeTimeout"] for o in objects if o["kind"] == "ServiceMonitor" for e in o["spec"]["endpoints"]]
+    args = trk.find(objects, "Deployment", "demo-exporter")["spec"]["template"]["spec"]["containers"][0]["args"]
+    return sorted(set(monitors)), args[args.index("--scrape-timeout") + 1]
+
+
 def test_a_long_interval_keeps_a_ten_second_timeout():
-    monitor = trk.find(_objects(dict(OBSERVED, serviceMonitor={"enabled": True, "interval": "2m"})),
-                       "ServiceMonitor", "demo-exporter")
-    assert monitor["spec"]["endpoints"][0]["scrapeTimeout"] == "10s"
+    assert _timeouts(dict(OBSERVED, serviceMonitor={"enabled": True, "interval": "2m"})) == (["10s"], "10")
+
+
+def test_the_scrape_timeout_and_the_exporters_bound_are_one_value():
+    exporter = dict(OBSERVED["exporter"], scrapeTimeout="3s")
+    assert _timeouts(dict(OBSERVED, exporter=exporter, serviceMonitor={"enabled": True, "interval": "1m"})) == (
+        ["3s"], "3")
+    # never longer than the interval (Prometheus refuses that): the interval, for both
+    exporter = dict(OBSERVED["exporter"], scrapeTimeout="1m")
+    assert _timeouts(dict(OBSERVED, exporter=exporter, serviceMonitor={"enabled": True, "interval": "20s"})) == (
+        ["20s"], "20")
 
 
 def test_slurmctld_metrics_only_where_the_target_slurm_has_them():

@@ -78,7 +78,8 @@ class LocalExporter(object):
         argv = [os.path.join(self.layout.bin, "slurm-exporter"), "--port", str(model.observability.exporter.port),
                 "--listen-address", LOOPBACK, "--slurm-conf", self.layout.slurm_conf,
                 "--reason-prefix", model.remediation.drain_reason_prefix, "--status-dir", self.layout.status,
-                "--remediation-record", os.path.join(self.layout.status, remediation_record.RECORD_KEY)]
+                "--remediation-record", os.path.join(self.layout.status, remediation_record.RECORD_KEY),
+                "--scrape-timeout", str(model.observability.scrape_timeout_seconds)]
         return argv + (["--jail", self.jail_dir] if self.jail_dir else [])
 
     def _exporter_digest(self, model, sources):

@@ -361,10 +361,10 @@ def remediation_families(record):
 
 def exporter_families(snapshot, scrape_seconds):
     """soperator_slurm_up, and what the scrape cost: per command, and in all."""
-    up = _gauge("soperator_slurm_up", "1 when every Slurm command of the scrape answered.")
+    up = _gauge("soperator_slurm_up", "1 when every Slurm command of the scrape answered within the scrape's time.")
     up.add_metric([], 0 if snapshot.errors else 1)
-    failed = _gauge("soperator_slurm_exporter_command_failed", "1 when the command gave no usable answer this scrape.",
-                    ["command"])
+    failed = _gauge("soperator_slurm_exporter_command_failed", "1 when the command gave no usable answer this scrape "
+                    "(or was not run: an earlier one's controller did not answer).", ["command"])
     took = _gauge("soperator_slurm_exporter_command_seconds", "How long the command took this scrape.", ["command"])
     for command, seconds in sorted(snapshot.seconds.items()):
         took.add_metric([command], seconds)

@@ -59,7 +59,8 @@ def _exporter(model):
         command=["python3", "-m", EXPORTER_MODULE],
         args=["--port", str(port), "--listen-address", "0.0.0.0", "--kubernetes-namespace", model.namespace,
               "--controller-pod", controller_pod(model), "--controller-container", "slurmctld",
-              "--reason-prefix", model.remediation.drain_reason_prefix, "--jail", JAIL_MOUNT] + extra_args,
+              "--reason-prefix", model.remediation.drain_reason_prefix, "--jail", JAIL_MOUNT,
+              "--scrape-timeout", str(model.observability.scrape_timeout_seconds)] + extra_args,
         env=[{"name": "PYTHONPATH", "value": RUNNER_COLLECTIONS}],
         # the jail read-only: its filesystem's size and free space (slurm_jail_filesystem_*)
         mounts=[ko._mount("jail", JAIL_MOUNT, read_only=True)] + mounts,
@@ -92,12 +93,6 @@ def _exporter(model):
     ]
 
 
-def _scrape_timeout(interval):
-    """10s, or the interval when it is shorter (Prometheus refuses a timeout longer than the interval)."""
-    seconds = int(interval[:-1]) * (60 if interval.endswith("m") else 1)
-    return "%ds" % min(seconds, 10)
-
-
 def _with_labels(meta, extra):
     meta["labels"] = dict(sorted(dict(extra, **meta["labels"]).items()))
     return meta
@@ -112,7 +107,7 @@ def _monitoring(model):
             "selector": {"matchLabels": ko.selector_labels(model, EXPORTER)},
             "namespaceSelector": {"matchNames": [model.namespace]},
             "endpoints": [{"port": "metrics", "path": "/metrics", "interval": obs.service_monitor.interval,
-                           "scrapeTimeout": _scrape_timeout(obs.service_monitor.interval)}]}))
+                           "scrapeTimeout": "%ds" % obs.scrape_timeout_seconds}]}))
     if obs.service_monitor.enabled and slurmctld_metrics(model):
         # slurmctld's own endpoints (Slurm 25.11+), on the controller's headless Service
         out.append(ko._obj("ServiceMonitor", _with_labels(ko._meta(model, controller_name(model), ko.CONTROLLER),
@@ -120,7 +115,7 @@ def _monitoring(model):
             "selector": {"matchLabels": ko.selector_labels(model, ko.CONTROLLER)},
             "namespaceSelector": {"matchNames": [model.namespace]},
             "endpoints": [{"port": "slurmctld", "path": path, "interval": obs.service_monitor.interval,
-                           "scrapeTimeout": _scrape_timeout(obs.service_monitor.interval)}
+                           "scrapeTimeout": "%ds" % obs.scrape_timeout_seconds}
                           for path in c.SLURMCTLD_METRICS_PATHS]}))
     if obs.prometheus_rule.enabled:
         out.append(ko._obj("PrometheusRule", _with_labels(ko._meta(model, exporter_name(model), EXPORTER),

@@ -450,6 +450,13 @@ OBSERVABILITY = Obj("Metrics, alert rules and dashboards of the cluster.", {
                         "enabled": Bool("Run the exporter.", default=False),
                         "port": Int("Port it serves /metrics on (a local cluster: on 127.0.0.1).", minimum=1,
                                     maximum=65535, default=9341),
+                        "scrapeTimeout": Str("Prometheus' scrape timeout for the exporter, at most "
+                                             "serviceMonitor.interval (the shorter is used): the ServiceMonitor's "
+                                             "scrapeTimeout, and the time a scrape answers within (with "
+                                             "soperator_slurm_up 0 when Slurm has not answered by then). A local "
+                                             "cluster's exporter too: give your Prometheus this scrape_timeout.",
+                                             pattern=r"^[1-9][0-9]{0,4}(s|m)$", pattern_help="is like 10s or 1m",
+                                             default="10s"),
                     }),
     "serviceMonitor": Obj("A prometheus-operator ServiceMonitor of the exporter (needs its CRDs).", {
         "enabled": Bool("Render it.", default=False),

@@ -278,6 +278,12 @@ class Remediation:
 class Exporter:
     enabled: bool
     port: int
+    scrape_timeout: str                 # spec.observability.exporter.scrapeTimeout: see scrape_timeout_seconds
+
+
+def duration_seconds(text):
+    """A spec duration ('30s', '2m': fields.py's pattern) in seconds."""
+    return int(text[:-1]) * (60 if text.endswith("m") else 1)
 
 
 @dataclass(frozen=True)
@@ -298,6 +304,12 @@ class Observability:
     service_monitor: ServiceMonitor
     prometheus_rule: Labelled
     dashboards: Labelled
+
+    @property
+    def scrape_timeout_seconds(self):
+        """The one scrape timeout: the ServiceMonitor's, and the exporter's bound on a scrape. exporter.scrapeTimeout,
+        or the interval when it is shorter (Prometheus refuses a timeout longer than the interval)."""
+        return min(duration_seconds(self.exporter.scrape_timeout), duration_seconds(self.service_monitor.interval))
 
 
 @dataclass(frozen=True)

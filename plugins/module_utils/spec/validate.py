@@ -414,7 +414,8 @@ def _model(cluster, node_set_docs):
 def _observability(obs):
     monitor, rule, boards = obs["serviceMonitor"], obs["prometheusRule"], obs["dashboards"]
     return m.Observability(
-        exporter=m.Exporter(enabled=obs["exporter"]["enabled"], port=obs["exporter"]["port"]),
+        exporter=m.Exporter(enabled=obs["exporter"]["enabled"], port=obs["exporter"]["port"],
+                            scrape_timeout=obs["exporter"]["scrapeTimeout"]),
         service_monitor=m.ServiceMonitor(enabled=monitor["enabled"], labels=dict(monitor["labels"]),
                                          interval=monitor["interval"]),
         prometheus_rule=m.Labelled(rule["enabled"], dict(rule["labels"])),
