@@ -3,11 +3,14 @@
 slurm_drain drains one node with our prefix, a passive health check fails on another, an admin drains a third
 by hand: PromQL returns each with its state and drain labels; resuming them clears it. The last result of every
 passive and active check per node, and what a remediation pass did, show in PromQL too. Every dashboard expression
-and every alert rule is evaluated by that Prometheus without error. Teardown stops the exporter with the cluster.
+and every alert rule is evaluated by that Prometheus without error. With slurmctld stopped (SIGSTOP), the exporter
+still answers within the scrape timeout the spec gives both it and Prometheus, with soperator_slurm_up 0, and
+SlurmControllerUnreachable fires (not SlurmExporterDown). Teardown stops the exporter with the cluster.
 Waits are bounded and poll; nothing asserts on how fast it was."""
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import urllib.parse
@@ -20,6 +23,7 @@ import ansible_run
 from test_health_checks import ACTIVE_PROBE, faults, run_active, wait_for  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import exporter_name
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (make deps installs it)")
@@ -36,7 +40,7 @@ spec:
   jail: {volume: {size: 1Gi}}
   login: {replicas: 0}
   observability:
-    exporter: {enabled: true, port: %(port)d}
+    exporter: {enabled: true, port: %(port)d, scrapeTimeout: 2s}
   healthChecks:
     passive:
       interval: %(interval)d
@@ -63,18 +67,26 @@ def _free_ports(count):
 
 
 class Prometheus(object):
-    """A real Prometheus on loopback scraping one target every second, with our alert rules loaded."""
+    """A real Prometheus on loopback scraping the exporter of `model` as often as its scrape timeout allows (the
+    spec's, which the exporter answers within), evaluating every second our alert rules for that job (their `for`
+    replaced where `short_for` says: {alert: duration})."""
 
-    def __init__(self, port, target, workdir):
+    def __init__(self, port, target, workdir, model, short_for=None):
         self.url = "http://127.0.0.1:%d" % port
+        job = exporter_name(model)
+        groups = alerts.rule_groups({"job": job})
+        for rule in groups["groups"][0]["rules"]:
+            rule["for"] = (short_for or {}).get(rule["alert"], rule.get("for", "0s"))
         rules = os.path.join(workdir, "slurm-alerts.yml")
         with open(rules, "w") as f:
-            yaml.safe_dump(alerts.rule_groups(), f, sort_keys=False)
+            yaml.safe_dump(groups, f, sort_keys=False)
+        timeout = "%ds" % model.observability.scrape_timeout_seconds
         config = os.path.join(workdir, "prometheus.yml")
         with open(config, "w") as f:
-            yaml.safe_dump({"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            yaml.safe_dump({"global": {"scrape_interval": timeout, "scrape_timeout": timeout,
+                                       "evaluation_interval": "1s"},
                             "rule_files": [rules],
-                            "scrape_configs": [{"job_name": "slurm", "static_configs": [{"targets": [target]}]}]}, f)
+                            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]}]}, f)
         self.log = open(os.path.join(workdir, "prometheus.log"), "wb")
         self.proc = subprocess.Popen([PROMETHEUS, "--config.file=" + config,
                                       "--storage.tsdb.path=" + os.path.join(workdir, "data"),
@@ -109,12 +121,12 @@ class Prometheus(object):
             return False
 
 
-def _started(local_cluster, faults, tmp_path, spec):
+def _started(local_cluster, faults, tmp_path, spec, short_for=None):
     exporter_port, prometheus_port = _free_ports(2)
     text = spec % {"port": exporter_port, "interval": INTERVAL, "faults": faults}
     cluster = local_cluster(text)
     cluster.spec_text = text             # what slurm_remediate is given
-    prom = Prometheus(prometheus_port, "127.0.0.1:%d" % exporter_port, str(tmp_path))
+    prom = Prometheus(prometheus_port, "127.0.0.1:%d" % exporter_port, str(tmp_path), cluster.model, short_for)
     try:
         wait_for(prom.ready, timeout=WAIT, what="prometheus ready")
         yield cluster, prom, exporter_port
@@ -125,6 +137,13 @@ def _started(local_cluster, faults, tmp_path, spec):
 @pytest.fixture
 def setup(local_cluster, faults, tmp_path):
     yield from _started(local_cluster, faults, tmp_path, SPEC)
+
+
+@pytest.fixture
+def setup_short_for(local_cluster, faults, tmp_path):
+    """The exporter's two alerts fire after 3 s rather than minutes."""
+    yield from _started(local_cluster, faults, tmp_path, SPEC,
+                        short_for={"SlurmControllerUnreachable": "3s", "SlurmExporterDown": "3s"})
 
 
 @pytest.fixture
@@ -259,8 +278,46 @@ def test_every_dashboard_expression_and_alert_rule_evaluates(setup):
                                        not r["lastEvaluation"].startswith("0001") for r in g["rules"])],
                       timeout=WAIT, what="every rule evaluated")
     assert [(r["name"], r["health"], r.get("lastError", "")) for r in groups[0]["rules"]] == [
-        (r["alert"], "ok", "") for r in alerts.rules()]
+        (r["alert"], "ok", "") for r in alerts.rules({"job": exporter_name(cluster.model)})]
     cluster.run(["scancel", job], timeout=30)
+
+
+def _by_command(prom, expr):
+    return dict((r["metric"]["command"], r["value"][1]) for r in prom.query(expr))
+
+
+def _alerts(prom, name):
+    return [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == name]
+
+
+def test_a_frozen_controller_is_reported_and_alerted(setup_short_for):
+    """slurmctld stopped (SIGSTOP): every Slurm command of a scrape would wait for it, past Prometheus' scrape
+    timeout. The exporter still answers within it (up 1), with soperator_slurm_up 0, and SlurmControllerUnreachable
+    fires; SlurmExporterDown does not. Resumed (SIGCONT, whatever happens), all is well again."""
+    cluster, prom, _port = setup_short_for
+    wait_for(lambda: prom.query("soperator_slurm_up == 1"), timeout=WAIT, what="soperator_slurm_up 1 in Prometheus")
+    pid = cluster.pid("slurmctld")
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # soperator_slurm_up is only there when Prometheus' scrape succeeded: that scrape's up is 1
+        answered = wait_for(lambda: prom.query("soperator_slurm_up == 0 and on (instance, job) up == 1"),
+                            timeout=WAIT, what="a scrape that answered (up 1) with soperator_slurm_up 0")
+        assert [r["metric"]["job"] for r in answered] == ["obs-exporter"]
+        # sinfo did not answer; squeue and sdiag were not run (0 s) rather than waiting for it too
+        wait_for(lambda: _by_command(prom, "soperator_slurm_exporter_command_failed") == {
+            "sinfo": "1", "squeue": "1", "sdiag": "1"} and _by_command(
+            prom, 'soperator_slurm_exporter_command_seconds{command=~"squeue|sdiag"}') == {"squeue": "0", "sdiag": "0"},
+            timeout=WAIT, what="sinfo failed, squeue and sdiag not run")
+        firing = wait_for(lambda: [a for a in _alerts(prom, "SlurmControllerUnreachable") if a["state"] == "firing"],
+                          timeout=WAIT, what="SlurmControllerUnreachable firing")
+        assert [a["labels"]["job"] for a in firing] == ["obs-exporter"]
+        assert _alerts(prom, "SlurmExporterDown") == []          # the exporter answers: no second alert
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: prom.query("soperator_slurm_up == 1") and not _alerts(prom, "SlurmControllerUnreachable"),
+             timeout=WAIT, what="soperator_slurm_up 1 again and the alert resolved")
+    assert _alerts(prom, "SlurmExporterDown") == []
 
 
 def test_teardown_stops_the_exporter(local_cluster):

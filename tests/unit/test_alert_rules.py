@@ -14,12 +14,21 @@ pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not instal
                                                          "make deps installs it)")
 
 NODE_DRAIN = 'soperator_slurm_node_drain{node="%s",owner="%s",kind="%s",check="%s"}'
+# the exporter's scrape target, as a ServiceMonitor makes it (render/observe_objects.py exporter_target)
+TARGET = {"job": "demo-exporter", "namespace": "hpc"}
+OURS = dict(TARGET, instance="10.0.0.7:9341")
+UP = 'up{job="demo-exporter",namespace="hpc",instance="10.0.0.7:9341"}'
+SLURM_UP = 'soperator_slurm_up{job="demo-exporter",namespace="hpc",instance="10.0.0.7:9341"}'
 
 # alert -> (input series {series: values}, [(eval time, [expected labels + "$value"])] - firing, then quiet)
 CASES = {
     "SlurmControllerUnreachable": (
         {'soperator_slurm_up{instance="exp:9341"}': "0x10", 'soperator_slurm_up{instance="ok:9341"}': "1x10"},
         [("1m", []), ("3m", [{"instance": "exp:9341"}])]),
+    "SlurmExporterDown": (
+        # our exporter's scrapes fail from minute 2 (its series go stale); another cluster's exporter is down all along
+        {UP: "1 1 0x10", SLURM_UP: "1 1 stale", 'up{job="other-exporter",namespace="hpc",instance="x:9341"}': "0x12"},
+        [("5m", []), ("8m", [OURS])]),
     "SlurmNodeNotResponding": (
         {'soperator_slurm_node_responding{node="cpu-0"}': "0x10", 'soperator_slurm_node_responding{node="cpu-1"}': "1x10"},
         [("4m", []), ("6m", [{"node": "cpu-0"}])]),
@@ -63,26 +72,52 @@ CASES = {
 }
 
 
+# The exporter's two alerts in each state of the exporter and the controller: (name, input series, [(eval time,
+# {alert: [expected labels]})]). Exactly one of them fires, once, whatever happened.
+SCENARIOS = (
+    ("the controller is down, the exporter answers: SlurmControllerUnreachable only",
+     {UP: "1x12", SLURM_UP: "1 0x11"},
+     [("10m", {"SlurmControllerUnreachable": [OURS], "SlurmExporterDown": []})]),
+    ("the exporter does not answer: SlurmExporterDown once, with its instance; not the controller's alert",
+     {UP: "1 0x11", SLURM_UP: "1 stale"},
+     [("10m", {"SlurmControllerUnreachable": [], "SlurmExporterDown": [OURS]})]),
+    ("no target for the exporter at all (its Service lost its endpoints): SlurmExporterDown by job",
+     {'up{job="other-exporter",namespace="hpc",instance="x:9341"}': "1x12",
+      'soperator_slurm_up{job="other-exporter",namespace="hpc",instance="x:9341"}': "1x12"},
+     [("4m", {"SlurmExporterDown": []}), ("6m", {"SlurmExporterDown": [TARGET]})]),
+    ("something else answers on the exporter's port: SlurmExporterDown by job",
+     {UP: "1x12"},
+     [("6m", {"SlurmExporterDown": [TARGET], "SlurmControllerUnreachable": []})]),
+    ("all is well: neither",
+     {UP: "1x12", SLURM_UP: "1x12"},
+     [("10m", {"SlurmExporterDown": [], "SlurmControllerUnreachable": []})]),
+)
+
+
 def _render(template, labels, value):
     """The Go templates our annotations use: {{ $labels.NAME }} and {{ $value }}."""
     text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
     return text.replace("{{ $value }}", value)
 
 
+def _check(rule, at, expected):
+    """promtool's alert_rule_test entry: `rule` at `at` gives exactly the alerts `expected` (labels, "$value")."""
+    exp = []
+    for want in expected:
+        labels = dict((k, v) for k, v in want.items() if not k.startswith("$"))
+        annotations = dict((k, _render(v, labels, want.get("$value", ""))) for k, v in rule["annotations"].items())
+        exp.append({"exp_labels": dict(labels, **rule["labels"]), "exp_annotations": annotations})
+    return {"eval_time": at, "alertname": rule["alert"], "exp_alerts": exp}
+
+
 def _test_file(rule_file):
-    by_name = dict((r["alert"], r) for r in alerts.rules())
+    by_name = dict((r["alert"], r) for r in alerts.rules(TARGET))
+    groups = [(name, series, [(at, {name: expected}) for at, expected in evals])
+              for name, (series, evals) in CASES.items()] + list(SCENARIOS)
     tests = []
-    for name, (series, evals) in CASES.items():
-        rule = by_name[name]
-        checks = []
-        for at, expected in evals:
-            exp = []
-            for want in expected:
-                labels = dict((k, v) for k, v in want.items() if not k.startswith("$"))
-                annotations = dict((k, _render(v, labels, want.get("$value", ""))) for k, v in
-                                   rule["annotations"].items())
-                exp.append({"exp_labels": dict(labels, **rule["labels"]), "exp_annotations": annotations})
-            checks.append({"eval_time": at, "alertname": name, "exp_alerts": exp})
+    for name, series, evals in groups:
+        checks = [_check(by_name[alert], at, expected) for at, by_alert in evals
+                  for alert, expected in sorted(by_alert.items())]
         tests.append({"interval": "1m", "name": name,
                       "input_series": [{"series": s, "values": v} for s, v in series.items()],
                       "alert_rule_test": checks})
@@ -90,16 +125,16 @@ def _test_file(rule_file):
 
 
 def test_every_alert_has_a_case_and_says_what_to_do():
-    names = [r["alert"] for r in alerts.rules()]
+    names = [r["alert"] for r in alerts.rules(TARGET)]
     assert sorted(names) == sorted(CASES)
-    for rule in alerts.rules():
+    for rule in alerts.rules(TARGET):
         assert rule["labels"]["severity"] in ("warning", "critical")
         assert len(rule["annotations"]["description"]) > 80, rule["alert"]
 
 
 def test_promtool_checks_and_tests_the_rules(tmp_path):
     rules = tmp_path / "slurm-alerts.yml"
-    rules.write_text(yaml.safe_dump(alerts.rule_groups(), sort_keys=False))
+    rules.write_text(yaml.safe_dump(alerts.rule_groups(TARGET), sort_keys=False))
     check = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60,
                            check=False)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -115,7 +150,7 @@ def test_promtool_checks_and_tests_the_rules(tmp_path):
 def test_promtool_tells_a_wrong_expectation(tmp_path):
     """The harness can fail: expecting the controller alert one evaluation before its `for` is up fails."""
     rules = tmp_path / "slurm-alerts.yml"
-    rules.write_text(yaml.safe_dump(alerts.rule_groups(), sort_keys=False))
+    rules.write_text(yaml.safe_dump(alerts.rule_groups(TARGET), sort_keys=False))
     data = _test_file(rules.name)
     case = [t for t in data["tests"] if t["name"] == "SlurmControllerUnreachable"][0]
     case["alert_rule_test"][0]["exp_alerts"] = case["alert_rule_test"][1]["exp_alerts"]

@@ -90,7 +90,10 @@ def test_the_exporter_and_what_watches_it():
                                              "scrapeTimeout": "5s"}]
 
     rule = trk.find(objects, "PrometheusRule", "demo-exporter")
-    assert rule["spec"] == alerts.rule_groups() and rule["metadata"]["labels"]["role"] == "alert-rules"
+    # the exporter-down alert looks for the target the ServiceMonitor makes: job = the Service's name
+    assert ro.exporter_target(trk.make_model()) == {"job": svc["metadata"]["name"], "namespace": "hpc"}
+    assert rule["spec"] == alerts.rule_groups(ro.exporter_target(trk.make_model()))
+    assert rule["metadata"]["labels"]["role"] == "alert-rules"
 
     boards = trk.find(objects, "ConfigMap", "demo-dashboards")
     assert boards["metadata"]["labels"]["grafana_dashboard"] == "1"

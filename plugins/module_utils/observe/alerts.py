@@ -1,22 +1,41 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The alert rule pack, over the exporter's metrics (observe/metrics.py; nothing else is needed). One definition serves the Prometheus rule
-file (render.yml, `promtool check rules`) and the PrometheusRule object. Every alert says what to do."""
+"""The alert rule pack, over the exporter's metrics (observe/metrics.py) and Prometheus' own `up` of the exporter's
+target (nothing else is needed). One definition serves the Prometheus rule file (render.yml, `promtool check rules`)
+and the PrometheusRule object. Every alert says what to do.
+
+Two alerts watch the exporter itself, and never fire together: SlurmControllerUnreachable when the exporter answers
+but Slurm does not (soperator_slurm_up 0: a scrape answers within its timeout, observe/exporter.py), and
+SlurmExporterDown when Prometheus gets no soperator_slurm_up from the exporter's target at all (the scrape fails, the
+target is gone, or something else answers there) - then every other Slurm alert is blind."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-GROUP = "soperator-slurm"
+import json
+import string
 
-# (name, expr, for, severity, summary, description)
+GROUP = "soperator-slurm"
+# The exporter's scrape target in Prometheus: {job}, with {namespace} on Kubernetes (render/observe_objects.py).
+
+# (name, expr, for, severity, summary, description); in expr, $target is the exporter target's selector, $on its labels
 _RULES = (
     ("SlurmControllerUnreachable", "soperator_slurm_up == 0", "2m", "critical",
      "slurmctld does not answer the exporter",
-     "The exporter's Slurm commands ({{ $labels.instance }}) fail: users cannot submit or query jobs. Check the "
-     "controller (pod <cluster>-controller-0, or the local slurmctld): its log, `scontrol ping`, munge, and that "
-     "its spool volume is not full. soperator_slurm_exporter_command_failed says which command failed."),
+     "The exporter's Slurm commands ({{ $labels.instance }}) fail or do not answer within the scrape timeout: users "
+     "cannot submit or query jobs. Check the controller (pod <cluster>-controller-0, or the local slurmctld): its "
+     "log, `scontrol ping`, munge, and that its spool volume is not full. soperator_slurm_exporter_command_failed "
+     "says which command failed (after one that did not answer, the others are not run)."),
+    ("SlurmExporterDown", "up$target == 0 or on ($on) absent(soperator_slurm_up$target)", "5m", "warning",
+     "Prometheus gets no Slurm metrics from {{ $labels.job }}",
+     "Prometheus cannot scrape the Slurm exporter (up 0), has no target for it, or the target answers without "
+     "soperator_slurm_up: the other Slurm alerts cannot fire while this lasts. Check the exporter: on Kubernetes "
+     "the Deployment <cluster>-exporter (its pod, its log, the Service's endpoints, the ServiceMonitor's selector "
+     "and that Prometheus selects it); locally the exporter's log (<state_dir>/log/exporter.log) and your "
+     "Prometheus' scrape config (job {{ $labels.job }}). A controller that is merely down does not fire this: the "
+     "exporter still answers, with soperator_slurm_up 0 (SlurmControllerUnreachable)."),
     ("SlurmNodeNotResponding", "soperator_slurm_node_responding == 0", "5m", "warning",
      "Slurm node {{ $labels.node }} does not respond",
      "slurmctld has not heard from slurmd on {{ $labels.node }} for SlurmdTimeout. Check the worker pod (is it "
@@ -76,11 +95,21 @@ _RULES = (
 )
 
 
-def rules():
-    """The alerting rules, as Prometheus rule dicts."""
+def _selector(target):
+    """{"job": "demo-exporter", "namespace": "hpc"} -> '{job="demo-exporter",namespace="hpc"}' (PromQL strings take
+    JSON's escapes)."""
+    return "{%s}" % ",".join("%s=%s" % (k, json.dumps(v)) for k, v in sorted(target.items()))
+
+
+def rules(target):
+    """The alerting rules, as Prometheus rule dicts. `target`: the labels of the exporter's scrape target in
+    Prometheus, with a job at least ({"job": ..., "namespace": ...} for the ServiceMonitor's)."""
+    if not target.get("job"):
+        raise ValueError("the exporter's target needs a job label: %r" % (target,))
+    where = {"target": _selector(target), "on": ", ".join(sorted(target))}
     out = []
     for name, expr, duration, severity, summary, description in _RULES:
-        rule = {"alert": name, "expr": expr, "labels": {"severity": severity},
+        rule = {"alert": name, "expr": string.Template(expr).substitute(where), "labels": {"severity": severity},
                 "annotations": {"summary": summary, "description": description}}
         if duration != "0m":
             rule["for"] = duration
@@ -88,6 +117,6 @@ def rules():
     return out
 
 
-def rule_groups():
-    """The content of a Prometheus rule file (and of a PrometheusRule's spec)."""
-    return {"groups": [{"name": GROUP, "rules": rules()}]}
+def rule_groups(target):
+    """The content of a Prometheus rule file (and of a PrometheusRule's spec); `target` as rules()."""
+    return {"groups": [{"name": GROUP, "rules": rules(target)}]}

@@ -93,6 +93,12 @@ def _exporter(model):
     ]
 
 
+def exporter_target(model):
+    """The labels Prometheus gives the exporter's target through its ServiceMonitor (the prometheus-operator's job:
+    the Service's name; namespace: the Service's): what the exporter-down alert looks for."""
+    return {"job": exporter_name(model), "namespace": model.namespace}
+
+
 def _with_labels(meta, extra):
     meta["labels"] = dict(sorted(dict(extra, **meta["labels"]).items()))
     return meta
@@ -119,7 +125,8 @@ def _monitoring(model):
                           for path in c.SLURMCTLD_METRICS_PATHS]}))
     if obs.prometheus_rule.enabled:
         out.append(ko._obj("PrometheusRule", _with_labels(ko._meta(model, exporter_name(model), EXPORTER),
-                                                          obs.prometheus_rule.labels), spec=alerts.rule_groups()))
+                                                          obs.prometheus_rule.labels),
+                           spec=alerts.rule_groups(exporter_target(model))))
     if obs.dashboards.enabled:
         data = dict((name, json.dumps(board, indent=1, sort_keys=True))
                     for name, board in sorted(dashboards.dashboards().items()))
