@@ -3,9 +3,9 @@
 slurm_drain drains one node with our prefix, a passive health check fails on another, an admin drains a third
 by hand: PromQL returns each with its state and drain labels; resuming them clears it. The last result of every
 passive and active check per node, and what a remediation pass did, show in PromQL too. Every dashboard expression
-and every alert rule is evaluated by that Prometheus without error. With slurmctld stopped (SIGSTOP), the exporter
-still answers within the scrape timeout the spec gives both it and Prometheus, with soperator_slurm_up 0, and
-SlurmControllerUnreachable fires (not SlurmExporterDown). Teardown stops the exporter with the cluster.
+and every alert rule is evaluated by that Prometheus without error. With slurmctld stopped (SIGSTOP) or gone, the
+exporter still answers within the scrape timeout the spec gives both it and Prometheus, with soperator_slurm_up 0,
+and SlurmControllerUnreachable fires (not SlurmExporterDown). Teardown stops the exporter with the cluster.
 Waits are bounded and poll; nothing asserts on how fast it was."""
 import json
 import os
@@ -290,34 +290,50 @@ def _alerts(prom, name):
     return [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == name]
 
 
+def _controller_down_is_reported_and_alerted(prom):
+    """With slurmctld not answering: the exporter still answers within the scrape timeout (up 1), with
+    soperator_slurm_up 0, the first command the last one run, and SlurmControllerUnreachable fires, alone."""
+    # soperator_slurm_up is only there when Prometheus' scrape succeeded: that scrape's up is 1
+    answered = wait_for(lambda: prom.query("soperator_slurm_up == 0 and on (instance, job) up == 1"),
+                        timeout=WAIT, what="a scrape that answered (up 1) with soperator_slurm_up 0")
+    assert [r["metric"]["job"] for r in answered] == ["obs-exporter"]
+    # sinfo did not answer; squeue and sdiag were not run (0 s) rather than waiting for it too
+    wait_for(lambda: _by_command(prom, "soperator_slurm_exporter_command_failed") == {
+        "sinfo": "1", "squeue": "1", "sdiag": "1"} and _by_command(
+        prom, 'soperator_slurm_exporter_command_seconds{command=~"squeue|sdiag"}') == {"squeue": "0", "sdiag": "0"},
+        timeout=WAIT, what="sinfo failed, squeue and sdiag not run")
+    firing = wait_for(lambda: [a for a in _alerts(prom, "SlurmControllerUnreachable") if a["state"] == "firing"],
+                      timeout=WAIT, what="SlurmControllerUnreachable firing")
+    assert [a["labels"]["job"] for a in firing] == ["obs-exporter"]
+    assert _alerts(prom, "SlurmExporterDown") == []          # the exporter answers: no second alert
+
+
 def test_a_frozen_controller_is_reported_and_alerted(setup_short_for):
     """slurmctld stopped (SIGSTOP): every Slurm command of a scrape would wait for it, past Prometheus' scrape
-    timeout. The exporter still answers within it (up 1), with soperator_slurm_up 0, and SlurmControllerUnreachable
-    fires; SlurmExporterDown does not. Resumed (SIGCONT, whatever happens), all is well again."""
+    timeout. Reported and alerted as above; resumed (SIGCONT, whatever happens), all is well again."""
     cluster, prom, _port = setup_short_for
     wait_for(lambda: prom.query("soperator_slurm_up == 1"), timeout=WAIT, what="soperator_slurm_up 1 in Prometheus")
     pid = cluster.pid("slurmctld")
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)
     try:
-        # soperator_slurm_up is only there when Prometheus' scrape succeeded: that scrape's up is 1
-        answered = wait_for(lambda: prom.query("soperator_slurm_up == 0 and on (instance, job) up == 1"),
-                            timeout=WAIT, what="a scrape that answered (up 1) with soperator_slurm_up 0")
-        assert [r["metric"]["job"] for r in answered] == ["obs-exporter"]
-        # sinfo did not answer; squeue and sdiag were not run (0 s) rather than waiting for it too
-        wait_for(lambda: _by_command(prom, "soperator_slurm_exporter_command_failed") == {
-            "sinfo": "1", "squeue": "1", "sdiag": "1"} and _by_command(
-            prom, 'soperator_slurm_exporter_command_seconds{command=~"squeue|sdiag"}') == {"squeue": "0", "sdiag": "0"},
-            timeout=WAIT, what="sinfo failed, squeue and sdiag not run")
-        firing = wait_for(lambda: [a for a in _alerts(prom, "SlurmControllerUnreachable") if a["state"] == "firing"],
-                          timeout=WAIT, what="SlurmControllerUnreachable firing")
-        assert [a["labels"]["job"] for a in firing] == ["obs-exporter"]
-        assert _alerts(prom, "SlurmExporterDown") == []          # the exporter answers: no second alert
+        _controller_down_is_reported_and_alerted(prom)
     finally:
         os.kill(pid, signal.SIGCONT)
     wait_for(lambda: prom.query("soperator_slurm_up == 1") and not _alerts(prom, "SlurmControllerUnreachable"),
              timeout=WAIT, what="soperator_slurm_up 1 again and the alert resolved")
     assert _alerts(prom, "SlurmExporterDown") == []
+
+
+def test_a_dead_controller_is_reported_and_alerted(setup_short_for):
+    """slurmctld gone (SIGTERM to our slurmctld; the cluster's teardown stops the rest): the same."""
+    cluster, prom, _port = setup_short_for
+    wait_for(lambda: prom.query("soperator_slurm_up == 1"), timeout=WAIT, what="soperator_slurm_up 1 in Prometheus")
+    pid = cluster.pid("slurmctld")
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: cluster.pid("slurmctld") is None, timeout=WAIT, what="slurmctld gone")
+    _controller_down_is_reported_and_alerted(prom)
 
 
 def test_teardown_stops_the_exporter(local_cluster):
