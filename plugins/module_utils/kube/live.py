@@ -18,6 +18,7 @@ import copy
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.apply import APPLIED_ANNOTATION
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import check_bounds
 
 # The labels slurm_cluster / slurm_nodeset put on the custom resources (kube_objects.component_labels).
 OUR_LABELS = (c.LABEL_MANAGED_BY, c.LABEL_INSTANCE, c.LABEL_COMPONENT, c.LABEL_NAME, c.LABEL_NODESET)
@@ -54,8 +55,11 @@ def read_cluster(client, name, namespace):
 
 
 def cluster_documents(client, name, namespace):
-    """The spec documents of the SlurmCluster `name` and its NodeSets, or None when the SlurmCluster does not exist."""
+    """The spec documents of the SlurmCluster `name` and its NodeSets, or None when the SlurmCluster does not exist.
+    SpecError when one nests or expands beyond what a spec from a file may (documents.check_bounds)."""
     cluster, node_sets = read_cluster(client, name, namespace)
     if cluster is None:
         return None
-    return [spec_document(cluster)] + [spec_document(obj) for obj in node_sets]
+    documents = [spec_document(cluster)] + [spec_document(obj) for obj in node_sets]
+    check_bounds(documents)
+    return documents
