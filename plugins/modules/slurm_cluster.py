@@ -532,6 +532,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local import opera
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import (
     RenderDestError, read_secret_material, render_cluster, write_rendered)
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_limits import check_kube_sizes
 from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import HAS_YAML
 
 
@@ -551,6 +552,10 @@ def _model(module):
 
 def _rendered(module):
     model = _model(module)
+    try:
+        check_kube_sizes(model)                 # the manifests are for Kubernetes: what it would refuse is not written
+    except SpecError as e:
+        fail_spec_error(module, e)
     dest = module.params["dest"]
     try:
         rendered = render_cluster(model, read_secret_material(dest))

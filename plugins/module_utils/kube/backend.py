@@ -42,9 +42,11 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remov
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import rollout as slurm_rollout
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.crds import crds
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (
     CR_API_VERSION, KubeError, NotFound, RESOURCES, object_key)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster, secret_material
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_limits import check_kube_sizes
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import (
     APP_NAME, KIND_ORDER, WORKER, labels as component_labels)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
@@ -328,6 +330,10 @@ class KubeCluster(SlurmConfigReload):
         """Bring the cluster to the model. desired_filter/prune_filter(obj) narrow what is applied/pruned (for one
         NodeSet); extra_live are objects of ours that lack our labels. Returns the result dict."""
         self.changes = []
+        try:
+            check_kube_sizes(self.model, custom_resources(self.model))   # before the namespace, the first write
+        except SpecError as e:
+            raise BackendError(str(e))
         ns_change = self.ensure_namespace()
         # Plan before applying the CRDs, so a refused plan (a StatefulSet to recreate) writes nothing; the namespace
         # was created only if missing, and then nothing of ours exists to refuse.

@@ -361,6 +361,12 @@ def _required_keys(model):
     return required
 
 
+def placeholder_secret_material(model):
+    """Secret material with every required key empty: renders every other object without generating a key (the
+    size check before the first write, render/kube_limits.py)."""
+    return dict((name, dict((k, b"") for k in keys)) for name, keys in _required_keys(model).items())
+
+
 def _secrets(model, material):
     specs = s.secret_specs(model)
     unknown = sorted(set(material) - set(specs))
