@@ -34,7 +34,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import 
     LocalPlan, nodes_to_remove, outdated_nodes, slurm_digest, stop_order, wanted_nodes)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import LocalPorts
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
-    _descendants, _digest, _record_alive, _tail, LocalDaemons)
+    _descendants, _record_alive, _tail, LocalDaemons)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.rollout import LocalRollout
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_health_programs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
@@ -160,7 +160,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         for name in install_health_programs(self.layout):
             changes.append("installed %s" % os.path.join(self.layout.bin, name))
 
-        self._ensure_daemon("munged", self._munged_argv(), changes, digest=_digest(*self._munged_argv()),
+        self._ensure_daemon("munged", self._munged_argv(), changes, digest=self._munged_digest(),
                             ready=self._munge_ready, ports=())
         if model.accounting.enabled:
             self._ensure_accounting(base_port, configs, changes)

@@ -98,10 +98,14 @@ class LocalPlan(object):
             return actions + self.plan_login(model) + self.plan_exporter(model)
         actions, slurm_changed, dbd_changed, digest = self._plan_configs(model)
         actions = pre + actions
-        if not os.path.exists(lay.munge_key):
+        key_missing = not os.path.exists(lay.munge_key)
+        if key_missing:
             actions.append("would generate munge key")
         running = set(name for name, p in status["processes"].items() if p["running"])
-        changed_by = {"slurmctld": slurm_changed, "slurmdbd": dbd_changed}
+        # munged runs with another key than the file's (or the file is gone): the run restarts it
+        munged = self._running_records().get("munged")
+        changed_by = {"slurmctld": slurm_changed, "slurmdbd": dbd_changed,
+                      "munged": munged is not None and (key_missing or munged.get("digest") != self._munged_digest())}
         # a slurmd registers once: one started before the slurmctld that will run restarts (slurmds_behind)
         new_ctld = "slurmctld" not in running or slurm_changed
         behind = set(self.slurmds_behind())

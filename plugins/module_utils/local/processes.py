@@ -364,6 +364,16 @@ class LocalDaemons(object):
             argv.append("--force")
         return argv
 
+    def _munged_digest(self):
+        """What munged runs with, recorded with it: its command line and the digest of the key file (None: no key
+        of ours there yet). munged reads the key only when it starts, so a key deleted (a new one generated) or
+        replaced under a running munged differs from this record and restarts it. Restarting munged alone is enough:
+        slurmctld, slurmd and slurmdbd hold no key, they ask this munged for every credential; what it issued with
+        the old key (in flight, within munge's 5-minute TTL) no longer decodes. The old key cannot be restored: it
+        lives only in the running munged."""
+        key = _read_own_file(self.layout.munge_key, limit=1 << 20)
+        return _digest(*(self._munged_argv() + ["key:%s" % (_digest(key) if key is not None else None)]))
+
     @staticmethod
     def _socket_path_open(path):
         while True:
