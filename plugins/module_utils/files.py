@@ -55,24 +55,51 @@ def read_text(path, limit=None, owner=None):
     return None if data is None else data.decode("utf-8", "replace")
 
 
-def atomic_write(path, data, mode=0o644):
-    """Replace `path` by a rename: the temporary file beside it is created new (O_EXCL|O_NOFOLLOW) with `mode`, so
-    a symlink at `path` is replaced, never written through, and a reader sees the old or the new bytes."""
+def _write_temp(path, data, mode):
+    """The temporary file beside `path` holding `data` (created new: O_EXCL|O_NOFOLLOW, `mode`). An OSError names
+    `path` (a full filesystem fails in os.write, whose error names no file); nothing is left behind then."""
     tmp = "%s.tmp.%d" % (path, os.getpid())
     try:
-        os.unlink(tmp)                 # a leftover of a killed run of this pid; unlink never follows a link
+        try:
+            os.unlink(tmp)             # a leftover of a killed run of this pid; unlink never follows a link
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as e:
-        if e.errno != errno.ENOENT:
-            raise
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        raise OSError(e.errno, e.strerror, path)
     try:
         data = data if isinstance(data, bytes) else data.encode("utf-8")
         while data:
             data = data[os.write(fd, data):]
         os.fchmod(fd, mode)
-    except BaseException:
+    except BaseException as e:
         os.close(fd)
         os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise OSError(e.errno, e.strerror, path)
         raise
     os.close(fd)
-    os.replace(tmp, path)
+    return tmp
+
+
+def replace_all(items):
+    """Replace each `path` of `items` ([(path, data, mode)]) as atomic_write does, all or none: every temporary file
+    is written before the first rename, so a full filesystem (ENOSPC) leaves every file as it was."""
+    written = []
+    try:
+        for path, data, mode in items:
+            written.append((_write_temp(path, data, mode), path))
+    except BaseException:
+        for tmp, _path in written:
+            os.unlink(tmp)
+        raise
+    for tmp, path in written:
+        os.replace(tmp, path)
+
+
+def atomic_write(path, data, mode=0o644):
+    """Replace `path` by a rename: the temporary file beside it is created new (O_EXCL|O_NOFOLLOW) with `mode`, so
+    a symlink at `path` is replaced, never written through, and a reader sees the old or the new bytes. An OSError
+    (a full filesystem) names `path` and leaves it as it was."""
+    replace_all([(path, data, mode)])

@@ -21,6 +21,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import dataclasses
+import errno
 import os
 import secrets
 import subprocess
@@ -57,6 +58,10 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.processes im
     _pid_alive, _proc_start_time, find_binary)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (  # noqa: F401 pylint: disable=unused-import
     _saved_base, read_marker)
+
+
+# A full filesystem or an exhausted quota under the state directory.
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, LocalLogin, LocalPorts, LocalRollout,
@@ -131,7 +136,15 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         self.check_inputs()
         self._check_binaries(self.model)
         with self._locked(create=True):
-            return self._ensure_started(self.model)
+            try:
+                return self._ensure_started(self.model)
+            except OSError as e:
+                if e.errno not in _NO_SPACE:
+                    raise
+                raise LocalClusterError("cannot write %s: %s; it was left as it was (files here are replaced by a "
+                                        "rename, never half-written). Free space on the filesystem of %s and run "
+                                        "again" % (e.filename or "below %s" % self.layout.state_dir, e.strerror,
+                                                   self.layout.state_dir))
 
     def check_inputs(self):
         """Before anything is written: refuse paths that would inject into the files they are written to, and a
@@ -344,13 +357,21 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         configs = local_slurm_configs(model, self.layout.state_dir, base_port, user=self.user, db_password=password,
                                       jail_dir=self.jail_dir, spank_chroot=self.spank_chroot, renderer=self._renderer)
         etc = self.layout.etc
+        writes = []
         for name, text in sorted(configs.items()):
             path = os.path.join(etc, name)
-            mode = 0o600 if name == c.SLURMDBD_CONF else 0o644
             old = current_text(path)
             if old != text:
-                files.atomic_write(path, text, mode)
+                writes.append((path, text, 0o600 if name == c.SLURMDBD_CONF else 0o644))
                 changes.append("%s %s" % ("updated" if old is not None else "wrote", name))
+        try:
+            files.replace_all(writes)             # all or none: daemons never read a half-changed set
+        except OSError as e:
+            if e.errno not in _NO_SPACE:
+                raise
+            raise LocalClusterError("cannot write %s: %s; the Slurm configs in %s were left as they were (none was "
+                                    "replaced). Free space on the filesystem of %s and run again"
+                                    % (e.filename, e.strerror, etc, self.layout.state_dir))
         for name in sorted(os.listdir(etc)):
             if name not in configs and not name.startswith("."):
                 os.remove(os.path.join(etc, name))

@@ -118,4 +118,5 @@ def _absent(cluster, before, result, purge, check_mode, diff):
     result.update(changed=bool(actions), actions=actions)
     if diff:
         result["diff"] = {"before": {"daemons": running, "state_dir_exists": os.path.isdir(lay.state_dir)},
-                          "after": {"daemons": [], "state_dir_exists": os.path.isdir(lay.state_dir) and not purge}}
+                          "after": {"daemons": [], "state_dir_exists": os.path.isdir(lay.state_dir) and (
+                              not purge or os.path.ismount(lay.state_dir))}}

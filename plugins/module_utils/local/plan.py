@@ -16,7 +16,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     EXPORTER_DAEMON, LOGIN_DAEMON, ports_needed)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.state import current_text
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import MOUNT_POINT_STAYS, current_text
 
 SLURMD = "slurmd-"
 # Started in this order (the slurmds after them, in the model's order); stopped in the reverse, after the slurmds.
@@ -188,7 +188,11 @@ class LocalPlan(object):
                         if pid not in ours]
         if purge and kind not in ("absent", "empty"):
             kept = sorted(set(os.listdir(lay.state_dir)) - set(os.path.basename(p) for p in doomed))
-            actions.append("would delete %s" % lay.state_dir if not kept else
-                           "would delete %s in %s (kept: %s)" % (", ".join(os.path.basename(p) for p in doomed),
-                                                                 lay.state_dir, ", ".join(kept)))
+            if kept:
+                actions.append("would delete %s in %s (kept: %s)" % (", ".join(os.path.basename(p) for p in doomed),
+                                                                     lay.state_dir, ", ".join(kept)))
+            elif os.path.ismount(lay.state_dir):
+                actions.append("would delete %s (%s)" % (lay.state_dir, MOUNT_POINT_STAYS))
+            else:
+                actions.append("would delete %s" % lay.state_dir)
         return actions

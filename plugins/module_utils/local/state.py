@@ -147,6 +147,9 @@ def _remove_entry(path):
         os.unlink(path)
 
 
+MOUNT_POINT_STAYS = "kept the directory: it is a mount point; its contents were deleted"
+
+
 class LocalStateDir(object):
     """LocalCluster's state directory: ownership, lock, purge."""
 
@@ -206,6 +209,8 @@ class LocalStateDir(object):
         if left:
             return "purged %s (kept the directory: it also holds %s, which the local backend did not create)" % (
                 path, ", ".join(left))
+        if os.path.ismount(path):                      # rmdir would fail with EBUSY
+            return "purged %s (%s)" % (path, MOUNT_POINT_STAYS)
         os.rmdir(path)
         return "purged %s" % path
 
