@@ -64,6 +64,8 @@ options:
   src:
     description:
       - Path of a YAML file holding the NodeSet document.
+      - Read as UTF-8 only (a file in UTF-16 or another encoding is refused, naming it). Each document may nest
+        at most 64 levels and expand to at most 1.5 MiB (what YAML aliases repeat counted each time).
     type: path
   replicas:
     description:

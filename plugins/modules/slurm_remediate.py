@@ -62,6 +62,8 @@ options:
   src:
     description:
       - Path of a multi-document YAML file holding the SlurmCluster and its NodeSets.
+      - Read as UTF-8 only (a file in UTF-16 or another encoding is refused, naming it). Each document may nest
+        at most 64 levels and expand to at most 1.5 MiB (what YAML aliases repeat counted each time).
     type: path
   state_dir:
     description:

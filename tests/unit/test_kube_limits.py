@@ -65,3 +65,21 @@ def test_any_object_over_etcds_limit_names_the_value_it_holds():
     [issue] = size_issues([obj], d.load_documents(HEAD + NODESET))
     assert issue.path == "" and "no single spec value is the cause" in issue.message
     assert size_issues([{"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v" * 1000}}], docs) == []
+
+
+def test_slurm_cluster_writes_no_manifest_kubernetes_would_refuse(tmp_path):
+    """The module, state=rendered: the size check and the file checks fail it with the field path or the file, and
+    dest is not created."""
+    import ansible_run
+    dest = tmp_path / "out"
+    src = tmp_path / "spec.yml"
+    src.write_text(_with_custom_checks(500 << 10, 700 << 10))
+    failed = ansible_run.module("slurm_cluster", {"state": "rendered", "src": str(src), "dest": str(dest)},
+                                expect_failed=True)
+    assert [e["path"] for e in failed["errors"]] == ["SlurmCluster/demo spec.healthChecks.passive.custom[1].command"]
+    utf16 = tmp_path / "spec16.yml"
+    utf16.write_bytes((HEAD + NODESET).encode("utf-16"))
+    failed = ansible_run.module("slurm_cluster", {"state": "rendered", "src": str(utf16), "dest": str(dest)},
+                                expect_failed=True)
+    assert "spec file %s is UTF-16-encoded" % utf16 in failed["msg"], failed["msg"]
+    assert not dest.exists()
