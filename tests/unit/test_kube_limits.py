@@ -3,6 +3,8 @@ a ConfigMap over 1 MiB, an object over etcd's request limit - is refused before 
 that made it that large."""
 import pytest
 
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_limits import (
+    MAX_OBJECT_BYTES, check_kube_sizes, size_issues)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import documents as d
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
@@ -17,7 +19,6 @@ def _with_custom_checks(*sizes):
 
 def test_config_map_over_a_mebibyte_is_refused_naming_the_field():
     """Each document within etcd's limit, but the configs ConfigMap (health.json) over the API server's 1 MiB."""
-    from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_limits import check_kube_sizes
     model = spec.build_model(d.load_documents(_with_custom_checks(500 << 10, 700 << 10)))
     with pytest.raises(SpecError) as err:
         check_kube_sizes(model)
@@ -54,7 +55,6 @@ def test_kube_present_refuses_before_the_first_write():
 
 
 def test_any_object_over_etcds_limit_names_the_value_it_holds():
-    from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_limits import MAX_OBJECT_BYTES, size_issues
     docs = d.load_documents(HEAD + NODESET)
     big = "y" * (MAX_OBJECT_BYTES + 10)
     docs[1]["spec"]["features"] = [big]

@@ -2,7 +2,6 @@
 for what Kubernetes stores are refused with the file and the place, before anything is written - never a
 RecursionError, a codec error or gigabytes of output."""
 import copy
-import json
 
 import pytest
 
@@ -191,5 +190,3 @@ def test_live_custom_resources_share_the_bounds():
     with pytest.raises(SpecError) as err:
         live.cluster_documents(Client(docs), "demo", "slurm")
     assert err.value.issues[0].path == "SlurmCluster/demo spec.slurmConfig.SchedulerParameters"
-    json.dumps(docs[1])
-
