@@ -111,14 +111,14 @@ def test_definition_objects_are_bounded(tmp_path):
     """Ansible's definition (already objects): the same bounds, before validation recurses."""
     docs = d.load_documents(HEAD + NODESET)
     deep = []
-    for _ in range(20000):
+    for _level in range(20000):
         deep = [deep]
     docs[0]["spec"]["controller"] = {"affinity": {"x": deep}}
     with pytest.raises(SpecError) as err:
         spec.build_model(d.documents_from(definition=docs))
     assert err.value.issues[0].path.startswith("SlurmCluster/demo spec.controller.affinity.x[0]")
     shared = ["lol"] * 10
-    for _ in range(9):
+    for _level in range(9):
         shared = [shared] * 10                # shares every level, as a YAML alias would
     docs[0]["spec"]["controller"] = {"affinity": {"x": shared}}
     with pytest.raises(SpecError) as err:
@@ -131,7 +131,7 @@ def test_definition_objects_are_bounded(tmp_path):
 def test_bounds_cost_is_bounded_by_the_limit():
     """A 10-level bomb would be ~10**10 values: the check stops at the limit (this returns at all)."""
     shared = ["lol"]
-    for _ in range(30):
+    for _level in range(30):
         shared = [shared] * 10
     with pytest.raises(SpecError):
         d.check_bounds([{"kind": "SlurmCluster", "metadata": {"name": "demo"}, "spec": {"x": shared}}])
