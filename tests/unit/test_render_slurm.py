@@ -255,9 +255,11 @@ def test_rendering_is_deterministic():
 
 
 def test_user_map_order_does_not_matter():
-    one = model_of(cluster_doc(slurmConfig={"MaxJobCount": 1, "DefMemPerCPU": 2}, cgroupConfig={"A": 1, "B": 2},
+    one = model_of(cluster_doc(slurmConfig={"MaxJobCount": 1, "DefMemPerCPU": 2},
+                               cgroupConfig={"MinRAMSpace": 1, "AllowedRAMSpace": 2},
                                mpi={"config": {"PMIxTimeout": 300, "PMIxDebug": 0}}))
-    two = model_of(cluster_doc(slurmConfig={"DefMemPerCPU": 2, "MaxJobCount": 1}, cgroupConfig={"B": 2, "A": 1},
+    two = model_of(cluster_doc(slurmConfig={"DefMemPerCPU": 2, "MaxJobCount": 1},
+                               cgroupConfig={"AllowedRAMSpace": 2, "MinRAMSpace": 1},
                                mpi={"config": {"PMIxDebug": 0, "PMIxTimeout": 300}}))
     assert list(one.slurm_config) != list(two.slurm_config)   # the premise: different insertion orders
     assert render_slurm_configs(one) == render_slurm_configs(two)

@@ -169,7 +169,7 @@ def test_managed_slurm_keys_are_refused():
     docs = base_docs()
     docs[0]["spec"]["slurmConfig"] = {"SlurmctldHost": "elsewhere", "MaxJobCount": 100000}
     issues, dummy = issues_of(docs)
-    assert any(p == "SlurmCluster/demo spec.slurmConfig" and "SlurmctldHost" in m for p, m in issues)
+    assert any(p == "SlurmCluster/demo spec.slurmConfig.SlurmctldHost" and "managed" in m for p, m in issues)
 
 
 def test_jail_needs_exactly_one_volume_source():

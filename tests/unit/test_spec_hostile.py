@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_keys as ck
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_syntax as cs
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import cron, schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
@@ -246,52 +247,71 @@ def _check_only_change(files, file_name, key, value, where=None):
     assert found == [str(value)], (file_name, key, found, value)
 
 
+# Values of typed keys too: numbers, times and words, valid and not.
+TYPED_VALUES = st.one_of(VALUES, st.integers(min_value=-5, max_value=2 ** 33),
+                         st.from_regex(r"[0-9]{1,6}([-:][0-9]{1,3}){0,3}|UNLIMITED|0x1f|010|1[kK]", fullmatch=True))
+
+
+def _refused_for_its_value(line_type, key, value):
+    """Why the file's parser would not read `value` back as written or as the key's type, or None."""
+    return cs.value_problem(value) or ck.value_type_problem(line_type, key, value)
+
+
 @HYPOTHESIS
-@given(key=st.sampled_from(["SlurmdTimeout", "MailProg", "SchedulerParameters", "Prolog"]), value=VALUES)
+@given(key=st.sampled_from(["SlurmdTimeout", "MailProg", "SchedulerParameters", "Prolog"]), value=TYPED_VALUES)
 def test_slurm_config_value_reads_back_or_is_refused(key, value):
     model, issues = _model_or_issues({"slurmConfig": {key: value}})
     event("refused" if model is None else "accepted")
     if model is None:
         assert [i.path for i in issues] == ["SlurmCluster/demo spec.slurmConfig.%s" % key], issues
-        assert cs.value_problem(value) is not None
+        assert _refused_for_its_value("slurm.conf", key, value) is not None
         return
-    assert cs.value_problem(value) is None
+    assert _refused_for_its_value("slurm.conf", key, value) is None
     _check_only_change(render_slurm_configs(model), "slurm.conf", key, value)
 
 
+CGROUP_TEXT_KEYS = sorted(entry[0] for entry in ck.KEYS["cgroup.conf"].values() if entry[1] == "string")
+
+
 @HYPOTHESIS
-@given(key=KEYS, value=st.text(alphabet="abc=1", min_size=1, max_size=5))
-def test_slurm_config_key_is_a_plain_word_or_refused(key, value):
+@given(key=st.one_of(KEYS, st.sampled_from(CGROUP_TEXT_KEYS), st.sampled_from(CGROUP_TEXT_KEYS).map(str.lower)),
+       value=st.text(alphabet="abc=1", min_size=1, max_size=5))
+def test_slurm_config_key_is_a_cgroup_key_or_refused(key, value):
     model, issues = _model_or_issues({"cgroupConfig": {key: value}})
     event("refused" if model is None else "accepted")
     if model is None:
         assert issues and all(i.path.startswith("SlurmCluster/demo spec.cgroupConfig") for i in issues), issues
-        assert re.match(r"[A-Za-z][A-Za-z0-9_]*\Z", key) is None
+        assert re.match(r"[A-Za-z][A-Za-z0-9_]*\Z", key) is None or key.lower() not in ck.KEYS["cgroup.conf"]
         return
+    assert key.lower() in ck.KEYS["cgroup.conf"]
     _check_only_change(render_slurm_configs(model), "cgroup.conf", key, value)
 
 
 @HYPOTHESIS
-@given(value=VALUES)
+@given(value=TYPED_VALUES)
 def test_partition_config_value_reads_back_or_is_refused(value):
     model, issues = _model_or_issues({"partitions": [{"name": "main", "nodeSets": ["cpu"], "default": True,
                                                       "config": {"MaxTime": value}}]})
     event("refused" if model is None else "accepted")
     if model is None:
         assert [i.path for i in issues] == ["SlurmCluster/demo spec.partitions[0].config.MaxTime"], issues
+        assert _refused_for_its_value("partition", "MaxTime", value) is not None
         return
+    assert _refused_for_its_value("partition", "MaxTime", value) is None
     files = render_slurm_configs(model)
     _check_only_change(files, "slurm.conf", "MaxTime", value, where=lambda line: line[0] == ("PartitionName", "main"))
 
 
 @HYPOTHESIS
-@given(value=VALUES)
+@given(value=TYPED_VALUES)
 def test_mpi_config_value_reads_back_or_is_refused(value):
     model, issues = _model_or_issues({"mpi": {"config": {"PMIxTimeout": value}}})
     event("refused" if model is None else "accepted")
     if model is None:
         assert [i.path for i in issues] == ["SlurmCluster/demo spec.mpi.config.PMIxTimeout"], issues
+        assert _refused_for_its_value("mpi.conf", "PMIxTimeout", value) is not None
         return
+    assert _refused_for_its_value("mpi.conf", "PMIxTimeout", value) is None
     _check_only_change(render_slurm_configs(model), "mpi.conf", "PMIxTimeout", value)
 
 

@@ -12,6 +12,7 @@ __metaclass__ = type
 import ipaddress
 
 from ansible_collections.soperator.slurm.plugins.module_utils.constants import CHECKS_PARTITION
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_keys
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_syntax import (
     CONFIG_KEY_PATTERN,
     SLURM_VALUE_PATTERN,
@@ -217,12 +218,17 @@ def _slurm_value(value):
     return None
 
 
-def _slurm_config(description, **kw):
+def _slurm_config(line_type, description, owned=None, **kw):
     """spec.slurmConfig, partition config, cgroupConfig, mpi.config: keys are plain words; values are what
-    config_syntax writes and the file reads back (the CRD says the same with SLURM_VALUE_PATTERN)."""
+    config_syntax writes and the file reads back (the CRD says the same with SLURM_VALUE_PATTERN). The keys are
+    those Slurm reads on `line_type` (config_keys), none of `owned`, none twice in another case, and values of
+    typed keys parse as their type."""
+    def entries(config):
+        return config_keys.map_problems(line_type, config, owned)
     return Map(IntOrStr(checks=[_slurm_value], openapi_extra={"pattern": SLURM_VALUE_PATTERN}), description,
                keys=Str(pattern=CONFIG_KEY_PATTERN,
-                        pattern_help="is not a configuration key (a letter, then letters, digits and '_')"), **kw)
+                        pattern_help="is not a configuration key (a letter, then letters, digits and '_')"),
+               entry_checks=[entries], **kw)
 
 
 MAX_WINDOW_MINUTES = 366 * 24 * 60     # a year: a longer window is a typo
@@ -253,16 +259,6 @@ def _cidr(value):
     except ValueError:
         return "%r is not a CIDR range (like 10.0.0.0/8)" % (value,)
     return None
-
-
-def _no_managed_keys(managed):
-    def check(config):
-        for key in config:
-            owner = managed.get(key.lower())
-            if owner:
-                return "key %r is managed by soperator.slurm (set it through %s)" % (key, owner)
-        return None
-    return check
 
 
 def _scheduling_fields():
@@ -393,8 +389,8 @@ PARTITION = Obj("A Slurm partition.", {
     "nodeSets": Arr(Str(pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP), "NodeSets whose nodes it holds.",
                     min_items=1),
     "default": Bool("The default partition.", default=False),
-    "config": _slurm_config("Extra partition keys (MaxTime, OverSubscribe, Hidden, ...).", default={},
-                            checks=[_no_managed_keys(MANAGED_PARTITION_KEYS)]),
+    "config": _slurm_config("partition", "Extra partition keys (MaxTime, OverSubscribe, Hidden, ...).", default={},
+                            owned=MANAGED_PARTITION_KEYS),
 }, required=("name", "nodeSets"))
 HEALTH_CHECKS = Obj("Passive (HealthCheckProgram) and active (scheduled job) checks.", {
     "passive": Obj("Slurm's HealthCheckProgram on every worker.", {
@@ -484,12 +480,12 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
     "accounting": ACCOUNTING,
     "partitions": Arr(PARTITION, "Partitions. Empty: one default partition 'main' holding every NodeSet.",
                       default=[], unique_key="name"),
-    "slurmConfig": _slurm_config("Extra slurm.conf keys, merged over our defaults.", default={},
-                                 checks=[_no_managed_keys(MANAGED_SLURM_KEYS)]),
-    "cgroupConfig": _slurm_config("Extra cgroup.conf keys, merged over our defaults.", default={}),
+    "slurmConfig": _slurm_config("slurm.conf", "Extra slurm.conf keys, merged over our defaults.", default={},
+                                 owned=MANAGED_SLURM_KEYS),
+    "cgroupConfig": _slurm_config("cgroup.conf", "Extra cgroup.conf keys, merged over our defaults.", default={}),
     "mpi": Obj("MPI.", {
         "default": Str("MpiDefault.", enum=["none", "pmix", "pmi2"], default="none"),
-        "config": _slurm_config("mpi.conf keys.", default={}),
+        "config": _slurm_config("mpi.conf", "mpi.conf keys.", default={}),
     }),
     "topology": Obj("topology.conf (topology/tree).", {
         "enabled": Bool("Use topology/tree. With no switches: one leaf switch per NodeSet under one root.",

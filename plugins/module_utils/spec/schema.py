@@ -103,7 +103,7 @@ class Node:
     def __init__(self, kind, description="", default=_MISSING, enum=None, minimum=None, maximum=None,
                  pattern=None, pattern_help=None, max_length=None, properties=None, required=(), items=None,
                  values=None, min_items=None, unique_key=None, optional=False, checks=(), cel=(),
-                 openapi_extra=None, keys=None):
+                 openapi_extra=None, keys=None, entry_checks=()):
         self.kind = kind
         self.description = description
         self.default = default
@@ -119,6 +119,7 @@ class Node:
         self.items = items
         self.values = values
         self.keys = keys                    # a map's key rule (a Str node); Python only, see _check_map
+        self.entry_checks = tuple(entry_checks)     # a map's rules over all its entries: map -> [(key, message)]
         self.min_items = min_items
         self.unique_key = unique_key
         self.optional = optional
@@ -224,6 +225,9 @@ class Node:
                 self.keys.validate(key, child_path(path, key), key_issues)
                 issues.extend(SpecIssue(i.path, "key " + i.message) for i in key_issues)
             out[key] = self.values.validate(item, child_path(path, key), issues)
+        for check in self.entry_checks:
+            # Rules that need a key with its value or its siblings, reported at each key's own path.
+            issues.extend(SpecIssue(child_path(path, key), message) for key, message in check(out))
         return out
 
     def _check_array(self, value, path, issues):
