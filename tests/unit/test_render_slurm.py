@@ -538,3 +538,31 @@ def test_mpi_conf():
     files = render_slurm_configs(model)
     assert settings(files["mpi.conf"]) == ["PMIxDebug=1", "PMIxTimeout=300"]
     assert keyed(files["slurm.conf"])["MpiDefault"] == "pmi2"
+
+
+def test_keys_the_target_release_does_not_read_are_left_out_for_it():
+    """The spec takes keys of any supported release; a file for a release that does not read one leaves it out, in a
+    comment (slurmctld refuses an unknown key in slurm.conf: "Unable to process configuration file")."""
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.target import KUBERNETES
+    model = model_of(cluster_doc(
+        slurmConfig={"MaxBatchRequeue": 3, "MaxJobCount": 100}, cgroupConfig={"SystemdTimeout": 1000},
+        mpi={"config": {"PMIxShareServerTopology": "yes", "PMIxTimeout": 300}},
+        partitions=[{"name": "main", "nodeSets": ["cpu"], "default": True,
+                     "config": {"PowerDownOnIdle": "NO", "MaxTime": "60"}}]))
+    old = render_slurm_configs(model, dataclasses.replace(KUBERNETES, slurm_version=(22, 5)))
+    new = render_slurm_configs(model, dataclasses.replace(KUBERNETES, slurm_version=(26, 5)))
+    assert "# Slurm 22.05 does not read this key: MaxBatchRequeue=3" in old["slurm.conf"].splitlines()
+    assert "# Slurm 22.05 does not read this key: PowerDownOnIdle=NO" in old["slurm.conf"].splitlines()
+    assert "# Slurm 22.05 does not read this key: SystemdTimeout=1000" in old["cgroup.conf"].splitlines()
+    assert "# Slurm 22.05 does not read this key: PMIxShareServerTopology=yes" in old["mpi.conf"].splitlines()
+    assert keyed(old["slurm.conf"])["MaxJobCount"] == "100" and "MaxBatchRequeue" not in keyed(old["slurm.conf"])
+    assert lines_starting(old["slurm.conf"], "PartitionName=main") == [
+        "PartitionName=main Nodes=cpu Default=YES State=UP MaxTime=60"]
+    assert "PMIxTimeout=300" in settings(old["mpi.conf"])
+    assert "PMIxShareServerTopology=yes" not in settings(old["mpi.conf"])
+    # the images' release reads them all
+    assert keyed(new["slurm.conf"])["MaxBatchRequeue"] == "3"
+    assert keyed(new["cgroup.conf"])["SystemdTimeout"] == "1000"
+    assert "PMIxShareServerTopology=yes" in settings(new["mpi.conf"])
+    assert lines_starting(new["slurm.conf"], "PartitionName=main") == [
+        "PartitionName=main Nodes=cpu Default=YES State=UP MaxTime=60 PowerDownOnIdle=NO"]

@@ -102,6 +102,8 @@ REFUSED = [
     ("slurmConfig", "MaxJobCount", "4294967296"),    # uint32
     ("slurmConfig", "DefMemPerCPU", "lots"),         # uint64
     ("slurmConfig", "AllowSpecResourcesUsage", "maybe"),
+    ("slurmConfig", "MaxJobCount", 0),               # slurmctld: "No jobs permitted", a fatal parse error
+    ("slurmConfig", "SchedulerTimeSlice", "4"),      # silently replaced by the default (30)
     ("partition", "MaxTime", "60=Nodes"),            # the issue's
     ("partition", "MaxTime", "1-2-3"),
     ("partition", "MaxTime", "1:2:3:4"),

@@ -24,7 +24,7 @@ import re
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import (  # noqa: F401 (re-exported)
     CHECK_OUTPUT_DIR, AccountingStorage, KUBERNETES)
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_keys, hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import switch_cycles
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_syntax import (
@@ -266,6 +266,22 @@ def _merged(value, wanted):
     return ",".join(items + [w for w in wanted if w.lower() not in [i.lower() for i in items]])
 
 
+def _not_read(target):
+    """Why a key the spec takes is left out for `target`: its Slurm release does not read it (a fatal parse
+    error in slurm.conf and cgroup.conf)."""
+    return target.note + "Slurm %s does not read this key" % config_keys.version_text(target.slurm_version)
+
+
+def _known_to(line_type, target):
+    """for_target of _merge for files we change nothing else in: keys `target`'s release does not read are left
+    out."""
+    def adjust(key, value):
+        if config_keys.read_by(line_type, key, target.slurm_version):
+            return value, None
+        return None, _not_read(target)
+    return adjust
+
+
 def _slurm_setting_for(target):
     """What `target` makes of a slurm.conf setting, the default or the user's (spec.slurmConfig): (value, why);
     value None leaves the setting out. The pods' target keeps every value."""
@@ -273,6 +289,8 @@ def _slurm_setting_for(target):
 
     def adjust(key, value):
         low, text = key.lower(), str(value)
+        if not config_keys.read_by("slurm.conf", key, target.slurm_version):
+            return None, _not_read(target)
         if low == "communicationparameters" and target.extra_communication_parameters:
             return _merged(text, target.extra_communication_parameters), None
         if low == "slurmdparameters" and target.slurmd_parameters:
@@ -358,16 +376,22 @@ def node_definitions(model):
     return [_node_line(ns) for ns in _defined_node_sets(model)]
 
 
-def _partition_line(partition, refs):
+def _partition_lines(partition, refs, target=KUBERNETES):
+    """The partition's line, after a comment naming the keys of its config the target's release does not read."""
     node_sets = [refs[name] for name in partition.node_sets if name in refs]
     pairs = [("PartitionName", partition.name)]
     if node_sets:
         pairs.append(("Nodes", ",".join(node_sets)))
     pairs.append(("Default", "YES" if partition.default else "NO"))
+    config = dict((k, v) for k, v in partition.config.items()
+                  if config_keys.read_by("partition", k, target.slurm_version))
+    left_out = [slurm_word("slurm.conf", k, partition.config[k], spaces=True)
+                for k in sorted(partition.config) if k not in config]
     # A partition none of whose NodeSets defines a node has no Nodes= (slurmctld accepts an empty partition);
     # it is still UP so jobs can queue in it until a NodeSet gets a maxReplicas.
-    extra, user = _pairs([("State", "UP")], partition.config)
-    return slurm_line("slurm.conf", pairs + extra, spaces=user)
+    extra, user = _pairs([("State", "UP")], config)
+    return ([comment("%s: %s" % (_not_read(target), " ".join(left_out)))] if left_out else []) + \
+        [slurm_line("slurm.conf", pairs + extra, spaces=user)]
 
 
 def _render_slurm_conf(model, target):
@@ -390,7 +414,7 @@ def _render_slurm_conf(model, target):
         lines += [slurm_line("slurm.conf", [("NodeSet", ns.name), ("Nodes", ns.node_range)])
                   for ns in defined if refs[ns.name] == ns.name]
     lines += ["", comment("--- Partitions")]
-    lines += [_partition_line(p, refs) for p in model.partitions]
+    lines += [line for p in model.partitions for line in _partition_lines(p, refs, target)]
     if model.health_checks.active:
         lines += [comment("Active health checks submit their jobs here (root only, never a default, hidden from "
                           "sinfo).")]
@@ -418,7 +442,8 @@ def _render_cgroup_conf(model, target):
         ("ConstrainDevices", "yes", "Jobs see only the GPUs they were allocated."),
     ])]
     lines = _header(model, "cgroup.conf", target)
-    lines += _merge("cgroup.conf", sections, model.cgroup_config, "From spec.cgroupConfig")
+    lines += _merge("cgroup.conf", sections, model.cgroup_config, "From spec.cgroupConfig",
+                    _known_to("cgroup.conf", target))
     return _text(lines)
 
 
@@ -471,7 +496,10 @@ def _render_mpi_conf(model, target):
     if model.mpi.config:
         lines.append("")
         for key in sorted(model.mpi.config):
-            lines.append(slurm_word("mpi.conf", key, model.mpi.config[key], spaces=True))
+            word = slurm_word("mpi.conf", key, model.mpi.config[key], spaces=True)
+            # mpi.conf is read ignoring unknown keys: leaving one out says so instead of dropping it silently
+            known = config_keys.read_by("mpi.conf", key, target.slurm_version)
+            lines.append(word if known else comment("%s: %s" % (_not_read(target), word)))
     else:
         lines.append(comment("No MPI plugin options (spec.mpi.config is empty)."))
     return _text(lines)

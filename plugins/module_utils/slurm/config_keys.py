@@ -174,6 +174,22 @@ _STRING_VALUES = {
 }
 
 
+# Numbers below which slurm.conf's reader refuses the file (MaxJobCount, FirstJobId) or silently puts its own value
+# in (the others): _validate_and_set_defaults in src/common/read_config.c.
+_MINIMUM = {"slurm.conf": {"maxjobcount": 1, "firstjobid": 1, "minjobage": 2, "schedulertimeslice": 5,
+                           "treewidth": 1}}
+
+
+def _below_minimum(line_type, key, text):
+    minimum = _MINIMUM.get(line_type, {}).get(key.lower())
+    match = _DECIMAL.match(text)
+    if minimum is None or not match or match.group(2):
+        return None
+    if int(match.group(1)) < minimum:
+        return "is less than Slurm takes for %s (at least %d)" % (key, minimum)
+    return None
+
+
 def value_type_problem(line_type, key, value):
     """Why Slurm would not read `value` as the value of the known `key` on `line_type`, or None (also for keys it
     reads as text, and unknown keys)."""
@@ -183,7 +199,7 @@ def value_type_problem(line_type, key, value):
     check = _STRING_VALUES.get(line_type, {}).get(key.lower()) or _BY_TYPE.get(found[1])
     if check is None:
         return None
-    problem = check(str(value), found[1])
+    problem = check(str(value), found[1]) or _below_minimum(line_type, key, str(value))
     return "%r %s" % (value, problem) if problem else None
 
 
