@@ -17,6 +17,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_synta
     CONFIG_KEY_PATTERN,
     SLURM_VALUE_PATTERN,
     value_problem)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import image
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.cron import SCHEDULE_PATTERN, schedule_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.window import START_HELP, START_PATTERN, start_problem
@@ -64,9 +65,6 @@ QUALIFIED_NAME_HELP = "is not a qualified name ([prefix/]name: a DNS subdomain p
                       "letters, digits, '-', '_' or '.')"
 
 
-# An image reference as containerd takes it: printable, no white space (the API server refuses surrounding spaces).
-IMAGE = r"^[!-~]+$"
-IMAGE_HELP = "is not an image reference (printable characters, no spaces)"
 # A host name or an IPv4/IPv6 address (StorageHost of slurmdbd.conf).
 HOST = r"^[A-Za-z0-9:]([-A-Za-z0-9_.:]*[A-Za-z0-9_.])?$"
 HOST_HELP = "is not a host name or an IP address"
@@ -285,11 +283,14 @@ def _storage_class(description):
 
 
 def _image_ref(description, **kw):
-    return Str(description, pattern=IMAGE, pattern_help=IMAGE_HELP, max_length=4096, **kw)
+    return Str(description, pattern=image.IMAGE_PATTERN, pattern_help=image.IMAGE_HELP,
+               max_length=image.MAX_REFERENCE, checks=[image.image_problem], **kw)
 
 
 IMAGES = Obj("Container images. Each unset component image is <registry>/<component>:<tag>.", {
-    "registry": _image_ref("Registry and path prefix of the default images.", default=DEFAULT_REGISTRY),
+    "registry": Str("Registry and path prefix of the default images.", default=DEFAULT_REGISTRY,
+                    pattern=image.REGISTRY_PATTERN, pattern_help=image.REGISTRY_HELP, max_length=image.MAX_NAME,
+                    checks=[image.registry_problem]),
     "tag": Str("Tag of the default images.", default=DEFAULT_TAG, pattern=r"^[A-Za-z0-9_][-A-Za-z0-9_.]*$",
                pattern_help="is not an image tag (letters, digits, '_', '.' and '-')", max_length=128),
     "pullPolicy": Str("Image pull policy of every container.", enum=["Always", "IfNotPresent", "Never"],
