@@ -185,3 +185,30 @@ def test_a_key_another_release_reads_is_left_out_for_the_host(tmp_path, host_rel
     assert _slurm_reads(tmp_path, text) == (True, "")
     reads, errors = _slurm_reads(tmp_path, text.replace("State=UP\n", "State=UP %s=NO\n" % newer[0]))
     assert not reads and "unrecognized key: %s" % newer[0] in errors     # what writing it would have done
+
+
+LAYOUT_KEYS = ("sockets", "coresPerSocket", "threadsPerCore")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(cpus=st.integers(min_value=1, max_value=64),
+       layout=st.tuples(*[st.one_of(st.none(), st.integers(min_value=1, max_value=8)) for dummy in LAYOUT_KEYS]))
+def test_the_spec_takes_a_cpu_layout_exactly_when_slurm_keeps_its_cpus(tmp_path, host_release, cpus, layout):
+    """A NodeSet's CPUs against Sockets/CoresPerSocket/ThreadsPerCore: refused exactly when slurm.conf's reader
+    would not keep the CPUs as written (it says "Resetting CPUs"); a refused one is rendered from a model made
+    past the spec to show that."""
+    import copy
+    docs = copy.deepcopy(BASE)
+    docs[1]["spec"]["resources"]["cpu"] = str(cpus)
+    docs[1]["spec"]["slurmNode"] = dict((k, v) for k, v in zip(LAYOUT_KEYS, layout) if v is not None)
+    try:
+        model, refused = spec.build_model(docs), False
+    except spec.SpecError as e:
+        assert [i.path for i in e.issues] == ["NodeSet/cpu spec.resources.cpu"], e
+        docs[1]["spec"]["slurmNode"] = {}
+        made = spec.build_model(docs)
+        model, refused = dataclasses.replace(made, node_sets=(dataclasses.replace(
+            made.node_sets[0], sockets=layout[0], cores_per_socket=layout[1], threads_per_core=layout[2]),)), True
+    reads, errors = _slurm_reads(tmp_path, _rendered(tmp_path, model))
+    assert reads and ("Resetting CPUs" in errors) == refused, (cpus, layout, errors)

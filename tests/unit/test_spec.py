@@ -352,3 +352,30 @@ def test_generated_names_follow_dns_label_rules(name):
         assert s.build_model(docs).node_set(name).node_range == "%s-[0-1]" % name
     else:
         assert any("metadata.name" in p for p in paths_of(docs))
+
+
+@pytest.mark.parametrize("slurm_node, cpu, path", [
+    ({"cpus": 6, "sockets": 2, "coresPerSocket": 2, "threadsPerCore": 2}, "8", "NodeSet/cpu spec.slurmNode.cpus"),
+    ({"sockets": 2, "coresPerSocket": 4, "threadsPerCore": 2}, "12", "NodeSet/cpu spec.resources.cpu"),
+    ({"coresPerSocket": 4}, "6", "NodeSet/cpu spec.resources.cpu"),       # 6 % 4: one socket, 6 matches none
+])
+def test_cpus_must_match_the_socket_layout(slurm_node, cpu, path):
+    """Slurm resets CPUs that are none of Sockets, Sockets x Cores and Sockets x Cores x Threads (issue 35, 11)."""
+    docs = base_docs()
+    docs[1]["spec"]["slurmNode"] = slurm_node
+    docs[1]["spec"]["resources"]["cpu"] = cpu
+    found = dict(issues_of(docs)[0])
+    assert list(found) == [path] and "Slurm would reset them" in found[path], found
+
+
+@pytest.mark.parametrize("slurm_node, cpu", [
+    ({"sockets": 2, "coresPerSocket": 4, "threadsPerCore": 2}, "16"),      # all threads
+    ({"sockets": 2, "coresPerSocket": 4, "threadsPerCore": 2}, "8"),       # cores only
+    ({"cpus": 2, "sockets": 2, "coresPerSocket": 4}, "64"),                # one per socket
+    ({"coresPerSocket": 4, "threadsPerCore": 2}, "16"),                    # Slurm infers 2 sockets
+])
+def test_cpus_matching_the_socket_layout_are_taken(slurm_node, cpu):
+    docs = base_docs()
+    docs[1]["spec"]["slurmNode"] = slurm_node
+    docs[1]["spec"]["resources"]["cpu"] = cpu
+    s.build_model(docs)

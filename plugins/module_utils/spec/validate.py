@@ -222,6 +222,7 @@ def _nodeset_resource_checks(label, spec):
     if "memory" in resources and is_quantity(resources["memory"]) and not slurm_node.get("realMemory"):
         if to_mib(resources["memory"]) < 1:
             issues.append(SpecIssue(child_path(path, "memory"), "must be at least 1Mi"))
+    issues.extend(_cpu_layout_checks(label, spec))
     gres = [g for g in spec.get("gres") or [] if isinstance(g, str)]
     gpus = sum(int(g.rsplit(":", 1)[1]) for g in gres
                if isinstance(g, str) and compile_pattern(GRES_PATTERN).search(g) and g.split(":", 1)[0] == "gpu")
@@ -244,6 +245,42 @@ def _nodeset_resource_checks(label, spec):
             # gres.conf names the device files as one hostlist: /dev/nvidia[0-N].
             issues.append(SpecIssue("%s spec.gres[%d]" % (label, i), "at most %d GPUs per node" % MAX_NODE_RANGE))
     return issues
+
+
+def slurm_cpu_layout(cpus, sockets, cores, threads):
+    """(sockets, cores, threads) as slurm.conf's reader completes a node line (_parse_nodename in read_config.c):
+    cores and threads default to 1; missing sockets are CPUs / (cores x threads) when that divides, else 1."""
+    cores, threads = cores or 1, threads or 1
+    if not sockets:
+        sockets = cpus // (cores * threads) if cpus % (cores * threads) == 0 and cpus >= cores * threads else 1
+    return sockets, cores, threads
+
+
+def _cpu_layout_checks(label, spec):
+    """A NodeSet's CPUs must be one of Sockets, Sockets x CoresPerSocket or Sockets x CoresPerSocket x
+    ThreadsPerCore: Slurm resets any other count to the last ("CPUs=6 match no Sockets, ..., Resetting CPUs")."""
+    slurm_node = _get(spec, "slurmNode", default={})
+    layout = [slurm_node.get(k) for k in ("sockets", "coresPerSocket", "threadsPerCore")]
+    if not any(isinstance(v, int) for v in layout) or not all(v is None or isinstance(v, int) for v in layout):
+        return []
+    if isinstance(slurm_node.get("cpus"), int):
+        cpus, path = slurm_node["cpus"], "%s spec.slurmNode.cpus" % label
+    else:
+        cpu = _get(spec, "resources", "cpu")
+        try:
+            cpus = to_cpus(cpu) if cpu is not None and is_quantity(cpu) else None
+        except QuantityError:
+            cpus = None
+        path = "%s spec.resources.cpu" % label
+    if not isinstance(cpus, int) or cpus < 1:
+        return []               # reported on its own
+    sockets, cores, threads = slurm_cpu_layout(cpus, *layout)
+    allowed = (sockets, sockets * cores, sockets * cores * threads)
+    if cpus in allowed:
+        return []
+    return [SpecIssue(path, "%d CPUs match none of Sockets (%d), Sockets x CoresPerSocket (%d) or Sockets x "
+                            "CoresPerSocket x ThreadsPerCore (%d) of spec.slurmNode: Slurm would reset them to %d"
+                      % ((cpus,) + allowed + (allowed[2],)))]
 
 
 def _scheduling(spec):
