@@ -103,6 +103,7 @@ REFUSED = [
     ("slurmConfig", "DefMemPerCPU", "lots"),         # uint64
     ("slurmConfig", "AllowSpecResourcesUsage", "maybe"),
     ("slurmConfig", "MaxJobCount", 0),               # slurmctld: "No jobs permitted", a fatal parse error
+    ("slurmConfig", "MaxJobCount", "0k"),
     ("slurmConfig", "SchedulerTimeSlice", "4"),      # silently replaced by the default (30)
     ("partition", "MaxTime", "60=Nodes"),            # the issue's
     ("partition", "MaxTime", "1-2-3"),

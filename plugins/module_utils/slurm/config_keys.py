@@ -183,9 +183,9 @@ _MINIMUM = {"slurm.conf": {"maxjobcount": 1, "firstjobid": 1, "minjobage": 2, "s
 def _below_minimum(line_type, key, text):
     minimum = _MINIMUM.get(line_type, {}).get(key.lower())
     match = _DECIMAL.match(text)
-    if minimum is None or not match or match.group(2):
+    if minimum is None or not match:
         return None
-    if int(match.group(1)) < minimum:
+    if int(match.group(1)) * (1024 if match.group(2) else 1) < minimum:
         return "is less than Slurm takes for %s (at least %d)" % (key, minimum)
     return None
 
