@@ -23,7 +23,8 @@ from conftest import skip_without
 
 BASE = [{"apiVersion": "slurm.soperator.dev/v1alpha1", "kind": "SlurmCluster",
          "metadata": {"name": "demo", "namespace": "hpc"}, "spec": {"jail": {"volume": {"size": "1Gi"}}}},
-        {"apiVersion": "slurm.soperator.dev/v1alpha1", "kind": "NodeSet", "metadata": {"name": "cpu", "namespace": "hpc"},
+        {"apiVersion": "slurm.soperator.dev/v1alpha1", "kind": "NodeSet",
+         "metadata": {"name": "cpu", "namespace": "hpc"},
          "spec": {"clusterName": "demo", "resources": {"cpu": "2", "memory": "1Gi"}}}]
 
 
@@ -130,8 +131,8 @@ VALUES = st.one_of(
     st.text(alphabet="0123456789:-=x kK.", min_size=1, max_size=8))
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
+@settings(max_examples=250, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(which=st.sampled_from(TYPED), value=VALUES)
 def test_every_typed_value_the_spec_takes_slurm_reads(tmp_path, host_release, which, value):
     line_type, key = which
@@ -190,8 +191,8 @@ def test_a_key_another_release_reads_is_left_out_for_the_host(tmp_path, host_rel
 LAYOUT_KEYS = ("sockets", "coresPerSocket", "threadsPerCore")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(cpus=st.integers(min_value=1, max_value=64),
        layout=st.tuples(*[st.one_of(st.none(), st.integers(min_value=1, max_value=8)) for dummy in LAYOUT_KEYS]))
 def test_the_spec_takes_a_cpu_layout_exactly_when_slurm_keeps_its_cpus(tmp_path, host_release, cpus, layout):

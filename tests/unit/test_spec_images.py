@@ -94,8 +94,8 @@ REFERENCES = st.one_of(
               st.sampled_from(["", ":1", ":v1.0-rc_1", ":-x", "@" + SHA, ":t@" + SHA])).map("".join))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(reference=REFERENCES)
 def test_the_spec_agrees_with_a_real_reference_parser(podman, reference):
     if reference.strip() != reference or reference.startswith("-"):

@@ -80,8 +80,9 @@ def test_keys_differing_only_in_case_are_refused():
                    cgroupConfig={"ConstrainCores": "yes", "CONSTRAINCORES": "no"},
                    mpi={"config": {"PMIxTimeout": "1", "pmixtimeout": "2"}},
                    **partition({"MaxTime": "60", "maxtime": "120"}))
-    assert sorted(found) == sorted(CLUSTER + p for p in ("slurmConfig.slurmdtimeout", "cgroupConfig.CONSTRAINCORES",
-                                                          "mpi.config.pmixtimeout", "partitions[0].config.maxtime"))
+    assert sorted(found) == sorted(CLUSTER + p for p in (
+        "slurmConfig.slurmdtimeout", "cgroupConfig.CONSTRAINCORES", "mpi.config.pmixtimeout",
+        "partitions[0].config.maxtime"))
     assert "same key as 'SlurmdTimeout'" in found[CLUSTER + "slurmConfig.slurmdtimeout"]
 
 

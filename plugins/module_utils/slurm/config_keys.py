@@ -50,14 +50,6 @@ def version_text(version):
     return "%d.%02d" % tuple(version)
 
 
-def _range_text(first, last):
-    if (first, last) == (RELEASES[0], RELEASES[-1]):
-        return ""
-    if first == last:
-        return " (Slurm %s only)" % version_text(first)
-    return " (Slurm %s to %s)" % (version_text(first), version_text(last))
-
-
 def entry(line_type, key):
     """(spelling, type, first release, last release) of `key` on `line_type`, or None when no release reads it."""
     return KEYS[line_type].get(key.lower())
@@ -75,8 +67,8 @@ def unknown_key_problem(line_type, key):
         return None
     close = difflib.get_close_matches(key.lower(), list(KEYS[line_type]), n=1)
     hint = " (did you mean %s?)" % KEYS[line_type][close[0]][0] if close else ""
-    return "is not a key of %s in Slurm %s to %s%s" % (LINE_NAMES[line_type], version_text(RELEASES[0]),
-                                                      version_text(RELEASES[-1]), hint)
+    return "is not a key of %s in Slurm %s to %s%s" % (
+        LINE_NAMES[line_type], version_text(RELEASES[0]), version_text(RELEASES[-1]), hint)
 
 
 def _uint(text, kind):
@@ -232,9 +224,3 @@ def map_problems(line_type, config, owned=None):
             if problem:
                 problems.append((key, problem))
     return problems
-
-
-def release_note(line_type, key):
-    """' (Slurm X to Y)' when not every supported release reads `key`, for messages."""
-    found = entry(line_type, key)
-    return _range_text(found[2], found[3]) if found else ""
