@@ -213,3 +213,15 @@ def test_the_spec_takes_a_cpu_layout_exactly_when_slurm_keeps_its_cpus(tmp_path,
             made.node_sets[0], sockets=layout[0], cores_per_socket=layout[1], threads_per_core=layout[2]),)), True
     reads, errors = _slurm_reads(tmp_path, _rendered(tmp_path, model))
     assert reads and ("Resetting CPUs" in errors) == refused, (cpus, layout, errors)
+
+
+def test_slurm_conf_keys_of_the_host_release_are_those_it_recognizes(tmp_path, host_release):
+    """Every slurm.conf key the generated table gives the host's release is a key its parser knows (whatever it then
+    makes of the value "1"), and every key only other releases read is an unrecognized key to it."""
+    wrong = []
+    for key, dummy, dummy2, dummy3 in ck.KEYS["slurm.conf"].values():
+        reads, errors = _slurm_reads(tmp_path, _minimal([]) + slurm_word("slurm.conf", key, "1") + "\n")
+        unknown = "unrecognized key: %s" % key in errors
+        if unknown == ck.read_by("slurm.conf", key, host_release):
+            wrong.append((key, reads, errors.strip().splitlines()[:1]))
+    assert not wrong, wrong
