@@ -153,3 +153,11 @@ def test_typed_values_slurm_would_not_read_are_refused(where, key, value):
 def test_typed_values_slurm_reads_are_taken(where, key, value):
     spec, dummy = _spec_with(where, key, value)
     s.build_model(docs(**spec))
+
+
+def test_a_release_beyond_the_table_reads_what_its_nearest_known_release_reads():
+    """A newer Slurm than the table knows must not get files with every key left out (nor an older one)."""
+    from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_keys as ck
+    assert ck.read_by("slurm.conf", "ClusterName", (27, 5)) and ck.read_by("slurm.conf", "MetricsType", (27, 5))
+    assert ck.read_by("partition", "MaxTime", (21, 8)) and not ck.read_by("partition", "PowerDownOnIdle", (21, 8))
+    assert not ck.read_by("slurm.conf", "NoSuchKey", (26, 5))

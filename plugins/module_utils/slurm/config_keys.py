@@ -56,9 +56,12 @@ def entry(line_type, key):
 
 
 def read_by(line_type, key, version):
-    """Whether the Slurm release `version` reads `key` on `line_type` (False also for unknown keys)."""
+    """Whether the Slurm release `version` reads `key` on `line_type` (False also for unknown keys). A release
+    outside the table's range is taken as its nearest end: a newer Slurm is assumed to read what the newest known
+    one reads, rather than to read nothing."""
     found = entry(line_type, key)
-    return bool(found) and found[2] <= tuple(version) <= found[3]
+    version = min(max(tuple(version), RELEASES[0]), RELEASES[-1])
+    return bool(found) and found[2] <= version <= found[3]
 
 
 def unknown_key_problem(line_type, key):
