@@ -29,7 +29,9 @@ description:
     (the jail's C(/dev) comes from the host when a job or a login enters it).
   - A tarball or directory whose files do not fit in the free space of the jail's filesystem (sparse files count in
     full, as they are written in full) fails the task before anything is written, saying what it needs and what is
-    free.
+    free. Every size, offset and sparse map in a tarball's headers is checked before it is used (not negative,
+    inside the archive, no more than the jail's filesystem has free); a damaged or truncated archive fails the task
+    naming the archive and the member.
   - With O(target=kubernetes), runs the cluster's populate Job (as C(slurm_cluster) renders it) and waits for it.
     The Job's program is the same code, running in the populate image; the sentinel it prints is recorded in the
     SlurmCluster's C(.status.jail), so later runs know the jail is populated without starting a pod, and the Job is
@@ -99,6 +101,15 @@ options:
     description:
       - With O(target=local), the jail directory. It is created when missing.
     type: path
+  timeout:
+    description:
+      - The longest time in seconds the populate may take (reading the source, the wait for another populate of
+        the jail, writing). Past it the task fails and the jail's contents are left as they were.
+      - With O(target=local), the populate on this machine; with O(target=kubernetes), passed to the Job's program
+        (C(--timeout)) when this module creates the Job (the Job C(slurm_cluster) creates uses the same default).
+        O(wait_timeout) bounds how long the module waits for that Job.
+    type: int
+    default: 3600
   definition:
     description:
       - With O(target=kubernetes), the SlurmCluster and its NodeSets (as for C(soperator.slurm.slurm_cluster)).
@@ -278,14 +289,11 @@ def _diff(result):
 
 def _local(module):
     params = module.params
-
-    def run(argv):
-        return module.run_command(argv)
-
     try:
         result = jail_use.populate(params["jail_dir"], params["source"], params["overwrite"] or "never",
-                                   force=params["force"], check_mode=module.check_mode, run=run,
-                                   label=params["source_label"], oci_tag=params["oci_tag"])
+                                   force=params["force"], check_mode=module.check_mode,
+                                   label=params["source_label"], oci_tag=params["oci_tag"],
+                                   timeout=params["timeout"])
     except (jail.JailError, LocalClusterError, OSError) as e:
         module.fail_json(msg=str(e))
     result["jail_dir"] = result.pop("jail")
@@ -318,7 +326,8 @@ def _kubernetes(module):
         client = km.make_client(params)
         model = _model(module, client)
         kube = jk.KubeJail(client, model, overwrite=params["overwrite"], force=params["force"],
-                           check_mode=module.check_mode, wait=params["wait"], wait_timeout=params["wait_timeout"])
+                           check_mode=module.check_mode, wait=params["wait"], wait_timeout=params["wait_timeout"],
+                           timeout=params["timeout"])
         result = kube.run()
         result["outcome"] = result.pop("action")
     except (jk.JailKubeError, km.KubeError, km.BackendError) as e:
@@ -345,6 +354,7 @@ def main():
         namespace=dict(type="str", default="default"),
         wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=600),
+        timeout=dict(type="int", default=jail.DEFAULT_TIMEOUT),
     )
     argument_spec.update(copy.deepcopy(km.KUBE_API_SPEC))
     argument_spec.update(AUTH_ARG_SPEC)
@@ -354,6 +364,7 @@ def main():
         required_if=[("target", "local", ("source", "jail_dir"))],
         supports_check_mode=True,
     )
+    ms.require_positive(module, "timeout")
     if module.params["target"] == "local":
         _local(module)
     ms.require_yaml(module)

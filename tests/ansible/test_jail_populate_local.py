@@ -81,3 +81,11 @@ def test_an_unsafe_archive_fails_in_check_mode_and_for_real_naming_the_member(tm
         assert failed["failed"] and "unsafe member 'esc/pwned': esc is a symlink" in failed["msg"], failed
         assert "Traceback" not in failed.get("module_stderr", "")
     assert os.listdir(str(outside)) == [] and not jail.exists()     # refused before the jail is even made
+
+
+def test_the_time_bound_is_an_option(tmp_path):
+    source, jail = rootfs(tmp_path / "rootfs.tar.gz"), str(tmp_path / "jail")
+    refused = run_module(target="local", source=source, jail_dir=jail, timeout=0)
+    assert refused["failed"] and refused["msg"] == "timeout must be > 0, got 0" and not os.path.exists(jail)
+    done = run_module(target="local", source=source, jail_dir=jail, timeout=300)
+    assert done["changed"] and done["outcome"] == "populated", done

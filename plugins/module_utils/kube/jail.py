@@ -73,7 +73,7 @@ def sentinel_from_log(text):
 
 class KubeJail(object):
     def __init__(self, client, model, overwrite=None, force=False, check_mode=False, wait=True, wait_timeout=600,
-                 sleep=time.sleep, clock=time.monotonic, poll=2.0):
+                 sleep=time.sleep, clock=time.monotonic, poll=2.0, timeout=None):
         self.client = client
         self.model = model
         self.overwrite = overwrite or model.jail.overwrite
@@ -81,6 +81,7 @@ class KubeJail(object):
         self.check_mode = check_mode
         self.wait = wait
         self.wait_timeout = wait_timeout
+        self.timeout = timeout      # the Job's program's own bound (--timeout); None: the rendered default
         self.sleep = sleep
         self.clock = clock
         self.poll = poll
@@ -137,7 +138,7 @@ class KubeJail(object):
         self._object("Job", self.job_name, "created")
         if self.check_mode and any(o["action"] == "deleted" for o in self.objects):
             return None     # a dry-run create would meet the Job that the dry-run delete left in place
-        return self.client.create(populate_job(self.model, overwrite), dry_run=self.check_mode)
+        return self.client.create(populate_job(self.model, overwrite, self.timeout), dry_run=self.check_mode)
 
     def _wait_job(self, job):
         """Wait until the Job completes; a failed Job raises with its pod's log tail. -> the completed Job."""

@@ -66,7 +66,7 @@ def _describe(users):
 
 
 def populate(jail_dir, source, overwrite="never", force=False, check_mode=False, run=None, label=None,
-             oci_tag=None):
+             oci_tag=None, timeout=jail.DEFAULT_TIMEOUT):
     """node/jail.populate under the rule above. -> its result, with 'in_use_by' (jail_users() when overwrite=always,
     else []) and 'restarted' (what was restarted, or in check mode would be); action REFUSED when the jail has users
     and not `force` (nothing written, nothing read from the source)."""
@@ -81,7 +81,7 @@ def populate(jail_dir, source, overwrite="never", force=False, check_mode=False,
                     + " (the jail is replaced and each login sshd restarted in it; its sessions end)")}
     kwargs = {"run": run} if run is not None else {}
     result = jail.populate(jail_dir, source, overwrite, check_mode=check_mode, label=label, oci_tag=oci_tag,
-                           **kwargs)
+                           timeout=timeout, **kwargs)
     result["in_use_by"] = users
     result["restarted"] = []
     if result["action"] not in (jail.POPULATED, jail.REPLACED):

@@ -11,6 +11,8 @@ populate Job as
 which prints one JSON line {"action": ..., "changed": ..., "sentinel": {...}} that the Kubernetes side reads from
 the pod's log.
 
+The whole populate has a time bound (--timeout, jail_populate's timeout).
+
 The sentinel (SENTINEL at the jail's root) records what populated the jail and when. It is written last: the new
 root filesystem is unpacked into a staging directory inside the jail (same filesystem), the old entries are moved
 aside, the new ones renamed in, and only then the sentinel is written. A populate cut short leaves a jail without
@@ -50,6 +52,7 @@ except ImportError:  # run as a program from the populate image: safe_tree.py li
 
 SENTINEL = ".soperator-jail.json"
 SENTINEL_TMP = SENTINEL + ".tmp"
+DEFAULT_TIMEOUT = 3600      # seconds: a root filesystem of many GiB on a slow volume fits in it
 SENTINEL_MAX = 1 << 20
 SENTINEL_FORMAT = 1
 STAGING_PREFIX = ".soperator-populate-"
@@ -174,10 +177,11 @@ class Source(object):
         return "%s %s%s" % (self.kind, self.label, ":%s" % self.tag if self.tag else "")
 
 
-def _sha256(path):
+def _sha256(path, deadline=safe_tree.NO_DEADLINE):
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
+            deadline.check()
             h.update(block)
     return "sha256:" + h.hexdigest()
 
@@ -203,7 +207,7 @@ def _oci_manifest(layout, tag):
     return tag, tagged[tag].get("digest")
 
 
-def inspect_source(path, tag=None, label=None):
+def inspect_source(path, tag=None, label=None, deadline=safe_tree.NO_DEADLINE):
     """What `path` is: an OCI image layout (a directory with an oci-layout file), a root filesystem directory, or
     a tarball (compressed or not)."""
     if os.path.isdir(path):
@@ -214,9 +218,9 @@ def inspect_source(path, tag=None, label=None):
             raise JailError("oci_tag was given, but %s is not an OCI image layout (no oci-layout file)" % path)
         return Source(path, "dir", None, None, label)
     if os.path.isfile(path):
-        if not tarfile.is_tarfile(path):
+        if not safe_tree.is_tar(path):
             raise JailError("source %s is neither a directory nor a tar archive" % path)
-        return Source(path, "tar", _sha256(path), None, label)
+        return Source(path, "tar", _sha256(path, deadline), None, label)
     raise JailError("source %s does not exist" % path)
 
 
@@ -251,20 +255,21 @@ def in_use_refusal(users, stop):
             "logins. %s, or set force=true" % (users, stop))
 
 
-def scan(source):
+def scan(source, limit=None, deadline=safe_tree.NO_DEADLINE):
     """Check every entry of a tarball or directory source without writing (check mode, and the real run before
-    its first write): the first unsafe one raises JailError naming it. -> the counting writer (bytes, entries,
-    largest, skipped), or None for an OCI layout (umoci unpacks it)."""
+    its first write): the first unsafe one raises JailError naming it. `limit`: the free bytes of the jail's
+    filesystem (no more is read from an archive). -> the counting writer (bytes, entries, largest, skipped), or
+    None for an OCI layout (umoci unpacks it)."""
     if source.kind == "oci":
         return None
-    writer = safe_tree.Writer()
-    safe_tree.read_into(writer, source.kind, source.path)
+    writer = safe_tree.Writer(deadline=deadline)
+    safe_tree.read_into(writer, source.kind, source.path, limit)
     return writer
 
 
-def scan_tar(path):
+def scan_tar(path, limit=None):
     """scan() of a tarball."""
-    return scan(Source(path, "tar"))
+    return scan(Source(path, "tar"), limit)
 
 
 def _human(size):
@@ -275,15 +280,25 @@ def _human(size):
     return None
 
 
-def check_space(jail, summary):
-    """Refuse, before anything is written, a root filesystem that does not fit in the jail's filesystem (with a
-    margin: a block per entry, 1% and SPACE_MARGIN). Sparse members count in full, as they are written in full.
-    The real run checks after removing our leftovers of an interrupted run; check mode counts them as used."""
+def _filesystem(jail):
+    """(the jail or its nearest existing parent, its statvfs, its block size)."""
     path = jail
     while not os.path.isdir(path):
         path = os.path.dirname(path)
     vfs = os.statvfs(path)
-    block = vfs.f_frsize or vfs.f_bsize or 4096
+    return path, vfs, vfs.f_frsize or vfs.f_bsize or 4096
+
+
+def free_bytes(jail):
+    unused_path, vfs, block = _filesystem(jail)
+    return vfs.f_bavail * block
+
+
+def check_space(jail, summary):
+    """Refuse, before anything is written, a root filesystem that does not fit in the jail's filesystem (with a
+    margin: a block per entry, 1% and SPACE_MARGIN). Sparse members count in full, as they are written in full.
+    The real run checks after removing our leftovers of an interrupted run; check mode counts them as used."""
+    path, vfs, block = _filesystem(jail)
     need = summary.bytes + summary.entries * block
     need += need // 100 + SPACE_MARGIN
     free = vfs.f_bavail * block
@@ -298,13 +313,16 @@ def check_space(jail, summary):
                         "nothing was written" % (summary.entries, path, vfs.f_favail))
 
 
-def _run_subprocess(argv):
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          check=False)
+def _run_subprocess(argv, timeout=None):
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              check=False, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise safe_tree.TimedOut("%s did not finish within the populate's timeout" % " ".join(argv))
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def _from_oci(source, dest, run):
+def _from_oci(source, dest, run, deadline):
     """umoci unpacks the image (layers, whiteouts, owners) into `dest`, which must not exist yet."""
     umoci = shutil.which("umoci")
     if umoci is None:
@@ -312,21 +330,21 @@ def _from_oci(source, dest, run):
     argv = [umoci, "raw", "unpack", "--image", "%s:%s" % (source.path, source.tag), dest]
     if os.geteuid() != 0:
         argv.insert(3, "--rootless")
-    rc, out, err = run(argv)
+    rc, out, err = run(argv, deadline.left())
     if rc != 0:
         raise JailError("%s failed (rc=%d): %s" % (" ".join(argv), rc, (err or out).strip()[-2000:]))
 
 
-def fill(jail, jail_fd, staging, source, run=_run_subprocess):
+def fill(jail, jail_fd, staging, source, run=_run_subprocess, limit=None, deadline=safe_tree.NO_DEADLINE):
     """Write the root filesystem of `source` into the directory `staging` at the jail's root; -> (the path of the
     directory holding it, relative to the jail, skipped entries)."""
     if source.kind == "oci":
-        _from_oci(source, os.path.join(jail, staging, "rootfs"), run)
+        _from_oci(source, os.path.join(jail, staging, "rootfs"), run, deadline)
         return staging + "/rootfs", []
     root_fd = safe_tree.open_dirs(jail_fd, [staging])
     try:
-        writer = safe_tree.Writer(root_fd, preserve_owner=os.geteuid() == 0)
-        safe_tree.read_into(writer, source.kind, source.path)
+        writer = safe_tree.Writer(root_fd, preserve_owner=os.geteuid() == 0, deadline=deadline)
+        safe_tree.read_into(writer, source.kind, source.path, limit)
         writer.close()
     finally:
         os.close(root_fd)
@@ -426,11 +444,13 @@ def _own_root(jail_fd):
 
 
 def populate(jail, source_path, overwrite="never", check_mode=False, run=_run_subprocess, label=None,
-             oci_tag=None):
-    """Populate `jail` from `source_path` under the overwrite rule. -> dict(action, changed, message, sentinel,
-    previous, skipped_entries). Refusing is an action, not an exception; bad input and I/O failures raise JailError.
-    A tarball or directory source is scanned in full first (every member checked, sizes against free space), so
-    what it refuses, check mode refuses too, and nothing is written."""
+             oci_tag=None, timeout=DEFAULT_TIMEOUT):
+    """Populate `jail` from `source_path` under the overwrite rule, within `timeout` seconds (None or 0: no bound).
+    -> dict(action, changed, message, sentinel, previous, skipped_entries). Refusing is an action, not an
+    exception; bad input, I/O failures and the timeout raise JailError. A tarball or directory source is scanned in
+    full first (every member checked, sizes against free space), so what it refuses, check mode refuses too, and
+    nothing is written."""
+    deadline = safe_tree.Deadline(timeout)
     jail = os.path.abspath(jail)
     if os.path.lexists(jail) and not os.path.isdir(jail):
         raise JailError("jail %s exists and is not a directory" % jail)
@@ -440,10 +460,18 @@ def populate(jail, source_path, overwrite="never", check_mode=False, run=_run_su
               "previous": previous, "sentinel": previous, "skipped_entries": [], "jail": jail}
     if action in (UNCHANGED, REFUSED):
         return result
-    source = inspect_source(source_path, oci_tag, label)
-    summary = scan(source)
-    if summary is not None:
-        result["skipped_entries"] = summary.skipped
+    try:
+        return _populate(jail, source_path, overwrite, check_mode, run, label, oci_tag, deadline, result)
+    except safe_tree.TimedOut as e:
+        raise safe_tree.TimedOut("jail %s: %s (timeout); its contents were left as they were" % (jail, e))
+
+
+def _populate(jail, source_path, overwrite, check_mode, run, label, oci_tag, deadline, result):
+    source = inspect_source(source_path, oci_tag, label, deadline)
+    limit = free_bytes(jail)
+    summary = scan(source, limit, deadline)
+    skipped = summary.skipped if summary is not None else []
+    result["skipped_entries"] = skipped
     if check_mode:
         if summary is not None:
             check_space(jail, summary)
@@ -462,7 +490,8 @@ def populate(jail, source_path, overwrite="never", check_mode=False, run=_run_su
             check_space(jail, summary)
         staging = os.path.basename(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=jail))
         try:
-            rootfs, result["skipped_entries"] = fill(jail, jail_fd, staging, source, run)
+            rootfs, skipped = fill(jail, jail_fd, staging, source, run, limit, deadline)
+            deadline.check()
             _swap(jail, jail_fd, rootfs)
             _own_root(jail_fd)
             record = new_sentinel(source, overwrite, utc_now())
@@ -471,6 +500,7 @@ def populate(jail, source_path, overwrite="never", check_mode=False, run=_run_su
             _discard(jail, jail_fd, staging, ignore_errors=True)
     finally:
         os.close(jail_fd)
+    result["skipped_entries"] = skipped
     result["sentinel"] = record
     return result
 
@@ -493,6 +523,9 @@ def main(argv=None):
     pop.add_argument("--label", help="what to record as the source in the sentinel (e.g. the image)")
     pop.add_argument("--oci-tag", help="the image of an OCI layout to unpack")
     pop.add_argument("--check", action="store_true", help="say what would be done, change nothing")
+    pop.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                     help="give up after this many seconds, leaving the jail as it was (0: no bound; default "
+                          "%(default)g)")
     show = sub.add_parser("show", help="print the jail's sentinel as JSON")
     show.add_argument("--jail", required=True)
     wait = sub.add_parser("wait", help="wait until pods may use the jail: populated, or holding a root filesystem "
@@ -513,8 +546,10 @@ def main(argv=None):
                 return 0
             say("still not ready after %gs" % args.timeout)
             return 1
+        if args.timeout < 0:
+            raise JailError("--timeout must be >= 0, got %g" % args.timeout)
         result = populate(args.jail, args.source, args.overwrite, check_mode=args.check, label=args.label,
-                          oci_tag=args.oci_tag)
+                          oci_tag=args.oci_tag, timeout=args.timeout)
     except (JailError, OSError, tarfile.TarError) as e:
         sys.stderr.write("jail populate failed: %s\n" % _log_text(e))
         return 1

@@ -12,10 +12,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import io
 import os
-import shutil
 import stat
 import tarfile
+import time
 import zlib
 
 try:
@@ -27,6 +28,31 @@ except ImportError:    # a Python built without lzma reads no .xz archive anyway
 
 class JailError(Exception):
     pass
+
+
+class TimedOut(JailError):
+    """The populate ran past its time bound (jail_populate's timeout, the program's --timeout)."""
+
+
+class Deadline(object):
+    """The time bound of one populate, checked in every loop that reads or writes (members, blocks of a file, the
+    wait for the jail's lock): a populate past it stops between two steps, before it touches the jail's contents."""
+
+    def __init__(self, seconds=None, clock=time.monotonic):
+        self.seconds = seconds
+        self.clock = clock
+        self.end = clock() + seconds if seconds else None
+
+    def left(self):
+        """Seconds left, or None without a bound."""
+        return None if self.end is None else max(0.0, self.end - self.clock())
+
+    def check(self):
+        if self.end is not None and self.clock() >= self.end:
+            raise TimedOut("the populate did not finish within its timeout of %gs" % self.seconds)
+
+
+NO_DEADLINE = Deadline()
 
 
 # what reading a damaged or truncated archive raises, besides OSError
@@ -112,9 +138,10 @@ class Writer(object):
     nodes are skipped: the jail's /dev is bind-mounted from the host at run time, and a device node in a shared jail
     is a way out."""
 
-    def __init__(self, root_fd=None, preserve_owner=False):
+    def __init__(self, root_fd=None, preserve_owner=False, deadline=NO_DEADLINE):
         self.root_fd = root_fd
         self.preserve_owner = preserve_owner
+        self.deadline = deadline
         self.tree = _Node(DIRECTORY)
         self.skipped = []
         self.bytes = 0          # regular files' sizes: what writing them takes (a sparse member in full)
@@ -163,6 +190,9 @@ class Writer(object):
         return node
 
     def _count(self, member, size):
+        if not isinstance(size, int) or size < 0:    # never subtracts from what the free-space check counts
+            raise JailError("unsafe member %r: size %r is not a byte count" % (member, size))
+        self.deadline.check()
         self.entries += 1
         self.bytes += size
         if size > self.largest[0]:
@@ -233,11 +263,23 @@ class Writer(object):
         with out:
             data = opener()
             try:
-                shutil.copyfileobj(data, out, 1 << 20)
+                self._copy(member, data, out, size)
             finally:
                 data.close()
             out.flush()
             self._finish(out.fileno(), meta)
+
+    def _copy(self, member, data, out, size):
+        """Exactly `size` bytes (what the scan counted against the free space), a block at a time under the
+        deadline; a source that ends early fails instead of leaving a short file."""
+        left = size
+        while left > 0:
+            self.deadline.check()
+            block = data.read(min(left, 1 << 20))
+            if not block:
+                raise JailError("member %r: its data ends %d bytes before its size (%d)" % (member, left, size))
+            out.write(block)
+            left -= len(block)
 
     def symlink(self, member, target, meta):
         # the target is not checked further: it is resolved inside the jail once the jail is the root, and nothing
@@ -393,16 +435,156 @@ def _tar_member(writer, archive, member):
         writer.skip(name, "unsupported member type %r" % member.type)
 
 
-def _from_tar(writer, path):
+EXTENDED_MAX = 1 << 20  # bytes of one PAX or GNU long-name header, read whole into memory: far beyond any name or
+#                         attribute set
+_EXTENDED_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                   tarfile.SOLARIS_XHDTYPE)
+# what tarfile itself raises, besides ARCHIVE_ERRORS, on headers it cannot make sense of (a seek past what an offset
+# holds, a short GNU sparse extension block, a sparse map that is not numbers)
+_READ_ERRORS = ARCHIVE_ERRORS + (OSError, ValueError, IndexError, OverflowError)
+
+
+class _BadHeader(Exception):
+    """A header whose numbers cannot be right; _from_tar names the archive."""
+
+
+def _header(name, what):
+    return _BadHeader("member %r: %s" % (name, what))
+
+
+class _CheckedTarInfo(tarfile.TarInfo):
+    """Python's tarfile (before 3.12.11 and 3.13.4, gh-130577) moves its reader by a header's size as given: a
+    negative size (base-256, or a PAX size) moves it back - reading the same headers forever - and one beyond the
+    archive seeks where no file offset reaches. So each header's numbers are checked here, as tarfile reads them and
+    before it moves by them (frombuf: the raw header; fromtarfile: what the PAX and GNU headers made of it)."""
+
+    @classmethod
+    def frombuf(cls, buf, encoding, errors):
+        info = super(_CheckedTarInfo, cls).frombuf(buf, encoding, errors)
+        if info.size < 0:
+            raise _header(info.name, "its header's size is negative (%d)" % info.size)
+        if info.type in _EXTENDED_TYPES and info.size > EXTENDED_MAX:
+            raise _header(info.name, "an extended header of %d bytes (at most %d are read)"
+                          % (info.size, EXTENDED_MAX))
+        sparse = getattr(info, "_sparse_structs", None)
+        if sparse is not None:
+            structs, unused_extended, origsize = sparse
+            if origsize < 0 or any(n < 0 for pair in structs for n in pair):
+                raise _header(info.name, "a negative number in its sparse map")
+        return info
+
+    @classmethod
+    def fromtarfile(cls, tarfile):
+        start = tarfile.fileobj.tell()
+        info = super(_CheckedTarInfo, cls).fromtarfile(tarfile)
+        tarfile.check_member(info, start)
+        return info
+
+
+class _CheckedTarFile(tarfile.TarFile):
+    """A TarFile that checks every member's numbers (_CheckedTarInfo) against the archive: `length` (the bytes of an
+    uncompressed archive; None for a compressed one, whose length is known only once read), `limit` (the free space
+    of the jail's filesystem: no more is read from a compressed stream - headers and data count, all of it is
+    written or stands for entries that take a block each) and `deadline`. Set on a subclass per archive
+    (_checked_tarfile): TarFile.__init__ already reads the first member."""
+    tarinfo = _CheckedTarInfo
+    limit = None
+    deadline = NO_DEADLINE
+
+    def check_member(self, info, start):
+        self.deadline.check()
+        name = info.name
+        if not isinstance(info.size, int) or info.size < 0:
+            raise _header(name, "its size is %r" % (info.size,))
+        end = self.offset       # where the next header starts: after this member's data
+        if end <= start:
+            raise _header(name, "its size would move the reader back (to byte %d, from %d)" % (end, start))
+        length = _plain_length(self.fileobj)
+        if length is not None and end > length:
+            raise _header(name, "its data (%d bytes from byte %d) runs past the end of the archive (%d bytes): the "
+                          "archive is truncated or the size is wrong"
+                          % (end - info.offset_data, info.offset_data, length))
+        if self.limit is not None and end > self.limit:
+            raise _header(name, "the archive holds more than the jail's filesystem has free (%d bytes) by then"
+                          % self.limit)
+        if info.sparse is not None:
+            _check_sparse(name, info.sparse, info.size, end - info.offset_data)
+
+
+def _check_sparse(name, sparse, size, stored):
+    """A sparse map's regions: in order, not overlapping, inside the file's size, no more data than is stored."""
+    position = data = 0
+    for region in sparse:
+        offset, count = region
+        if not (isinstance(offset, int) and isinstance(count, int)) or offset < 0 or count < 0:
+            raise _header(name, "a negative number in its sparse map: %r" % (region,))
+        if count == 0:      # an end marker, or an unused slot of the old GNU header: (0, 0)
+            if offset > size:
+                raise _header(name, "its sparse map reaches byte %d of a %d-byte file" % (offset, size))
+            continue
+        if offset < position:
+            raise _header(name, "its sparse map's regions overlap or are out of order at %r" % (region,))
+        position = offset + count
+        data += count
+    if position > size:
+        raise _header(name, "its sparse map reaches byte %d of a %d-byte file" % (position, size))
+    if data > stored:
+        raise _header(name, "its sparse map holds %d bytes of data, the archive %d" % (data, stored))
+
+
+def _plain_length(fileobj):
+    """The length of an uncompressed archive (a plain file tarfile reads directly), else None."""
+    if not isinstance(fileobj, (io.BufferedReader, io.FileIO)):
+        return None
+    return os.fstat(fileobj.fileno()).st_size
+
+
+def _checked_tarfile(limit, deadline):
+    return type("_CheckedTarFileOfOneArchive", (_CheckedTarFile,), {"limit": limit, "deadline": deadline})
+
+
+def archive_error(path, error, where=""):
+    """JailError for an archive that cannot be read, naming it and where: never a raw EOFError or ValueError."""
+    if isinstance(error, JailError):
+        return error
+    return JailError("the archive %s cannot be read%s: %s" % (path, where, str(error) or type(error).__name__))
+
+
+def is_tar(path):
+    """Whether the file `path` is a tar archive (plain or compressed), its first header read with the checks above;
+    one that is damaged (a truncated compressed stream, a header whose numbers cannot be right) raises JailError."""
     try:
-        with tarfile.open(path, "r:*") as archive:
-            for member in archive:
-                try:
-                    _tar_member(writer, archive, member)
-                except OSError as e:
-                    raise JailError("member %r: %s" % (member.name, e))
-    except ARCHIVE_ERRORS as e:
-        raise JailError("the archive %s cannot be read: %s" % (path, e or type(e).__name__))
+        with _checked_tarfile(None, NO_DEADLINE).open(path, "r:*"):
+            return True
+    except tarfile.ReadError:
+        return False
+    except (_BadHeader,) + _READ_ERRORS as e:
+        raise archive_error(path, e)
+
+
+def _from_tar(writer, path, limit=None, deadline=NO_DEADLINE):
+    last = None
+    try:
+        archive = _checked_tarfile(limit, deadline).open(path, "r:*")
+    except (_BadHeader,) + _READ_ERRORS as e:
+        raise archive_error(path, e)
+    with archive:
+        while True:
+            try:
+                member = archive.next()
+            except _BadHeader as e:     # names the member
+                raise archive_error(path, e)
+            except _READ_ERRORS as e:
+                raise archive_error(path, e, " after member %r" % last if last is not None else "")
+            if member is None:
+                return
+            try:
+                _tar_member(writer, archive, member)
+            except ARCHIVE_ERRORS as e:     # reading its data
+                raise archive_error(path, e, " in member %r" % member.name)
+            except OSError as e:
+                raise JailError("member %r: %s" % (member.name, e))
+            last = member.name
 
 
 def _raise(error):
@@ -453,9 +635,10 @@ def _dir_entry(writer, full, name, links):
         writer.skip(name, "device node" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "socket")
 
 
-def read_into(writer, kind, path):
-    """Every entry of the source at `path` ("tar": a tarball; "dir": a directory) through `writer`."""
+def read_into(writer, kind, path, limit=None):
+    """Every entry of the source at `path` ("tar": a tarball; "dir": a directory) through `writer`, under its
+    deadline; `limit`: the free bytes of the jail's filesystem (no more is read from a compressed archive)."""
     if kind == "tar":
-        _from_tar(writer, path)
+        _from_tar(writer, path, limit, writer.deadline)
     else:
         _from_dir(writer, path)

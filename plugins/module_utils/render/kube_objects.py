@@ -434,22 +434,25 @@ def _services(model):
     return out
 
 
-def _populate_job(model, overwrite=None):
+def _populate_job(model, overwrite=None, timeout=None):
     """The populate image's program is plugins/module_utils/node/jail.py: it fills the jail from the root filesystem
-    tarball in the image, under the overwrite rule, and prints the jail's sentinel as a JSON line."""
+    tarball in the image, under the overwrite rule and within `timeout` seconds (None: the program's own default,
+    jail.py DEFAULT_TIMEOUT), and prints the jail's sentinel as a JSON line."""
     container = _container(
         model, "populate-jail", model.jail.populate_image, command=["python3", c.POPULATE_JAIL_PROGRAM],
         args=["populate", "--source", c.POPULATE_JAIL_SOURCE, "--jail", c.JAIL_MOUNT,
-              "--overwrite", overwrite or model.jail.overwrite, "--label", model.jail.populate_image],
+              "--overwrite", overwrite or model.jail.overwrite, "--label", model.jail.populate_image]
+        + (["--timeout", str(timeout)] if timeout else []),
         mounts=[_mount("jail", c.JAIL_MOUNT)])
     pod = _pod_spec(model, JAIL, [container], [_jail_volume(model)], restartPolicy="Never")
     return _obj("Job", _meta(model, populate_jail_name(model), JAIL),
                 spec={"backoffLimit": model.jail.populate_backoff_limit, "template": _template(model, JAIL, pod)})
 
 
-def populate_job(model, overwrite=None):
-    """The populate Job as rendered, with another overwrite mode when given (jail_populate overwrite=always)."""
-    return _populate_job(model, overwrite)
+def populate_job(model, overwrite=None, timeout=None):
+    """The populate Job as rendered, with another overwrite mode (jail_populate overwrite=always) and time bound
+    (jail_populate timeout) when given."""
+    return _populate_job(model, overwrite, timeout)
 
 
 def _accounting_db(model):
