@@ -32,6 +32,10 @@ description:
     free. Every size, offset and sparse map in a tarball's headers is checked before it is used (not negative,
     inside the archive, no more than the jail's filesystem has free); a damaged or truncated archive fails the task
     naming the archive and the member.
+  - One populate of a jail at a time, with O(target=local) and in the Job's program alike. A populate holds a lock
+    file at the jail's root (C(.soperator-populate.lock), removed when it is done) and decides again under it, right
+    before it moves its content in; a populate that waited for another one finds what that one did (with
+    O(overwrite=never) the sentinel, so RV(outcome) is C(unchanged) and nothing is written).
   - With O(target=kubernetes), runs the cluster's populate Job (as C(slurm_cluster) renders it) and waits for it.
     The Job's program is the same code, running in the populate image; the sentinel it prints is recorded in the
     SlurmCluster's C(.status.jail), so later runs know the jail is populated without starting a pod, and the Job is

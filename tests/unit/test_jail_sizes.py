@@ -8,6 +8,7 @@ blocks and inodes): a header whose numbers cannot be right is refused, naming th
 is written - never a populate that reads forever, fills the filesystem, or ends in a raw ValueError or EOFError.
 The in-process runs are bounded by an alarm (the code before the fix read some of these archives forever)."""
 import contextlib
+import fcntl
 import gzip
 import os
 import shutil
@@ -18,6 +19,7 @@ import tarfile
 
 import pytest
 
+from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as j
 from ansible_collections.soperator.slurm.plugins.module_utils.node import safe_tree
 import tar_helpers
 import test_jail_hostile as hostile
@@ -174,6 +176,26 @@ def test_the_same_archive_without_the_lying_member_is_refused_up_front_for_its_s
 
 
 # --- the time bound ---------------------------------------------------------------------------------------------
+
+def test_a_populate_that_cannot_get_the_jails_lock_stops_at_its_timeout(small, tmp_path):
+    """The time bound covers the wait for another populate: one holds the lock (here the test), the next gives up at
+    its timeout, in process and in the Job's program, leaving the jail as it was."""
+    archive = _tar(tmp_path, "ok.tar", [F("etc/os-release", b"ID=jail\n")])
+    jail = small / "jail-api"
+    fd = os.open(str(jail / j.LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with bounded():
+            with pytest.raises(j.JailError, match=r"did not finish within its timeout of 1s, waiting for another "
+                                                  r"populate of jail .*; its contents were left as they were"):
+                j.populate(str(jail), archive, "never", timeout=1)
+        proc = subprocess.run([sys.executable, hostile.JAIL_PY, "populate", "--source", archive, "--jail",
+                               str(jail), "--timeout", "1"], capture_output=True, text=True, timeout=BOUND)
+        assert proc.returncode == 1 and "did not finish within its timeout of 1s" in proc.stderr, proc.stderr
+        assert sorted(os.listdir(str(jail))) == [j.LOCK]
+    finally:
+        os.close(fd)
+
 
 def test_the_deadline_stops_a_scan_and_a_write_between_two_steps(tmp_path):
     """Each member and each block of a file is a step: a deadline passed stops the next one (a clock that moves

@@ -125,7 +125,9 @@ class KubeJail(object):
     # --- the Job -----------------------------------------------------------------------------------------
 
     def _delete_job(self, job):
-        self.client.delete("Job", self.job_name, self.namespace, dry_run=self.check_mode)
+        # Foreground: the Job is gone only once its pods are, so no pod of it still writes the jail when the next
+        # Job's pod starts (the program's lock on the jail serialises them too, where the volume has flock)
+        self.client.delete("Job", self.job_name, self.namespace, dry_run=self.check_mode, propagation="Foreground")
         self._object("Job", self.job_name, "deleted")
         if self.check_mode:
             return

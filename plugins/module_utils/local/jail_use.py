@@ -67,21 +67,26 @@ def _describe(users):
 
 def populate(jail_dir, source, overwrite="never", force=False, check_mode=False, run=None, label=None,
              oci_tag=None, timeout=jail.DEFAULT_TIMEOUT):
-    """node/jail.populate under the rule above. -> its result, with 'in_use_by' (jail_users() when overwrite=always,
-    else []) and 'restarted' (what was restarted, or in check mode would be); action REFUSED when the jail has users
-    and not `force` (nothing written, nothing read from the source)."""
-    users = jail_users(jail_dir) if overwrite == "always" and os.path.isdir(jail_dir) else []
-    if users and not force:
-        previous = jail.read_sentinel(jail_dir)
-        return {"action": jail.REFUSED, "changed": False, "previous": previous, "sentinel": previous,
-                "skipped_entries": [], "jail": os.path.abspath(jail_dir), "in_use_by": users, "restarted": [],
-                "message": "jail %s: %s" % (jail_dir, jail.in_use_refusal(
-                    "it is used by %s" % _describe(users),
-                    "Stop the cluster first (slurm_cluster state=absent, playbooks/teardown.yml)")
-                    + " (the jail is replaced and each login sshd restarted in it; its sessions end)")}
+    """node/jail.populate under the rule above. -> its result, with 'in_use_by' (jail_users() when overwrite=always
+    would write, else []) and 'restarted' (what was restarted, or in check mode would be); action REFUSED when the
+    jail has users and not `force` (nothing written, nothing read from the source). The users are looked up each
+    time the populate decides - first, and again under the jail's lock right before it replaces the contents."""
+    found = {"users": []}
+
+    def guard(unused_action):
+        users = jail_users(jail_dir) if os.path.isdir(jail_dir) else []
+        found["users"] = users
+        if not users or force:
+            return None
+        return "jail %s: %s" % (jail_dir, jail.in_use_refusal(
+            "it is used by %s" % _describe(users),
+            "Stop the cluster first (slurm_cluster state=absent, playbooks/teardown.yml)")) + \
+            " (the jail is replaced and each login sshd restarted in it; its sessions end)"
+
     kwargs = {"run": run} if run is not None else {}
     result = jail.populate(jail_dir, source, overwrite, check_mode=check_mode, label=label, oci_tag=oci_tag,
-                           timeout=timeout, **kwargs)
+                           timeout=timeout, guard=guard, **kwargs)
+    users = found["users"]
     result["in_use_by"] = users
     result["restarted"] = []
     if result["action"] not in (jail.POPULATED, jail.REPLACED):

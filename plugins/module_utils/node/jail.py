@@ -11,7 +11,10 @@ populate Job as
 which prints one JSON line {"action": ..., "changed": ..., "sentinel": {...}} that the Kubernetes side reads from
 the pod's log.
 
-The whole populate has a time bound (--timeout, jail_populate's timeout).
+One populate of a jail at a time: each holds the lock file LOCK at the jail's root (flock, opened without following
+a link) from before it removes an earlier run's leftovers until its sentinel is written, and decides again under it,
+right before the swap - a populate that waited finds what the other one did (overwrite=never: the sentinel, so
+it reports unchanged and writes nothing). The whole populate has a time bound (--timeout, jail_populate's timeout).
 
 The sentinel (SENTINEL at the jail's root) records what populated the jail and when. It is written last: the new
 root filesystem is unpacked into a staging directory inside the jail (same filesystem), the old entries are moved
@@ -31,6 +34,7 @@ __metaclass__ = type
 
 import argparse
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -52,6 +56,7 @@ except ImportError:  # run as a program from the populate image: safe_tree.py li
 
 SENTINEL = ".soperator-jail.json"
 SENTINEL_TMP = SENTINEL + ".tmp"
+LOCK = ".soperator-populate.lock"
 DEFAULT_TIMEOUT = 3600      # seconds: a root filesystem of many GiB on a slow volume fits in it
 SENTINEL_MAX = 1 << 20
 SENTINEL_FORMAT = 1
@@ -108,7 +113,7 @@ def _leftover(name):
 
 
 def _ours(name):
-    return name == SENTINEL or _leftover(name)
+    return name in (SENTINEL, LOCK) or _leftover(name)
 
 
 def _contents(names):
@@ -443,30 +448,93 @@ def _own_root(jail_fd):
     os.fchmod(jail_fd, 0o755)
 
 
+def _lock(jail, jail_fd, deadline, sleep=time.sleep):
+    """Hold the jail's lock (LOCK at its root, ours: flock, never through a link, never on what is not a regular
+    file) until _unlock(); waits for another populate of the jail within the deadline. The holder removes the file
+    before it lets go (the jail's root is its users' `/`): a waiter that then holds a removed file tries again."""
+    path = os.path.join(jail, LOCK)
+    while True:
+        try:
+            # O_NONBLOCK: a fifo planted under the lock's name does not wait for a writer
+            fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600,
+                         dir_fd=jail_fd)
+        except OSError as e:
+            raise JailError("the jail's lock %s cannot be opened (%s); remove it" % (
+                path, "it is a symlink" if e.errno == errno.ELOOP else e))
+        try:
+            held = os.fstat(fd)
+            if not stat.S_ISREG(held.st_mode):
+                raise JailError("the jail's lock %s is not a regular file; remove it" % path)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    pass
+                try:
+                    deadline.check()
+                except safe_tree.TimedOut as e:
+                    raise safe_tree.TimedOut("%s, waiting for another populate of jail %s (it holds %s)"
+                                             % (e, jail, path))
+                sleep(0.1)
+            try:
+                now = os.stat(LOCK, dir_fd=jail_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+        os.close(fd)        # removed by the populate that held it: lock the next one
+
+
+def _unlock(jail_fd, fd):
+    try:
+        os.unlink(LOCK, dir_fd=jail_fd)
+    finally:
+        os.close(fd)
+
+
+def _decide(jail, overwrite, guard):
+    """The plan for the jail as it is now -> the result a run reports; `guard(action)` may refuse an
+    overwrite=always that would write (-> its message; the jail is in use)."""
+    previous = read_sentinel(jail) if os.path.isdir(jail) else None
+    action, message = plan(jail, overwrite, previous)
+    if guard is not None and overwrite == "always" and action in (POPULATED, REPLACED):
+        refusal = guard(action)
+        if refusal is not None:
+            action, message = REFUSED, refusal
+    return {"action": action, "changed": action in (POPULATED, REPLACED), "message": message,
+            "previous": previous, "sentinel": previous, "skipped_entries": [], "jail": jail}
+
+
+def _busy(jail):
+    """Whether the jail holds a populate's staging or old-contents directory: one under way, or cut short."""
+    return os.path.isdir(jail) and any(_leftover(n) for n in os.listdir(jail))
+
+
 def populate(jail, source_path, overwrite="never", check_mode=False, run=_run_subprocess, label=None,
-             oci_tag=None, timeout=DEFAULT_TIMEOUT):
+             oci_tag=None, timeout=DEFAULT_TIMEOUT, guard=None):
     """Populate `jail` from `source_path` under the overwrite rule, within `timeout` seconds (None or 0: no bound).
     -> dict(action, changed, message, sentinel, previous, skipped_entries). Refusing is an action, not an
     exception; bad input, I/O failures and the timeout raise JailError. A tarball or directory source is scanned in
     full first (every member checked, sizes against free space), so what it refuses, check mode refuses too, and
-    nothing is written."""
+    nothing is written. `guard`: see _decide."""
     deadline = safe_tree.Deadline(timeout)
     jail = os.path.abspath(jail)
     if os.path.lexists(jail) and not os.path.isdir(jail):
         raise JailError("jail %s exists and is not a directory" % jail)
-    previous = read_sentinel(jail) if os.path.isdir(jail) else None
-    action, message = plan(jail, overwrite, previous)
-    result = {"action": action, "changed": action in (POPULATED, REPLACED), "message": message,
-              "previous": previous, "sentinel": previous, "skipped_entries": [], "jail": jail}
-    if action in (UNCHANGED, REFUSED):
-        return result
+    result = _decide(jail, overwrite, guard)
+    if result["action"] in (UNCHANGED, REFUSED) and (check_mode or not _busy(jail)):
+        return result       # with a populate under way (its leftovers), decided again once it is done
     try:
-        return _populate(jail, source_path, overwrite, check_mode, run, label, oci_tag, deadline, result)
+        return _populate(jail, source_path, overwrite, check_mode, run, label, oci_tag, deadline, guard, result)
     except safe_tree.TimedOut as e:
         raise safe_tree.TimedOut("jail %s: %s (timeout); its contents were left as they were" % (jail, e))
 
 
-def _populate(jail, source_path, overwrite, check_mode, run, label, oci_tag, deadline, result):
+def _populate(jail, source_path, overwrite, check_mode, run, label, oci_tag, deadline, guard, result):
     source = inspect_source(source_path, oci_tag, label, deadline)
     limit = free_bytes(jail)
     summary = scan(source, limit, deadline)
@@ -482,22 +550,34 @@ def _populate(jail, source_path, overwrite, check_mode, run, label, oci_tag, dea
     if not os.path.isdir(jail):
         if summary is not None:
             check_space(jail, summary)      # no jail is made for a root filesystem that cannot fit
-        os.makedirs(jail, 0o755)
+        os.makedirs(jail, 0o755, exist_ok=True)     # another populate may make it at the same time
     jail_fd = os.open(jail, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        _remove_leftovers(jail, jail_fd)
-        if summary is not None:
-            check_space(jail, summary)
-        staging = os.path.basename(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=jail))
+        lock_fd = _lock(jail, jail_fd, deadline)
         try:
-            rootfs, skipped = fill(jail, jail_fd, staging, source, run, limit, deadline)
-            deadline.check()
-            _swap(jail, jail_fd, rootfs)
-            _own_root(jail_fd)
-            record = new_sentinel(source, overwrite, utc_now())
-            _write_sentinel(jail_fd, record)
+            result = _decide(jail, overwrite, guard)        # what another populate did while this one waited
+            if result["action"] in (UNCHANGED, REFUSED):
+                return result
+            _remove_leftovers(jail, jail_fd)
+            if summary is not None:
+                check_space(jail, summary)
+            staging = os.path.basename(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=jail))
+            try:
+                rootfs, skipped = fill(jail, jail_fd, staging, source, run, limit, deadline)
+                deadline.check()
+                # right before the swap: the jail may have changed under the fill (someone wrote into an empty one)
+                now = _decide(jail, overwrite, guard)
+                if now["action"] in (UNCHANGED, REFUSED):
+                    return now
+                result = now
+                _swap(jail, jail_fd, rootfs)
+                _own_root(jail_fd)
+                record = new_sentinel(source, overwrite, utc_now())
+                _write_sentinel(jail_fd, record)
+            finally:
+                _discard(jail, jail_fd, staging, ignore_errors=True)
         finally:
-            _discard(jail, jail_fd, staging, ignore_errors=True)
+            _unlock(jail_fd, lock_fd)
     finally:
         os.close(jail_fd)
     result["skipped_entries"] = skipped
