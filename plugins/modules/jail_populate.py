@@ -36,6 +36,8 @@ description:
     file at the jail's root (C(.soperator-populate.lock), removed when it is done) and decides again under it, right
     before it moves its content in; a populate that waited for another one finds what that one did (with
     O(overwrite=never) the sentinel, so RV(outcome) is C(unchanged) and nothing is written).
+  - A O(jail_dir) that is a symbolic link is refused, as C(slurm_cluster) refuses a linked C(state_dir); pass the
+    directory it points to.
   - With O(target=kubernetes), runs the cluster's populate Job (as C(slurm_cluster) renders it) and waits for it.
     The Job's program is the same code, running in the populate image; the sentinel it prints is recorded in the
     SlurmCluster's C(.status.jail), so later runs know the jail is populated without starting a pod, and the Job is
@@ -103,7 +105,7 @@ options:
     type: str
   jail_dir:
     description:
-      - With O(target=local), the jail directory. It is created when missing.
+      - With O(target=local), the jail directory. It is created when missing. A symbolic link is refused.
     type: path
   timeout:
     description:

@@ -177,6 +177,8 @@ options:
         with O(login) a login sshd chroots every session into it. Needs root.
       - sshd chroots only into a path whose every directory is owned by root and not writable by group or others,
         so not below C(/tmp).
+      - A symbolic link is refused, as a linked O(state_dir) is (and
+        O(soperator.slurm.jail_populate#module:jail_dir)); pass the directory it points to.
       - Omitted, jobs run in this machine's root filesystem and there is no login node.
     type: path
   spank_chroot:

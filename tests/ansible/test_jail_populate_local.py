@@ -83,6 +83,18 @@ def test_an_unsafe_archive_fails_in_check_mode_and_for_real_naming_the_member(tm
     assert os.listdir(str(outside)) == [] and not jail.exists()     # refused before the jail is even made
 
 
+def test_a_linked_jail_dir_is_refused_naming_the_option(tmp_path):
+    source, target, link = rootfs(tmp_path / "rootfs.tar.gz"), tmp_path / "volume", tmp_path / "jail"
+    target.mkdir()
+    os.chmod(str(target), 0o777)
+    os.symlink(str(target), str(link))
+    for check in (True, False):
+        failed = run_module(check=check, target="local", source=source, jail_dir=str(link))
+        assert failed["failed"] and failed["msg"] == (
+            "jail_dir %s is a symbolic link: pass the directory it points to" % link), failed
+    assert os.listdir(str(target)) == [] and os.stat(str(target)).st_mode & 0o777 == 0o777
+
+
 def test_the_time_bound_is_an_option(tmp_path):
     source, jail = rootfs(tmp_path / "rootfs.tar.gz"), str(tmp_path / "jail")
     refused = run_module(target="local", source=source, jail_dir=jail, timeout=0)

@@ -37,6 +37,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
     _descendants, _record_alive, _tail, LocalDaemons)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.rollout import LocalRollout
+from ansible_collections.soperator.slurm.plugins.module_utils.node.safe_tree import link_refusal
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_health_programs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _own_dir, current_text, LocalStateDir, read_secret)
@@ -155,6 +156,9 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         for what in ("jail_dir", "spank_chroot"):
             if getattr(self, what) is not None:
                 check_path(what, getattr(self, what))
+        linked = self.jail_dir is not None and link_refusal("jail_dir", os.path.abspath(self.jail_dir))
+        if linked:
+            raise LocalClusterError(linked)     # the rule of state_dir (and jail_populate's jail_dir)
         if self.model is not None and not any(ns.max_replicas > 0 for ns in self.model.node_sets):
             # slurmctld 22.05 exits with "read_slurm_conf: no nodes configured"
             raise LocalClusterError("the local cluster needs at least one node: give a NodeSet maxReplicas >= 1 "

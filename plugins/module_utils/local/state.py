@@ -28,6 +28,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     MAX_SOCKET_PATH,
     STATE_ENTRIES,
     _TMP_ENTRY)
+from ansible_collections.soperator.slurm.plugins.module_utils.node.safe_tree import link_refusal
 
 
 def current_text(path):
@@ -165,8 +166,9 @@ class LocalStateDir(object):
             if e.errno == errno.ENOENT:
                 return "absent"
             raise LocalClusterError("state_dir %s: %s" % (path, e))
-        if stat.S_ISLNK(st.st_mode):
-            raise LocalClusterError("state_dir %s is a symbolic link: pass the directory it points to" % path)
+        linked = link_refusal("state_dir", path)
+        if linked is not None:
+            raise LocalClusterError(linked)
         if not stat.S_ISDIR(st.st_mode):
             raise LocalClusterError("state_dir %s is not a directory" % path)
         if read_marker(path) is not None:

@@ -515,14 +515,18 @@ def _busy(jail):
 
 
 def populate(jail, source_path, overwrite="never", check_mode=False, run=_run_subprocess, label=None,
-             oci_tag=None, timeout=DEFAULT_TIMEOUT, guard=None):
+             oci_tag=None, timeout=DEFAULT_TIMEOUT, guard=None, option="jail_dir"):
     """Populate `jail` from `source_path` under the overwrite rule, within `timeout` seconds (None or 0: no bound).
     -> dict(action, changed, message, sentinel, previous, skipped_entries). Refusing is an action, not an
     exception; bad input, I/O failures and the timeout raise JailError. A tarball or directory source is scanned in
     full first (every member checked, sizes against free space), so what it refuses, check mode refuses too, and
-    nothing is written. `guard`: see _decide."""
+    nothing is written. `guard`: see _decide. `option`: what the caller calls the jail (a symlink is refused
+    naming it)."""
     deadline = safe_tree.Deadline(timeout)
     jail = os.path.abspath(jail)
+    refusal = safe_tree.link_refusal(option, jail)
+    if refusal is not None:
+        raise JailError(refusal)
     if os.path.lexists(jail) and not os.path.isdir(jail):
         raise JailError("jail %s exists and is not a directory" % jail)
     result = _decide(jail, overwrite, guard)
@@ -551,7 +555,11 @@ def _populate(jail, source_path, overwrite, check_mode, run, label, oci_tag, dea
         if summary is not None:
             check_space(jail, summary)      # no jail is made for a root filesystem that cannot fit
         os.makedirs(jail, 0o755, exist_ok=True)     # another populate may make it at the same time
-    jail_fd = os.open(jail, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        # O_NOFOLLOW: a jail replaced by a symlink since it was checked is not entered (nor its target chowned)
+        jail_fd = os.open(jail, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise JailError("jail %s cannot be opened as a directory (%s)" % (jail, e))
     try:
         lock_fd = _lock(jail, jail_fd, deadline)
         try:
@@ -629,7 +637,7 @@ def main(argv=None):
         if args.timeout < 0:
             raise JailError("--timeout must be >= 0, got %g" % args.timeout)
         result = populate(args.jail, args.source, args.overwrite, check_mode=args.check, label=args.label,
-                          oci_tag=args.oci_tag, timeout=args.timeout)
+                          oci_tag=args.oci_tag, timeout=args.timeout, option="--jail")
     except (JailError, OSError, tarfile.TarError) as e:
         sys.stderr.write("jail populate failed: %s\n" % _log_text(e))
         return 1

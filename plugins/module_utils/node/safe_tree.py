@@ -55,6 +55,19 @@ class Deadline(object):
 NO_DEADLINE = Deadline()
 
 
+def link_refusal(option, path):
+    """One rule for a directory a user names by an option (jail_populate's jail_dir, slurm_cluster's state_dir and
+    jail_dir): a symlink there is refused, never followed - acting on its target (chown, replace, purge) would act on
+    a directory the option does not name. -> the message, or None when `path` is not a symlink (or is absent)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "%s %s is a symbolic link: pass the directory it points to" % (option, path)
+    return None
+
+
 # what reading a damaged or truncated archive raises, besides OSError
 ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error) + _LZMA_ERRORS
 
