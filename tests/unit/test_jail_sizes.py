@@ -199,26 +199,26 @@ def test_a_populate_that_cannot_get_the_jails_lock_stops_at_its_timeout(small, t
 
 
 def test_the_deadline_stops_a_scan_and_a_write_between_two_steps(tmp_path):
-    """Each member and each block of a file is a step: a deadline passed stops the next one (a clock that moves
-    one second per look)."""
-    archive = _tar(tmp_path, "many.tar", [F("f%d" % i, b"x" * (3 << 20)) for i in range(5)])
+    """Each read of the archive, each member and each block of a file is a step: a deadline passed stops the next
+    one (a clock that moves one second per look)."""
+    archive = _tar(tmp_path, "many.tar", [F("f%d" % i, b"x" * (3 << 20)) for i in range(10)])
     ticks = iter(range(10 ** 6))
-    deadline = safe_tree.Deadline(4, clock=lambda: next(ticks))
-    writer = safe_tree.Writer(deadline=deadline)
-    with pytest.raises(safe_tree.TimedOut, match="did not finish within its timeout of 4s"):
+    writer = safe_tree.Writer(deadline=safe_tree.Deadline(12, clock=lambda: next(ticks)))
+    with pytest.raises(safe_tree.TimedOut, match="did not finish within its timeout of 12s"):
         safe_tree.read_into(writer, "tar", archive)
-    assert 0 < writer.entries < 5
+    assert 0 < writer.entries < 10
     root = tmp_path / "root"
     root.mkdir()
     fd = os.open(str(root), os.O_RDONLY | os.O_DIRECTORY)
     try:
         ticks = iter(range(10 ** 6))
-        writer = safe_tree.Writer(fd, deadline=safe_tree.Deadline(3, clock=lambda: next(ticks)))
+        writer = safe_tree.Writer(fd, deadline=safe_tree.Deadline(12, clock=lambda: next(ticks)))
         with pytest.raises(safe_tree.TimedOut):
             safe_tree.read_into(writer, "tar", archive)
     finally:
         os.close(fd)
-    assert os.path.getsize(str(root / "f0")) < 3 << 20      # stopped inside the first file, a block at a time
+    written = sum(os.path.getsize(str(root / name)) for name in os.listdir(str(root)))
+    assert written < 10 * (3 << 20)
 
 
 def test_the_program_refuses_a_negative_timeout(tmp_path):
@@ -228,3 +228,29 @@ def test_the_program_refuses_a_negative_timeout(tmp_path):
                           check=False)
     assert proc.returncode == 1 and "--timeout must be >= 0" in proc.stderr, proc.stderr
     assert not os.path.exists(str(tmp_path / "jail"))
+
+
+def _sparse_map_of_a_billion_regions(tmp_path):
+    """A GNU sparse 1.0 member whose map - read by tarfile number by number from the member's data - claims 10**8
+    regions, followed by a megabyte of numbers while its header says 512 bytes: tarfile reads on for them."""
+    pax = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.realsize": "10"}
+    path = _tar(tmp_path, "map10.tar", [F("s", b"100000000\n" + b"0\n" * 500000, pax_headers=pax)])
+    with open(path, "rb") as f:
+        data = f.read()
+    header = [at for at in range(0, len(data), 512)
+              if data[at:at + 2] == b"s\0" and data[at + 257:at + 262] == b"ustar"]
+    tar_helpers.set_number(path, header[0], tar_helpers.SIZE_FIELD, 512)
+    return path
+
+
+def test_tarfiles_own_read_loops_stop_at_the_deadline_and_the_limit(tmp_path):
+    """Every read tarfile makes goes through the deadline and the free-space limit, inside its own loops too."""
+    archive = _sparse_map_of_a_billion_regions(tmp_path)
+    ticks = iter(range(10 ** 6))
+    writer = safe_tree.Writer(deadline=safe_tree.Deadline(100, clock=lambda: next(ticks)))
+    with pytest.raises(safe_tree.TimedOut, match="did not finish within its timeout of 100s"):
+        safe_tree.read_into(writer, "tar", archive)
+    assert next(ticks) < 200            # stopped at the deadline, not at the end of the archive
+    with pytest.raises(safe_tree.JailError, match=r"the archive \S+ cannot be read: the archive holds more than the "
+                                                  r"jail's filesystem has free \(100000 bytes\)"):
+        safe_tree.read_into(safe_tree.Writer(), "tar", archive, limit=100000)

@@ -494,6 +494,33 @@ class _CheckedTarInfo(tarfile.TarInfo):
         return info
 
 
+class _GuardedFile(object):
+    """The archive's stream (decompressed) as tarfile reads it: every read checks the deadline and the limit, so
+    that tarfile's own loops - a GNU sparse 1.0 map read number by number, old GNU sparse extension blocks - stop at
+    them too."""
+
+    def __init__(self, inner, limit, deadline):
+        self.inner = inner
+        self.limit = limit
+        self.deadline = deadline
+        self.name = getattr(inner, "name", None)
+
+    def read(self, size=-1):
+        self.deadline.check()
+        if self.limit is not None and self.inner.tell() > self.limit:
+            raise _BadHeader("the archive holds more than the jail's filesystem has free (%d bytes)" % self.limit)
+        return self.inner.read(size)
+
+    def seek(self, *args):
+        return self.inner.seek(*args)
+
+    def tell(self):
+        return self.inner.tell()
+
+    def close(self):
+        self.inner.close()
+
+
 class _CheckedTarFile(tarfile.TarFile):
     """A TarFile that checks every member's numbers (_CheckedTarInfo) against the archive: `length` (the bytes of an
     uncompressed archive; None for a compressed one, whose length is known only once read), `limit` (the free space
@@ -504,6 +531,32 @@ class _CheckedTarFile(tarfile.TarFile):
     limit = None
     deadline = NO_DEADLINE
 
+    def __init__(self, name=None, mode="r", fileobj=None, **kwargs):
+        self._own_file = None
+        if fileobj is None:     # an uncompressed archive, opened by its name
+            fileobj = self._own_file = open(name, "rb")
+        try:
+            super(_CheckedTarFile, self).__init__(name, mode, _GuardedFile(fileobj, self.limit, self.deadline),
+                                                  **kwargs)
+        except BaseException:
+            if self._own_file is not None:
+                self._own_file.close()
+            raise
+
+    def close(self):
+        try:
+            super(_CheckedTarFile, self).close()
+        finally:
+            if self._own_file is not None:
+                self._own_file.close()
+
+    def __exit__(self, *exc):
+        try:
+            return super(_CheckedTarFile, self).__exit__(*exc)
+        finally:     # on an error TarFile closes only a file it opened itself; this one it was handed
+            if self._own_file is not None:
+                self._own_file.close()
+
     def check_member(self, info, start):
         self.deadline.check()
         name = info.name
@@ -512,7 +565,7 @@ class _CheckedTarFile(tarfile.TarFile):
         end = self.offset       # where the next header starts: after this member's data
         if end <= start:
             raise _header(name, "its size would move the reader back (to byte %d, from %d)" % (end, start))
-        length = _plain_length(self.fileobj)
+        length = _plain_length(self.fileobj.inner)
         if length is not None and end > length:
             raise _header(name, "its data (%d bytes from byte %d) runs past the end of the archive (%d bytes): the "
                           "archive is truncated or the size is wrong"
