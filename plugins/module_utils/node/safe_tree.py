@@ -522,11 +522,11 @@ class _GuardedFile(object):
 
 
 class _CheckedTarFile(tarfile.TarFile):
-    """A TarFile that checks every member's numbers (_CheckedTarInfo) against the archive: `length` (the bytes of an
-    uncompressed archive; None for a compressed one, whose length is known only once read), `limit` (the free space
-    of the jail's filesystem: no more is read from a compressed stream - headers and data count, all of it is
-    written or stands for entries that take a block each) and `deadline`. Set on a subclass per archive
-    (_checked_tarfile): TarFile.__init__ already reads the first member."""
+    """A TarFile that checks every member's numbers (_CheckedTarInfo) against the archive: its length (an
+    uncompressed one's; a compressed one's is known only once read), `limit` (the free space of the jail's
+    filesystem: no more of the stream is read - headers and data count, all of it is written or stands for entries
+    that take a block each) and `deadline`. Both are set on a subclass per archive (_checked_tarfile):
+    TarFile.__init__ already reads the first member."""
     tarinfo = _CheckedTarInfo
     limit = None
     deadline = NO_DEADLINE
