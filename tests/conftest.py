@@ -1,5 +1,6 @@
 """Make the repository importable as ansible_collections.soperator.slurm, the way Ansible loads it; under CI=true,
-fail skips that are not environmental (tests/ci_skips.py)."""
+fail skips that are not environmental (tests/ci_skips.py); group the tests for pytest-xdist (`make test` runs the
+suites that wait on daemons side by side, see xdist_groups.py)."""
 import os
 import sys
 
@@ -11,4 +12,6 @@ _TESTS = os.path.dirname(os.path.abspath(__file__))
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
-from ci_skips import pytest_runtest_makereport  # noqa: E402,F401  (the hook, by its name) pylint: disable=unused-import
+# The hooks, by their names. pylint: disable=unused-import
+from ci_skips import pytest_runtest_makereport  # noqa: E402,F401
+from xdist_groups import pytest_collection_modifyitems  # noqa: E402,F401

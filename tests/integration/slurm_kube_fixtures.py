@@ -21,6 +21,9 @@ _SLURM_CONFTEST = "soperator_tests_slurm_conftest"
 
 def _slurm_fixtures():
     if _SLURM_CONFTEST not in sys.modules:
+        slurm_tests = os.path.join(ROOT, "tests", "slurm")
+        if slurm_tests not in sys.path:   # that conftest imports its helpers (local_helpers.py) by name
+            sys.path.append(slurm_tests)
         spec = importlib.util.spec_from_file_location(_SLURM_CONFTEST,
                                                       os.path.join(ROOT, "tests", "slurm", "conftest.py"))
         module = importlib.util.module_from_spec(spec)
