@@ -25,6 +25,7 @@ is not rebuilt. Downloaded .deb files are kept there too. The suite's package in
 from __future__ import print_function
 
 import argparse
+import functools
 import hashlib
 import io
 import json
@@ -34,7 +35,9 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGES = os.path.join(ROOT, "images")
@@ -178,20 +181,29 @@ class Builder(object):
     # --- root filesystems ---------------------------------------------------------------------------------------
 
     def mmdebstrap(self, packages, target, hooks=()):
-        cmd = ["mmdebstrap", "--variant=minbase", "--aptopt=Acquire::Check-Valid-Until \"false\"",
-               "--include=" + ",".join(packages),
-               # Keep the downloaded .deb files between runs (mmdebstrap(1), "use a local package cache").
-               "--skip=essential/unlink",
-               "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
-               "--setup-hook=sync-in %s /var/cache/apt/archives/" % self.debs,
-               "--customize-hook=sync-out /var/cache/apt/archives %s" % self.debs]
-        cmd += ["--dpkgopt=" + o for o in DPKG_OPTS]
-        cmd += ["--customize-hook=" + h for h in hooks]
-        cmd += [self.args.suite, target]
-        if self.args.mirror:
-            cmd.append(self.args.mirror)
-        run(cmd, stdout=subprocess.DEVNULL if not self.args.verbose else None,
-            stderr=subprocess.PIPE if not self.args.verbose else None)
+        # Several run at once (root_filesystems): each copies the shared .deb cache in and its own downloads out to a
+        # folder of its own, renamed into the cache afterwards, so none reads a .deb another is still writing.
+        downloads = tempfile.mkdtemp(prefix=".downloads-", dir=self.cache)
+        try:
+            cmd = ["mmdebstrap", "--variant=minbase", "--aptopt=Acquire::Check-Valid-Until \"false\"",
+                   "--include=" + ",".join(packages),
+                   # Keep the downloaded .deb files between runs (mmdebstrap(1), "use a local package cache").
+                   "--skip=essential/unlink",
+                   "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
+                   "--setup-hook=sync-in %s /var/cache/apt/archives/" % self.debs,
+                   "--customize-hook=sync-out /var/cache/apt/archives %s" % downloads]
+            cmd += ["--dpkgopt=" + o for o in DPKG_OPTS]
+            cmd += ["--customize-hook=" + h for h in hooks]
+            cmd += [self.args.suite, target]
+            if self.args.mirror:
+                cmd.append(self.args.mirror)
+            run(cmd, stdout=subprocess.DEVNULL if not self.args.verbose else None,
+                stderr=subprocess.PIPE if not self.args.verbose else None)
+            for name in os.listdir(downloads):
+                if name.endswith(".deb") and not os.path.exists(os.path.join(self.debs, name)):
+                    os.replace(os.path.join(downloads, name), os.path.join(self.debs, name))
+        finally:
+            shutil.rmtree(downloads, ignore_errors=True)
 
     def rootfs(self, name, extra_inputs=None, substitutions=None):
         """A cached root filesystem tarball -> its path."""
@@ -422,6 +434,34 @@ def add_host_files(tar_path, host_root="/"):
             tar.addfile(info, io.BytesIO(data))
 
 
+def root_filesystems(b, only, fs, ca, jobs):
+    """Make the root filesystems of the images in `only` that `fs` lacks, `jobs` at a time (mmdebstrap mostly waits
+    on downloads and dpkg; the first one, made alone before this, brought the essential packages into the .deb
+    cache). Fills `fs` (name -> (tarball, key)); returns the substitutions the recipes use ({plugin},
+    {jail_rootfs})."""
+    subs = {}
+    names = []
+    for component in only:
+        names += [n for n in ROOTFS_OF.get(component, ()) if n not in fs and n not in names]
+
+    def plugin_and_jail():   # the jail root filesystem holds the SPANK plugin: one after the other
+        subs["plugin"], plugin_key = b.spank_plugin()
+        if "jail-rootfs" in names:
+            fs["jail-rootfs"] = b.rootfs("jail-rootfs", {"plugin": plugin_key}, subs)
+
+    def make(name):
+        fs[name] = b.rootfs(name, substitutions={"ca": ca} if name == "runner" else None)
+
+    tasks = [plugin_and_jail] if any(c in only for c in ("worker", "login", "jail")) else []
+    tasks += [functools.partial(make, n) for n in names if n != "jail-rootfs"]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for done in [pool.submit(task) for task in tasks]:
+            done.result()   # the first failure (SystemExit included) ends the build
+    if "jail-rootfs" in fs:
+        subs["jail_rootfs"] = fs["jail-rootfs"][0]
+    return subs
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--suite", default=os.environ.get("SUITE") or "forky",
@@ -438,6 +478,8 @@ def main(argv=None):
     parser.add_argument("--jail-tarball", default="",
                         help="only write the jail root filesystem (the jail image's recipe) as a tarball here, "
                              "e.g. for the local target with the host's suite")
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("IMAGE_JOBS") or 3),
+                        help="root filesystems made at once (default 3, env IMAGE_JOBS)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     os.environ.setdefault("CONTAINERS_CONF", os.path.join(IMAGES, "containers.conf"))
@@ -476,21 +518,7 @@ def main(argv=None):
     if args.print_tag:
         print(args.tag)
         return 0
-
-    subs = {}
-    if any(c in only for c in ("worker", "login", "jail")):
-        subs["plugin"], plugin_key = b.spank_plugin()
-    for component in only:
-        for name in ROOTFS_OF.get(component, ()):
-            if name in fs:
-                continue
-            if name == "jail-rootfs":
-                fs[name] = b.rootfs(name, {"plugin": plugin_key}, subs)
-                subs["jail_rootfs"] = fs[name][0]
-            elif name == "runner":
-                fs[name] = b.rootfs(name, substitutions={"ca": ca})
-            else:
-                fs[name] = b.rootfs(name)
+    subs = root_filesystems(b, only, fs, ca, args.jobs)
 
     for component in only:
         if component == "ansible-runner":

@@ -49,9 +49,10 @@ build() {  # output name, package, extra ldflags
 	echo "building $1 ($2)" >&2
 	go build -p "$jobs" -trimpath -ldflags "-s -w $3" -o "$staging/$1" "$2" >&2
 }
-for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
-	build "$cmd" "k8s.io/kubernetes/cmd/$cmd" "$kv"
-done
+# The six Kubernetes commands in one `go build` (same flags): the package graph is loaded once and the links overlap.
+k8s_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+echo "building ${k8s_cmds[*]} (k8s.io/kubernetes/cmd/...)" >&2
+go build -p "$jobs" -trimpath -ldflags "-s -w $kv" -o "$staging/" "${k8s_cmds[@]/#/k8s.io/kubernetes/cmd/}" >&2
 build etcd go.etcd.io/etcd/server/v3 ""
 build kwok sigs.k8s.io/kwok/cmd/kwok "$kwokv"
 kwok_dir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
