@@ -25,12 +25,35 @@ up: deps
 down:
 	ansible-playbook playbooks/teardown.yml -e slurm_target=local -e spec_file=$(SPEC)
 
-# Every test: unit, real Slurm daemons (tests/slurm) and real ansible-playbook runs (tests/ansible).
+# Every test, the fast suite first: tests/unit (no daemons, CPU-bound: one worker per core; fails in minutes), then
+# the suites that mostly wait on daemons, pods and timeouts, side by side in TEST_WORKERS pytest-xdist workers
+# (tests/xdist_groups.py: what shares a cluster stays in one worker; the real node is one group). CI runs the same parts, each as soon as what it needs is
+# built (.ci/run): test-unit and test-local (tests/slurm, tests/ansible) need `make deps` only, test-kube
+# (tests/integration) `make k8s-build`, test-node (tests/realnode, tests/images) also `make images images-trixie
+# runner-local`; without them those tests skip, environmentally.
+PYTEST = $(PYTHON) -m pytest -q $(PYTEST_ARGS)
+TEST_WORKERS ?= 4
+UNIT_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+LOCAL_SUITES := tests/slurm tests/ansible
+KUBE_SUITES := tests/integration
+NODE_SUITES := tests/realnode tests/images
+.PHONY: test-unit test-local test-kube test-node
 test: deps
-	$(PYTHON) -m pytest -q tests
+	$(PYTEST) -n $(UNIT_WORKERS) tests/unit
+	$(PYTEST) $(XDIST) $(NODE_SUITES) $(KUBE_SUITES) $(LOCAL_SUITES)
 
-unit:
-	$(PYTHON) -m pytest -q tests/unit
+test-unit unit:
+	$(PYTEST) -n $(UNIT_WORKERS) tests/unit
+
+test-local:
+	$(PYTEST) $(XDIST) $(LOCAL_SUITES)
+
+test-kube:
+	$(PYTEST) $(XDIST) $(KUBE_SUITES)
+
+test-node:
+	$(PYTEST) $(XDIST) $(NODE_SUITES)
 
 lint:
 	ansible-lint --profile production --offline
@@ -95,7 +118,8 @@ k8s-down:
 
 # --- Container images (images/): built here with buildah from Debian root filesystems that mmdebstrap makes from
 # Debian's packages (no registry pull, no Docker engine). SUITE=forky (Slurm 26.05, the default) or trixie (24.11);
-# the tag defaults to <Slurm version>-<collection version>; REGISTRY=... and TAG=... override, PUSH=1 pushes.
+# the tag defaults to <Slurm version>-<collection version>; REGISTRY=... and TAG=... override, ONLY=controller,worker
+# builds only those, PUSH=1 pushes; IMAGE_JOBS root filesystems are made at once (default 3).
 # Root filesystems and .deb files are cached in $${SOPERATOR_CACHE:-~/.cache/soperator}/images and every image is
 # keyed by its inputs: a second `make images` rebuilds nothing. images-smoke runs them as a Slurm cluster with
 # podman from the rendered manifests of $(IMAGES_SPEC) with accounting (images/smoke.py). images-save writes OCI
@@ -103,7 +127,7 @@ k8s-down:
 IMAGES_APT_PACKAGES := podman buildah runc mmdebstrap uidmap netavark aardvark-dns openssh-client containernetworking-plugins
 IMAGES_SPEC ?= examples/small-cpu.yml
 IMAGES_ENV = SUITE=$(SUITE) REGISTRY=$(REGISTRY) TAG=$(TAG)
-.PHONY: images-deps images images-save images-smoke images-check-configs jail runner-local
+.PHONY: images-deps images images-trixie images-save images-smoke images-check-configs jail runner-local
 
 images-deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -113,7 +137,12 @@ images-deps:
 	fi
 
 images: images-deps
-	$(IMAGES_ENV) $(PYTHON) images/build.py $(if $(PUSH),--push)
+	$(IMAGES_ENV) $(PYTHON) images/build.py $(if $(ONLY),--only $(ONLY)) $(if $(PUSH),--push)
+
+# The previous Slurm (24.11, trixie), only the images tests/realnode/test_upgrade_realnode.py starts its old cluster
+# from (its COMPONENTS): no runner image (its pip install is the slowest root filesystem).
+images-trixie: images-deps
+	$(MAKE) images SUITE=trixie ONLY=controller,worker,login,accounting,jail,mariadb
 
 images-save: images-deps
 	$(IMAGES_ENV) $(PYTHON) images/build.py --save build/images/oci
