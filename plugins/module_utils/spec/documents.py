@@ -70,7 +70,8 @@ def _read_spec_file(src):
     return text
 
 
-def _label(doc, index):
+def doc_label(doc, index):
+    """How an error names a document: Kind/name when both are plain words, else document[index]."""
     kind = doc.get("kind") if isinstance(doc, dict) else None
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None
@@ -120,7 +121,7 @@ def check_bounds(documents):
     """SpecError when a document nests deeper than MAX_DEPTH or expands beyond MAX_DOCUMENT_BYTES, naming the field
     where it first does. Specs from a file, from Ansible's definition and from live custom resources all pass here
     before validation, which recurses."""
-    issues = [issue for issue in (_bound_issue(doc, _label(doc, i)) for i, doc in enumerate(documents))
+    issues = [issue for issue in (_bound_issue(doc, doc_label(doc, i)) for i, doc in enumerate(documents))
               if issue is not None]
     if issues:
         raise SpecError(issues)

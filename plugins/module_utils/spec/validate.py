@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names as n
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import _printable_word
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import doc_label
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import (
     CLUSTER_DOCUMENT,
     GRES_PATTERN,
@@ -40,15 +40,6 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import
     CLUSTER_SPEC, DEFAULT_REGISTRY, DEFAULT_TAG, DNS_LABEL, NODESET_SPEC)
 
 
-def _doc_label(doc, index):
-    kind = doc.get("kind") if isinstance(doc, dict) else None
-    meta = doc.get("metadata") if isinstance(doc, dict) else None
-    name = meta.get("name") if isinstance(meta, dict) else None
-    if _printable_word(kind) and _printable_word(name):
-        return "%s/%s" % (kind, name)
-    return "document[%d]" % index
-
-
 def _prefixed(label, issues):
     return [SpecIssue("%s %s" % (label, i.path) if i.path else label, i.message) for i in issues]
 
@@ -60,7 +51,7 @@ def validate_documents(documents):
     if not isinstance(documents, list):
         return None, [], [SpecIssue("", "the spec must be a list of documents (a SlurmCluster and its NodeSets)")]
     for index, doc in enumerate(documents):
-        label = _doc_label(doc, index)
+        label = doc_label(doc, index)
         kind = doc.get("kind") if isinstance(doc, dict) else None
         if kind == "SlurmCluster":
             doc_issues = []
