@@ -19,7 +19,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm import confi
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_syntax import slurm_line, slurm_word
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 from ci_skips import environmental
-from conftest import skip_without
+from local_helpers import skip_without
 
 BASE = [{"apiVersion": "slurm.soperator.dev/v1alpha1", "kind": "SlurmCluster",
          "metadata": {"name": "demo", "namespace": "hpc"}, "spec": {"jail": {"volume": {"size": "1Gi"}}}},

@@ -13,7 +13,7 @@ import pytest
 from ansible_collections.soperator.slurm.plugins.module_utils import files
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 
-from conftest import TIMEOUT, skip_without
+from local_helpers import TIMEOUT, skip_without
 
 SMALL = "examples/small-cpu.yml"
 JOB_WAIT = 60

@@ -15,7 +15,7 @@ import pytest
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 
 from ci_skips import environmental
-from conftest import DRAIN_TIMEOUT, REQUIRED, ROOT, TIMEOUT, load_model, skip_without
+from local_helpers import DRAIN_TIMEOUT, REQUIRED, ROOT, TIMEOUT, load_model, skip_without
 from test_local_munge_key import SMALL, srun_on
 
 
