@@ -34,26 +34,28 @@ down:
 PYTEST = $(PYTHON) -m pytest -q $(PYTEST_ARGS)
 TEST_WORKERS ?= 4
 UNIT_WORKERS ?= 2
-XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+XDIST = --dist loadgroup --no-loadscope-reorder
+# CI runs the parts at once: fewer workers each (every test-kube worker runs an API server of its own).
+PART_WORKERS ?= 3
 LOCAL_SUITES := tests/slurm tests/ansible
 KUBE_SUITES := tests/integration
 NODE_SUITES := tests/realnode tests/images
 .PHONY: test-unit test-local test-kube test-node
 test: deps
 	$(PYTEST) -n $(UNIT_WORKERS) tests/unit
-	$(PYTEST) $(XDIST) $(NODE_SUITES) $(KUBE_SUITES) $(LOCAL_SUITES)
+	$(PYTEST) -n $(TEST_WORKERS) $(XDIST) $(NODE_SUITES) $(KUBE_SUITES) $(LOCAL_SUITES)
 
 test-unit unit:
 	$(PYTEST) -n $(UNIT_WORKERS) tests/unit
 
 test-local:
-	$(PYTEST) $(XDIST) $(LOCAL_SUITES)
+	$(PYTEST) -n $(PART_WORKERS) $(XDIST) $(LOCAL_SUITES)
 
 test-kube:
-	$(PYTEST) $(XDIST) $(KUBE_SUITES)
+	$(PYTEST) -n $(PART_WORKERS) $(XDIST) $(KUBE_SUITES)
 
 test-node:
-	$(PYTEST) $(XDIST) $(NODE_SUITES)
+	$(PYTEST) -n $(PART_WORKERS) $(XDIST) $(NODE_SUITES)
 
 lint:
 	ansible-lint --profile production --offline

@@ -14,4 +14,4 @@ if _TESTS not in sys.path:
 
 # The hooks, by their names. pylint: disable=unused-import
 from ci_skips import pytest_runtest_makereport  # noqa: E402,F401
-from xdist_groups import pytest_collection_modifyitems  # noqa: E402,F401
+from xdist_groups import pytest_collection_modifyitems, pytest_xdist_make_scheduler  # noqa: E402,F401

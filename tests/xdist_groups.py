@@ -1,57 +1,80 @@
-"""Which tests may run side by side under pytest-xdist (`--dist loadgroup`), and in what order they are handed out.
+"""Which tests may run side by side under pytest-xdist (`make test`: `-n N --dist loadgroup`), and in what order they
+are handed out.
 
 The suites that start daemons spend most of their time waiting (on slurmd, pods, CronJobs, timeouts), so `make test`
-runs them in parallel workers. What must stay together gets one xdist group, which one worker runs in order:
+runs them in parallel workers. What must stay together is one group, which one worker runs in order:
 - tests/realnode: one group. The real node is one per machine (kubelet, containerd, kube-proxy on this host), and its
-  session fixture starts it once for all four files.
-- a file with a module-scoped fixture (a local cluster, an API server's namespace, the images' podman cluster made
-  once for its tests): a group of its own.
+  session fixture starts it once for all its files.
+- a file with a module- or class-scoped fixture (a local cluster, an API server's namespace, the images' podman
+  cluster made once for its tests): a group of its own.
 - any other test: no group; any worker takes it. A session-scoped fixture (tests/integration's control plane) is
   made once per worker that needs it.
-In an xdist worker the tests are sorted by SUITE_ORDER (longest first, so no long group starts last), and with
-`--no-loadscope-reorder` xdist hands the groups out in that order. Without xdist the markers change nothing and the
-order is pytest's.
+The groups come from the node ids alone (GroupScheduling): xdist's own loadgroup reads `xdist_group` markers into the
+node ids, which pytest 9.2 no longer lets a plugin rewrite (seen: every worker started its own real node). In a
+worker the tests are sorted by SUITE_ORDER (longest first, so no long group starts last); with
+`--no-loadscope-reorder` they are handed out in that order. Without xdist nothing here changes anything.
 """
+import functools
 import os
+import re
 
 import pytest
 
-# Longest-running suites first (README's table of durations says why this order).
+# Longest-running suites first (README's "CI time" says why).
 SUITE_ORDER = ("realnode", "integration", "images", "slurm", "ansible", "unit")
 _TESTS = os.path.dirname(os.path.abspath(__file__))
+_SHARED_FIXTURE = re.compile(r"""scope\s*=\s*["'](module|class|package)["']""")
 
 
-def _suite_and_file(item):
-    rel = os.path.relpath(str(item.fspath), _TESTS).split(os.sep)
-    return (rel[0], rel[-1]) if len(rel) > 1 else ("", rel[0])
+@functools.lru_cache(maxsize=None)
+def _has_shared_fixture(path):
+    """Whether a test file defines a fixture made once for several of its tests (read as text: the controller, which
+    schedules, does not collect)."""
+    try:
+        with open(path) as f:
+            return bool(_SHARED_FIXTURE.search(f.read()))
+    except OSError:
+        return True   # unknown: keep the file together
 
 
-def _uses_a_module_fixture(item):
-    info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.values() if info else ()
-    return any(d.scope in ("package", "module", "class") for fixture in defs for d in fixture)
+def _suite(path):
+    rel = os.path.relpath(path, _TESTS).split(os.sep)
+    return rel[0] if len(rel) > 1 else ""
 
 
-def group_of(item):
-    """The xdist group of a test item, or None for tests any worker may take."""
-    suite, name = _suite_and_file(item)
+def group_of(nodeid, rootdir):
+    """The group of a test (by its node id, relative to rootdir), or None for a test any worker may take."""
+    path = os.path.join(rootdir, nodeid.split("::", 1)[0])
+    suite = _suite(path)
     if suite == "realnode":
-        return "realnode"
-    if _uses_a_module_fixture(item):
-        return "%s-%s" % (suite, name[:-3] if name.endswith(".py") else name)
+        return os.path.join(_TESTS, "realnode")
+    if suite not in ("", "unit") and _has_shared_fixture(path):
+        return path
     return None
 
 
 def _rank(item):
-    suite = _suite_and_file(item)[0]
+    suite = _suite(str(item.fspath))
     return SUITE_ORDER.index(suite) if suite in SUITE_ORDER else len(SUITE_ORDER)
 
 
-@pytest.hookimpl(tryfirst=True)   # before xdist's own hook, which reads the markers into the node ids
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        group = group_of(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=_rank)   # stable: a file keeps its tests' order
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """With --dist loadgroup: our groups (group_of) instead of xdist_group markers."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling   # only where xdist runs the session
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return group_of(nodeid, str(config.rootpath)) or nodeid
+
+    return GroupScheduling(config, log)
+
+
+# pytest_xdist_make_scheduler is xdist's hook: declared by xdist, so only a plugin loaded with it may implement it.
+pytest_xdist_make_scheduler = pytest.hookimpl(optionalhook=True)(pytest_xdist_make_scheduler)
