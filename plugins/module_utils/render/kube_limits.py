@@ -12,7 +12,7 @@ __metaclass__ = type
 import base64
 import json
 
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import _label
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import doc_label
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError, SpecIssue, child_path
 
 # The API server refuses a ConfigMap whose data and binaryData (keys and values) add up to more than 1 MiB
@@ -36,7 +36,7 @@ def _long_strings(documents):
     """(field path, text) of every string of the spec documents at least _NOTABLE long."""
     found = []
     for index, doc in enumerate(documents):
-        todo = [(doc, _label(doc, index), "")]
+        todo = [(doc, doc_label(doc, index), "")]
         while todo:
             value, label, path = todo.pop()
             if isinstance(value, dict):
