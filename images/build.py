@@ -181,16 +181,21 @@ class Builder(object):
     # --- root filesystems ---------------------------------------------------------------------------------------
 
     def mmdebstrap(self, packages, target, hooks=()):
-        # Several run at once (root_filesystems): each copies the shared .deb cache in and its own downloads out to a
-        # folder of its own, renamed into the cache afterwards, so none reads a .deb another is still writing.
+        # Several run at once (root_filesystems): each copies in a snapshot of the shared .deb cache (hard links: tar
+        # fails on a folder that changes while it reads it) and its own downloads out to a folder of its own, renamed
+        # into the cache afterwards, so none reads a .deb another is still writing.
+        snapshot = tempfile.mkdtemp(prefix=".snapshot-", dir=self.cache)
         downloads = tempfile.mkdtemp(prefix=".downloads-", dir=self.cache)
         try:
+            for name in os.listdir(self.debs):
+                if name.endswith(".deb"):
+                    os.link(os.path.join(self.debs, name), os.path.join(snapshot, name))
             cmd = ["mmdebstrap", "--variant=minbase", "--aptopt=Acquire::Check-Valid-Until \"false\"",
                    "--include=" + ",".join(packages),
                    # Keep the downloaded .deb files between runs (mmdebstrap(1), "use a local package cache").
                    "--skip=essential/unlink",
                    "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
-                   "--setup-hook=sync-in %s /var/cache/apt/archives/" % self.debs,
+                   "--setup-hook=sync-in %s /var/cache/apt/archives/" % snapshot,
                    "--customize-hook=sync-out /var/cache/apt/archives %s" % downloads]
             cmd += ["--dpkgopt=" + o for o in DPKG_OPTS]
             cmd += ["--customize-hook=" + h for h in hooks]
@@ -204,6 +209,7 @@ class Builder(object):
                     os.replace(os.path.join(downloads, name), os.path.join(self.debs, name))
         finally:
             shutil.rmtree(downloads, ignore_errors=True)
+            shutil.rmtree(snapshot, ignore_errors=True)
 
     def rootfs(self, name, extra_inputs=None, substitutions=None):
         """A cached root filesystem tarball -> its path."""

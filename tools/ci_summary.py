@@ -35,8 +35,9 @@ def test_cases(folder):
 def main(folder):
     print("=== stages (start and length, minutes:seconds from the start of .ci/run)")
     for name, started, seconds, rc in stages(folder):
-        print("  %-22s start %3d:%02d  took %3d:%02d%s" % (name, started // 60, started % 60, seconds // 60,
-                                                         seconds % 60, "" if rc == 0 else "  FAILED (exit %d)" % rc))
+        failed = "" if rc == 0 else "  FAILED (exit %d)" % rc
+        print("  %-22s start %3d:%02d  took %3d:%02d%s"
+              % (name, started // 60, started % 60, seconds // 60, seconds % 60, failed))
     per_file, counts = collections.Counter(), collections.Counter()
     for where, seconds, outcome in test_cases(folder):
         per_file[where] += seconds
