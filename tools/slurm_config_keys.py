@@ -78,7 +78,7 @@ def collect(git_dir):
                 entry["key"] = key               # the newest release's spelling
                 entry["types"].add(kind)
                 entry["releases"].append(version)
-        versions = [v for v, _ in RELEASES]
+        versions = [release[0] for release in RELEASES]
         for low, e in seen.items():
             first = versions.index(e["releases"][0])
             if e["releases"] != versions[first:first + len(e["releases"])]:
@@ -108,7 +108,7 @@ def main(git_dir):
             'key whose type\ndiffers between releases is a "string" here."""\n\n'
             "from __future__ import absolute_import, division, print_function\n\n__metaclass__ = type\n\n"
             "RELEASES = %r\n\n%s\n"
-            % (", ".join("%d.%02d" % v for v, _ in RELEASES), tuple(v for v, _ in RELEASES), _format(keys)))
+            % (", ".join("%d.%02d" % release[0] for release in RELEASES), tuple(release[0] for release in RELEASES), _format(keys)))
     with open(OUTPUT, "w") as f:
         f.write(text)
     print("wrote %s" % os.path.relpath(OUTPUT, ROOT))
