@@ -45,8 +45,18 @@ class AuditLog:
 
     def mark(self):
         """A position; requests() returns what was logged after it. The apiserver writes in blocking mode: an event
-        is in the file before its response reaches the client."""
-        return os.path.getsize(self.path)
+        is in the file before its response reaches the client. The position is the end of the last whole line: an
+        event the API server is still writing (a controller's) starts before it, and is read whole after it."""
+        with open(self.path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            while end > 0:
+                start = max(0, end - 65536)
+                f.seek(start)
+                newline = f.read(end - start).rfind(b"\n")
+                if newline >= 0:
+                    return start + newline + 1
+                end = start
+        return 0
 
     def requests(self, since=0, user=None, stages=("ResponseComplete", "ResponseStarted", "Panic")):
         out = []
