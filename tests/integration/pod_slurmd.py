@@ -5,10 +5,14 @@ On a real node a new worker pod starts a new slurmd, which registers with slurmc
 Ready, so `PodSlurmd` watches the namespace's worker pods and, when a pod of a node comes back Ready with a new uid,
 restarts that node's local slurmd (LocalCluster.restart_node: what the local backend's remediation does): the module
 under test sees the pod replaced through the API server and the new slurmd register through Slurm, each on its own.
-It also samples how many of the nodes are out of service at once (pod missing or not Ready, or the Slurm node
+A failed poll (the API server or sinfo slow to answer on a busy machine, a slurmd restart that did not start) is
+tried again at the next poll; only GIVE_UP failures in a row end the watch, and __exit__ raises the last of them. It
+also samples how many of the nodes are out of service at once (pod missing or not Ready, or the Slurm node
 drained, down or not responding), the number a rolling upgrade must keep within maxUnavailable.
 """
 import threading
+
+GIVE_UP = 25      # failed polls in a row (about 5 s at the default poll) before the watch stops and reports
 
 
 def _ready(pod):
@@ -25,6 +29,7 @@ class PodSlurmd:
         self.out_seen = set()       # every node seen out of service
         self.samples = 0
         self.error = None
+        self.failures = []          # every failed poll's exception, for the report
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -43,12 +48,18 @@ class PodSlurmd:
             raise self.error
 
     def _loop(self):
-        try:
-            while not self._stop.is_set():
+        in_a_row = 0
+        while not self._stop.is_set():
+            try:
                 self._once()
-                self._stop.wait(self.poll)
-        except Exception as e:  # reported by __exit__
-            self.error = e
+                in_a_row = 0
+            except Exception as e:  # pylint: disable=broad-except  # tried again; reported by __exit__ at GIVE_UP
+                self.failures.append(e)
+                in_a_row += 1
+                if in_a_row >= GIVE_UP:
+                    self.error = e
+                    return
+            self._stop.wait(self.poll)
 
     def _once(self):
         pods = self._pods()

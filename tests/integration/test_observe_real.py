@@ -86,10 +86,15 @@ def test_service_monitors_and_rules_apply_to_the_operators_crds(observed, kubeco
         real_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", path)
     deadline = time.monotonic() + 60
     for crd in ("servicemonitors", "podmonitors", "prometheusrules"):
-        # (kubectl wait fails at once while a new CRD has no conditions yet)
-        while real_cluster.kubectl("get", "crd", crd + ".monitoring.coreos.com", "-o",
-                                   'jsonpath={.status.conditions[?(@.type=="Established")].status}').stdout != "True":
-            assert time.monotonic() < deadline, "the %s CRD is not Established" % crd
+        # (kubectl wait fails at once while a new CRD has no conditions yet; a get that fails - a busy machine's
+        # slow API server - is asked again until the deadline, which reports what it said)
+        while True:
+            got = real_cluster.kubectl("get", "crd", crd + ".monitoring.coreos.com", "-o",
+                                       'jsonpath={.status.conditions[?(@.type=="Established")].status}', check=False)
+            if got.returncode == 0 and got.stdout == "True":
+                break
+            assert time.monotonic() < deadline, "the %s CRD is not Established: rc %d %s%s" % (
+                crd, got.returncode, got.stdout, got.stderr)
             time.sleep(0.5)
     docs = observed
     docs[0]["spec"]["observability"].update(serviceMonitor={"enabled": True, "labels": {"release": "kube-prom"}},

@@ -16,11 +16,11 @@ kubernetes: exec into the pods), is tests/realnode's.
 import json
 import os
 import sys
-import threading
 
 import yaml
 
 import ansible_run
+from pod_slurmd import PodSlurmd
 from slurm_kube import BOUND, until
 from slurm_specs import ROOT, actions, admin_user, module
 from slurm_specs import SMALL_CLAIMS as CLAIMS
@@ -145,21 +145,11 @@ def test_remediate_playbook_with_its_own_token(namespaced, api, volumes, audit, 
     cluster.run(["scontrol", "update", "NodeName=cpu-0", "State=DRAIN", "Reason=soperator: health:gpu_count 7 of 8"])
     cluster.run(["scontrol", "update", "NodeName=cpu-1", "State=DRAIN", "Reason=hw: bad dimm"])
 
-    # The kubelet's part, for the test: once a new cpu-0 pod runs, its slurmd starts (and registers again).
-    stop, restarted = threading.Event(), []
-
-    def kubelet():
-        while not stop.wait(0.3):
-            pod = api.pods(ns).get("cpu-0")
-            if pod is not None and pod.metadata.uid != old_uid and pod.status.phase == "Running":
-                restarted.append(cluster.restart_node("cpu-0"))
-                return
-    thread = threading.Thread(target=kubelet, daemon=True)
+    # The kubelet's part, for the test: once a new cpu-0 pod is Ready, its slurmd starts (and registers again).
     sa_user = "system:serviceaccount:%s:small-remediation" % ns
     kubeconfig = sa_kubeconfig(real_cluster, ns, tmp_path / "remediation.kubeconfig")
     mark = audit.mark()
-    thread.start()
-    try:
+    with PodSlurmd(api, ns, cluster, ["cpu-0"]) as watch:
         run = ansible_run.playbook(
             "remediate.yml", "-e", "cluster=small", "-e", "slurm_namespace=%s" % ns, "-e", "kubeconfig=%s" % kubeconfig,
             "-e", "slurm_transport=local", "-e", "slurm_conf=%s" % slurm_conf,
@@ -167,14 +157,11 @@ def test_remediate_playbook_with_its_own_token(namespaced, api, volumes, audit, 
         requests = audit.requests(mark, user=sa_user)
         tasks = run.tasks()
         assert run.rc == 0, [(name, t.get("msg")) for name, t in tasks.items() if t.get("failed")] or run.output()
-    finally:
-        stop.set()
-        thread.join(10)
-    assert restarted, "no new cpu-0 pod ran"
 
     # cpu-0 was replaced, re-checked and resumed; the admin's drain of cpu-1 is left alone
     done = dict((n["name"], n) for n in tasks[REMEDIATE]["nodes"])
     assert done["cpu-0"]["steps"] == ["replaced", "rechecked", "resumed"], done["cpu-0"]
+    assert watch.restarted == ["cpu-0"], ("no new cpu-0 pod became Ready", watch.failures)
     assert done["cpu-0"]["replacement"]["cordoned"] == host
     assert done["cpu-1"]["action"] == "skipped-foreign"
     states = dict((n["name"], n) for n in cluster.sinfo_nodes())
