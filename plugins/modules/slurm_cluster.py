@@ -19,8 +19,10 @@ description:
     or started from an invalid spec.
   - With O(state=rendered), writes every Kubernetes object as YAML under O(dest)/manifests/ and every Slurm config
     (slurm.conf, cgroup.conf, gres.conf, plugstack.conf, mpi.conf, topology.conf, slurmdbd.conf) under O(dest)/slurm/,
-    without contacting any cluster. The module owns those two folders and removes files in them that are no longer
-    rendered.
+    without contacting any cluster; with C(spec.observability.exporter.enabled), also the alert rules as a Prometheus
+    rule file (O(dest)/prometheus/soperator-slurm-rules.yml) and the Grafana dashboards as JSON (O(dest)/grafana/),
+    for a Prometheus and a Grafana that run without the prometheus-operator. The module removes files it rendered
+    earlier that are no longer rendered.
   - Secrets (munge key, SSH host keys, database passwords) are generated the first time and read back from O(dest) on
     later runs, so re-rendering the same spec gives byte-identical files. Secret manifests are written with mode 0600
     and their data never appears in the diff or the result.
@@ -127,7 +129,8 @@ options:
   dest:
     description:
       - Folder to render into. Required with O(state=rendered).
-      - Manifests go to C(manifests/), Slurm configs to C(slurm/), and C(.soperator-render.json) records what was
+      - Manifests go to C(manifests/), Slurm configs to C(slurm/), with the exporter on the rule file to
+        C(prometheus/) and the dashboards to C(grafana/); C(.soperator-render.json) records what was
         written. Only a file an earlier render wrote, and nobody changed since, is removed when it is no longer
         rendered; other files in the folder are left alone. A symlink where a rendered file or folder goes fails the
         task before anything is written.

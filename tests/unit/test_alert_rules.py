@@ -160,3 +160,14 @@ def test_promtool_tells_a_wrong_expectation(tmp_path):
     run = subprocess.run([PROMTOOL, "test", "rules", str(spec)], capture_output=True, text=True, timeout=120,
                          cwd=str(tmp_path), check=False)
     assert run.returncode != 0 and "SlurmControllerUnreachable" in run.stdout + run.stderr
+
+
+def test_the_rendered_rule_file_loads_in_promtool(tmp_path):
+    """render's prometheus/soperator-slurm-rules.yml (header comment and all) is a rule file promtool accepts."""
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_files import RULES_FILE, observe_files
+    path = tmp_path / "rules.yml"
+    path.write_text(observe_files("demo", TARGET)[RULES_FILE])
+    check = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60,
+                           check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS: %d rules found" % len(CASES) in check.stdout + check.stderr

@@ -166,3 +166,26 @@ def test_recorded_names_never_reach_outside_dest(tmp_path):
         with pytest.raises(render.RenderDestError, match="render never writes"):
             render.write_rendered(str(dest), rendered_small())
     assert outside.read_text() == "x\n"
+
+
+def test_monitoring_files_for_a_plain_prometheus_and_grafana(tmp_path):
+    """With the exporter on, DEST gets the rule file and the dashboards; off again, render removes them (its own)."""
+    from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
+    dest = tmp_path / "out"
+    off = render.write_rendered(str(dest), rendered_small(dest))[0]
+    assert not [f for f in off if f["path"].startswith(("prometheus", "grafana"))]
+    on = rendered_small(dest, observability={"exporter": {"enabled": True}})
+    files = actions(render.write_rendered(str(dest), on)[0])
+    boards = dashboards.dashboards()
+    assert files["prometheus/soperator-slurm-rules.yml"] == "created"
+    assert sorted(p for p in files if p.startswith("grafana/")) == sorted("grafana/" + n for n in boards)
+    rules = (dest / "prometheus" / "soperator-slurm-rules.yml").read_text()
+    assert rules.startswith("# Alert rules of soperator.slurm (cluster small)")
+    assert yaml.safe_load(rules) == alerts.rule_groups({"job": "small-exporter", "namespace": "slurm"})
+    for name, board in boards.items():
+        assert json.loads((dest / "grafana" / name).read_text()) == board
+    again = actions(render.write_rendered(str(dest), on)[0])
+    assert set(again.values()) == {"unchanged"}
+    gone = actions(render.write_rendered(str(dest), rendered_small(dest))[0])
+    assert gone["prometheus/soperator-slurm-rules.yml"] == "removed"
+    assert not (dest / "prometheus" / "soperator-slurm-rules.yml").exists()

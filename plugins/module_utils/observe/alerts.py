@@ -95,7 +95,7 @@ _RULES = (
 )
 
 
-def _selector(target):
+def target_selector(target):
     """{"job": "demo-exporter", "namespace": "hpc"} -> '{job="demo-exporter",namespace="hpc"}' (PromQL strings take
     JSON's escapes)."""
     return "{%s}" % ",".join("%s=%s" % (k, json.dumps(v)) for k, v in sorted(target.items()))
@@ -106,7 +106,7 @@ def rules(target):
     Prometheus, with a job at least ({"job": ..., "namespace": ...} for the ServiceMonitor's)."""
     if not target.get("job"):
         raise ValueError("the exporter's target needs a job label: %r" % (target,))
-    where = {"target": _selector(target), "on": ", ".join(sorted(target))}
+    where = {"target": target_selector(target), "on": ", ".join(sorted(target))}
     out = []
     for name, expr, duration, severity, summary, description in _RULES:
         rule = {"alert": name, "expr": string.Template(expr).substitute(where), "labels": {"severity": severity},

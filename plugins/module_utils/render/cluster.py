@@ -3,7 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The whole cluster rendered at once (Slurm configs + Kubernetes objects), and `state: rendered` on disk.
 
-On disk: DEST/manifests/NN-kind-name.yaml (NN = apply order of the kind) and DEST/slurm/<file>, and a record of
+On disk: DEST/manifests/NN-kind-name.yaml (NN = apply order of the kind) and DEST/slurm/<file>; with the exporter
+on, DEST/prometheus/soperator-slurm-rules.yml and DEST/grafana/<dashboard>.json for a Prometheus and a Grafana run
+without the prometheus-operator (render/observe_files.py); and a record of
 what was written (DEST/.soperator-render.json): a file an earlier render wrote, and nobody changed since, is
 removed once it is no longer rendered; every other file in DEST is left alone. Nothing is written or read through
 a symlink. Secrets are generated once per DEST: existing Secret
@@ -23,12 +25,16 @@ import tempfile
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c, files
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import render_manifests
+from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_files import (
+    GRAFANA_DIR, PROMETHEUS_DIR, observe_files)
+from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_objects import exporter_target
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.render.secrets import ensure_secret_material
 from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import to_yaml, yaml
 
 MANIFESTS_DIR = "manifests"
 SLURM_DIR = "slurm"
+RENDER_DIRS = (MANIFESTS_DIR, SLURM_DIR, PROMETHEUS_DIR, GRAFANA_DIR)
 HIDDEN = "<secret data hidden>"
 # What render wrote into DEST, so a later render removes its own stale files and nothing else.
 RECORD = ".soperator-render.json"
@@ -36,17 +42,19 @@ RECORD_FORMAT = 1
 
 
 class Rendered:
-    def __init__(self, slurm_configs, manifests, generated_secrets):
+    def __init__(self, slurm_configs, manifests, generated_secrets, monitoring_files=None):
         self.slurm_configs = slurm_configs
         self.manifests = manifests
         self.generated_secrets = generated_secrets
+        self.monitoring_files = monitoring_files or {}      # relative path -> text (observe_files)
 
 
 def render_cluster(model, existing_secrets=None):
     """Every output of the model. `existing_secrets` (name -> {key: bytes}) is kept; missing material is generated."""
     material, generated = ensure_secret_material(model, existing_secrets or {})
     configs = render_slurm_configs(model)
-    return Rendered(configs, render_manifests(model, configs, material), generated)
+    monitoring = observe_files(model.name, exporter_target(model)) if model.observability.exporter.enabled else {}
+    return Rendered(configs, render_manifests(model, configs, material), generated, monitoring)
 
 
 def is_secret(obj):
@@ -127,9 +135,9 @@ def _sha256(text):
 
 
 def _recordable(rel):
-    """Only names render writes: one plain file name in one of our two folders (never '..', never absolute)."""
+    """Only names render writes: one plain file name in one of our folders (never '..', never absolute)."""
     folder, dummy, name = str(rel).partition("/")
-    return folder in (MANIFESTS_DIR, SLURM_DIR) and name not in ("", ".", "..") and "/" not in name \
+    return folder in RENDER_DIRS and name not in ("", ".", "..") and "/" not in name \
         and not name.startswith(".")
 
 
@@ -174,7 +182,9 @@ def _plan(dest, rendered):
                                                      is_secret(obj))
     for name, text in rendered.slurm_configs.items():
         wanted[os.path.join(SLURM_DIR, name)] = (text, 0o644, False)
-    for folder in (MANIFESTS_DIR, SLURM_DIR):
+    for rel, text in rendered.monitoring_files.items():
+        wanted[rel] = (text, 0o644, False)
+    for folder in RENDER_DIRS:
         _check_folder(os.path.join(dest, folder))
     record = read_record(dest)
 
