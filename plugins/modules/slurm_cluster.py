@@ -391,6 +391,25 @@ exporter:
   returned: when O(target=local) and O(state=present)
   type: str
   sample: http://127.0.0.1:9341/metrics
+monitoring:
+  description:
+    - With C(spec.observability.exporter.enabled), the files for a Prometheus and a Grafana the admin runs, under
+      O(state_dir) (written in the run, also in check mode's report as C(would write)); null otherwise.
+  returned: when O(target=local) and O(state=present)
+  type: dict
+  contains:
+    rules:
+      description: The alert rule file (name it in Prometheus' C(rule_files)).
+      type: str
+      sample: /var/lib/soperator/demo/prometheus/soperator-slurm-rules.yml
+    job:
+      description: The scrape job name the rules expect for the exporter's target.
+      type: str
+      sample: demo-exporter
+    dashboards:
+      description: The Grafana dashboards, one JSON file each.
+      type: list
+      elements: str
 logs:
   description:
     - Where each daemon of the local cluster logs, all under C(<state_dir>/log) - the daemons running after the run

@@ -67,19 +67,25 @@ def _free_ports(count):
 
 
 class Prometheus(object):
-    """A real Prometheus on loopback scraping the exporter of `model` as often as its scrape timeout allows (the
-    spec's, which the exporter answers within), evaluating every second our alert rules for that job (their `for`
-    replaced where `short_for` says: {alert: duration})."""
+    """A real Prometheus on loopback scraping the exporter of `cluster` as often as its scrape timeout allows (the
+    spec's, which the exporter answers within), evaluating every second the alert rule file the local cluster wrote
+    for the admin's Prometheus, as it is, for the scrape job it names (with `short_for`, a copy whose `for` is
+    replaced where it says: {alert: duration})."""
 
-    def __init__(self, port, target, workdir, model, short_for=None):
+    def __init__(self, port, target, workdir, cluster, short_for=None):
         self.url = "http://127.0.0.1:%d" % port
-        job = exporter_name(model)
-        groups = alerts.rule_groups({"job": job})
-        for rule in groups["groups"][0]["rules"]:
-            rule["for"] = (short_for or {}).get(rule["alert"], rule.get("for", "0s"))
-        rules = os.path.join(workdir, "slurm-alerts.yml")
-        with open(rules, "w") as f:
-            yaml.safe_dump(groups, f, sort_keys=False)
+        model = cluster.model
+        monitoring = cluster.monitoring_paths()
+        job, rules = monitoring["job"], monitoring["rules"]
+        assert job == exporter_name(model)
+        if short_for:
+            with open(rules) as f:
+                groups = yaml.safe_load(f)
+            for rule in groups["groups"][0]["rules"]:
+                rule["for"] = short_for.get(rule["alert"], rule.get("for", "0s"))
+            rules = os.path.join(workdir, "slurm-alerts.yml")
+            with open(rules, "w") as f:
+                yaml.safe_dump(groups, f, sort_keys=False)
         timeout = "%ds" % model.observability.scrape_timeout_seconds
         config = os.path.join(workdir, "prometheus.yml")
         with open(config, "w") as f:
@@ -126,7 +132,7 @@ def _started(local_cluster, faults, tmp_path, spec, short_for=None):
     text = spec % {"port": exporter_port, "interval": INTERVAL, "faults": faults}
     cluster = local_cluster(text)
     cluster.spec_text = text             # what slurm_remediate is given
-    prom = Prometheus(prometheus_port, "127.0.0.1:%d" % exporter_port, str(tmp_path), cluster.model, short_for)
+    prom = Prometheus(prometheus_port, "127.0.0.1:%d" % exporter_port, str(tmp_path), cluster, short_for)
     try:
         wait_for(prom.ready, timeout=WAIT, what="prometheus ready")
         yield cluster, prom, exporter_port
@@ -266,6 +272,12 @@ def test_every_dashboard_expression_and_alert_rule_evaluates(setup):
     job = cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 30"], timeout=30).stdout.strip()
     wait_for(lambda: prom.query('soperator_slurm_partition_jobs{state="running"}'), timeout=WAIT,
              what="a running job in Prometheus")
+    # the dashboards the local cluster wrote for the admin's Grafana are ours, whole
+    written = {}
+    for path in cluster.monitoring_paths()["dashboards"]:
+        with open(path) as f:
+            written[os.path.basename(path)] = json.load(f)
+    assert written == dashboards.dashboards()
     for board, panel, expr in dashboards.expressions():
         try:
             prom.query(expr)

@@ -7,6 +7,10 @@
 The exporter imports the collection. In a module run the collection lives inside Ansible's payload zip, which is
 gone when the module ends, so its sources are written under <state_dir>/lib (read through the import system) and a
 wrapper, <state_dir>/bin/slurm-exporter, runs them with that PYTHONPATH.
+
+Beside it, for a Prometheus and a Grafana the admin runs: <state_dir>/prometheus/soperator-slurm-rules.yml (the alert
+rules, for the scrape job named like the exporter) and <state_dir>/grafana/*.json (render/observe_files.py); removed
+when the exporter is switched off.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,6 +20,7 @@ __metaclass__ = type
 import inspect
 import os
 import socket
+import stat
 import sys
 
 from ansible_collections.soperator.slurm.plugins.module_utils import files, wait
@@ -23,9 +28,11 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     EXPORTER_DAEMON, LOOPBACK, LocalClusterError)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _digest
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_file
-from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir, current_text
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import exporter, metrics, status
+from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_files import observe_files
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import exporter_name
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import (
     hostlist, node_records, nodes, remediation_record, runner)
 
@@ -58,6 +65,21 @@ def exporter_files(lay, python=None):
     return out
 
 
+def monitoring_files(lay, model):
+    """{absolute path: text} of the rule file and the dashboards for `model`'s exporter (its scrape job: the
+    exporter's name, as a Prometheus scrape config names it)."""
+    found = observe_files(model.name, {"job": exporter_name(model)})
+    return dict((os.path.join(lay.state_dir, rel), text) for rel, text in found.items())
+
+
+def _monitoring_on_disk(lay):
+    """The rule file and dashboards an earlier run wrote (by their names: files beside them are not ours), as
+    regular files (a link there is never removed through)."""
+    names = observe_files("any", {"job": "any"})       # the names do not depend on the cluster
+    paths = [os.path.join(lay.state_dir, rel) for rel in sorted(names)]
+    return [p for p in paths if os.path.isfile(p) and not os.path.islink(p)]
+
+
 def _listening(port):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(1.0)
@@ -85,7 +107,37 @@ class LocalExporter(object):
     def _exporter_digest(self, model, sources):
         return _digest(*(self._exporter_argv(model) + [sources[k] for k in sorted(sources)]))
 
+    def monitoring_paths(self):
+        """{'rules': path, 'job': the scrape job the rules expect, 'dashboards': [paths]} of the files for the admin's Prometheus and Grafana when the model
+        enables the exporter, else None."""
+        model = self.model
+        if model is None or not model.observability.exporter.enabled:
+            return None
+        paths = sorted(monitoring_files(self.layout, model))
+        return {"rules": [p for p in paths if p.endswith(".yml")][0], "job": exporter_name(model),
+                "dashboards": [p for p in paths if p.endswith(".json")]}
+
+    def _monitoring_plan(self, model):
+        """[(path, text or None: remove)] that the rule file and dashboards need; empty when they are current."""
+        wanted = monitoring_files(self.layout, model) if model.observability.exporter.enabled else {}
+        steps = [(path, text) for path, text in sorted(wanted.items())
+                 if current_text(path) != text or stat.S_IMODE(os.lstat(path).st_mode) != 0o644]
+        return steps + [(path, None) for path in _monitoring_on_disk(self.layout) if path not in wanted]
+
+    def _ensure_monitoring_files(self, model, changes):
+        top = self.layout.state_dir
+        for path, text in self._monitoring_plan(model):
+            rel = os.path.relpath(path, top)
+            if text is None:
+                os.unlink(path)
+                changes.append("removed %s (exporter disabled)" % rel)
+                continue
+            _own_dir(os.path.dirname(path))
+            install_file(path, text, 0o644)
+            changes.append("wrote %s" % rel)
+
     def _ensure_exporter(self, model, changes):
+        self._ensure_monitoring_files(model, changes)
         if not model.observability.exporter.enabled:
             if self._running(EXPORTER_DAEMON):
                 self._stop_daemon(EXPORTER_DAEMON)
@@ -108,12 +160,16 @@ class LocalExporter(object):
 
     def plan_exporter(self, model):
         """What ensure_started() would do about the exporter, as 'would ...' actions. Reads only."""
+        top = self.layout.state_dir
+        files_plan = [("would remove %s (exporter disabled)" if text is None else "would write %s")
+                      % os.path.relpath(path, top) for path, text in self._monitoring_plan(model)]
         running = self._running(EXPORTER_DAEMON)
         if not model.observability.exporter.enabled:
-            return ["would stop %s (disabled)" % EXPORTER_DAEMON] if running else []
+            return files_plan + (["would stop %s (disabled)" % EXPORTER_DAEMON] if running else [])
         if not running:
-            return ["would start %s on %s" % (EXPORTER_DAEMON, LOOPBACK + ":%d" % model.observability.exporter.port)]
+            return files_plan + ["would start %s on %s" % (EXPORTER_DAEMON,
+                                                           LOOPBACK + ":%d" % model.observability.exporter.port)]
         digest = self._exporter_digest(model, exporter_files(self.layout))
         if self._records()[EXPORTER_DAEMON].get("digest") != digest:
-            return ["would restart %s (configuration changed)" % EXPORTER_DAEMON]
-        return []
+            return files_plan + ["would restart %s (configuration changed)" % EXPORTER_DAEMON]
+        return files_plan

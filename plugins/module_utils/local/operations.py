@@ -90,6 +90,7 @@ def _present(cluster, model, before, result, check_mode, diff):
         after_nodes = [n["name"] for n in result["nodes"]]
     result["login"] = cluster.login_address()
     result["exporter"] = cluster.exporter_address()
+    result["monitoring"] = cluster.monitoring_paths()
     result["logs"] = cluster.log_files(after_daemons)
     result.update(changed=bool(actions), actions=actions, rollout=list(cluster.rollout_steps))
     if diff:
