@@ -46,3 +46,51 @@ def test_up_on_a_running_cluster_starts_nothing(ours):
     with open(os.path.join(ours.state, "processes.json")) as f:
         assert json.load(f) == before
     assert k8s_cluster.status(ours.state)["server"] == info["server"]
+
+
+def test_k8s_up_binds_claims_through_its_provisioner(ours, tmp_path):
+    """`make k8s-up` (kwok nodes) runs the real node's hostPath provisioner with a default StorageClass: a claim
+    that names no class binds (site.yml waits for its claims), and deleting it removes the volume and its folder.
+    A control plane of its own (the session's pre-binds its volumes and has no default class); stopped by pid."""
+    import subprocess
+    import time
+    from kubernetes import client, config
+    bin_dir = os.path.dirname(ours.kubectl("version", "--client", "-o", "json", check=False).args[0])
+    tool = os.path.join(ROOT, "tools", "k8s", "cluster.py")
+    state = str(tmp_path / "k8s")
+    try:
+        up = subprocess.run(["python3", tool, "up", "--state", state, "--bin", bin_dir, "--nodes", "1"],
+                            capture_output=True, text=True, timeout=600, check=False)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "and the hostPath provisioner (default StorageClass soperator-hostpath)" in up.stdout
+        api = config.new_client_from_config(config_file=os.path.join(state, "kubeconfig"))
+        try:
+            core = client.CoreV1Api(api)
+            core.create_namespaced_persistent_volume_claim("default", {
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "jail"},
+                "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+            deadline = time.monotonic() + 120
+            while True:
+                claim = core.read_namespaced_persistent_volume_claim("jail", "default")
+                if claim.status.phase == "Bound":
+                    break
+                assert time.monotonic() < deadline, "the claim did not bind: %s" % claim.status
+                time.sleep(0.5)
+            assert claim.spec.storage_class_name == "soperator-hostpath"
+            volume = core.read_persistent_volume(claim.spec.volume_name)
+            folder = volume.spec.host_path.path
+            assert os.path.dirname(folder) == os.path.join(os.path.realpath(state), "volumes")
+            assert os.path.isdir(folder)
+            core.delete_namespaced_persistent_volume_claim("jail", "default")
+            while True:
+                left = [v.metadata.name for v in core.list_persistent_volume().items]
+                if not left and not os.path.exists(folder):
+                    break
+                assert time.monotonic() < deadline + 60, "the volume was not reclaimed: %s" % left
+                time.sleep(0.5)
+        finally:
+            api.close()
+    finally:
+        down = subprocess.run(["python3", tool, "down", "--state", state], capture_output=True, text=True,
+                              timeout=300, check=False)
+    assert down.returncode == 0 and "provisioner" in down.stdout, down.stdout + down.stderr

@@ -45,7 +45,7 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 # What we create and may therefore remove on a fresh start: never the whole state directory.
 OURS = ("pki", "etcd", "logs", "kcm-certs", "sched-certs", "audit.log", "audit-policy.yaml", "kwok.yaml",
-        "kubeconfig", "kubeconfigs", "processes.json", "node")
+        "kubeconfig", "kubeconfigs", "processes.json", "node", "volumes")
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 # One event per request (its ResponseComplete, or ResponseStarted for a watch): counts per user and verb are exact.
@@ -190,7 +190,7 @@ def _write(path, data, mode=0o600):
         f.write(data)
 
 
-def _make_pki(pki, host="127.0.0.1", real=False):
+def _make_pki(pki, host="127.0.0.1", real=False, provisioner=False):
     os.makedirs(pki, mode=0o700)
     ca_key = _key()
     ca = _cert("soperator-test-ca", ca_key, ca=True)
@@ -208,6 +208,8 @@ def _make_pki(pki, host="127.0.0.1", real=False):
     }
     if real:
         leaves.update(real_node.node_leaves(host))
+    elif provisioner:
+        leaves["provisioner"] = real_node.node_leaves(host)["provisioner"]
     for name, spec in leaves.items():
         key = _key()
         cert = _cert(spec["cn"], key, issuer=(ca, ca_key), orgs=spec.get("orgs", ()),
@@ -385,9 +387,11 @@ def down(state=DEFAULT_STATE):
     return names
 
 
-def up(state=DEFAULT_STATE, bin_dir=None, nodes=3, timeout=180, node="kwok"):
+def up(state=DEFAULT_STATE, bin_dir=None, nodes=3, timeout=180, node="kwok", provisioner=False):
     """Starts the control plane unless it is already up; returns its description (server, kubeconfig, audit log).
-    node="real" adds a real node (tools/k8s/node.py: kubelet, containerd, kube-proxy, CoreDNS) and no kwok nodes."""
+    node="real" adds a real node (tools/k8s/node.py: kubelet, containerd, kube-proxy, CoreDNS) and no kwok nodes.
+    provisioner=True (kwok nodes; the real node always has it): the real node's hostPath provisioner and its default
+    StorageClass, so claims bind as on a real cluster (`make k8s-up`; the test suites pre-bind their volumes)."""
     state = os.path.abspath(state)
     running = status(state)
     if running and running.get("node_kind", "kwok") == node:
@@ -418,7 +422,7 @@ def up(state=DEFAULT_STATE, bin_dir=None, nodes=3, timeout=180, node="kwok"):
     host = real_node.NODE_IP if real else "127.0.0.1"
     if real:
         real_node.setup_network()  # the API server binds the node's host-only address
-    _make_pki(pki, host, real)
+    _make_pki(pki, host, real, provisioner)
     with open(os.path.join(state, "audit-policy.yaml"), "w") as f:
         f.write(AUDIT_POLICY)
     # kwok's own node and pod lifecycles (build.sh copies them beside the binaries); given with --config, they are
@@ -430,13 +434,14 @@ def up(state=DEFAULT_STATE, bin_dir=None, nodes=3, timeout=180, node="kwok"):
                 f.write("---\n" + stage.read().strip() + "\n")
     records = {}
     try:
-        return _up(state, pki, records, bin_dir, nodes, timeout, started, host, real)
+        return _up(state, pki, records, bin_dir, nodes, timeout, started, host, real, provisioner)
     except BaseException:
         down(state)
         raise
 
 
-def _up(state, pki, records, bin_dir, nodes, timeout, started, host, real):  # pylint: disable=too-many-locals
+def _up(state, pki, records, bin_dir, nodes, timeout, started, host, real,  # pylint: disable=too-many-locals
+        provisioner):
     def binary(name):
         return os.path.join(bin_dir, name)
 
@@ -505,6 +510,8 @@ def _up(state, pki, records, bin_dir, nodes, timeout, started, host, real):  # p
     if nodes:
         _start_kwok(state, records, binary, kubeconfigs, server, ctx, nodes, timeout)
     names = ["kwok-node-%d" % i for i in range(nodes)]
+    if provisioner and not real:
+        _start_provisioner(_Plane(state, pki, records, bin_dir, server, ctx))
     # The service account controller (kube-controller-manager) has run: pods can be created in `default`.
     _wait("the default ServiceAccount", lambda: _request(
         server + "/api/v1/namespaces/default/serviceaccounts/default", ctx)[0] == 200, timeout)
@@ -519,6 +526,20 @@ def _up(state, pki, records, bin_dir, nodes, timeout, started, host, real):  # p
     records["_cluster"] = info
     _save_records(state, records)
     return dict(info, already_up=False)
+
+
+def _start_provisioner(plane):
+    """The real node's hostPath provisioner (tools/k8s/provisioner.py) with its RBAC and default StorageClass, its
+    volumes under <state>/volumes: kwok runs no pod, so nothing mounts them, but every claim binds."""
+    for obj in real_node.RBAC:
+        if obj["kind"] == "StorageClass" or obj["metadata"]["name"] == "soperator:provisioner":
+            plane.apply(obj)
+    kubeconfig = os.path.join(plane.state, "kubeconfigs", "provisioner")
+    plane.kubeconfig(kubeconfig, "provisioner")
+    volumes = os.path.join(plane.state, "volumes")
+    os.makedirs(volumes, exist_ok=True)
+    plane.spawn("provisioner", [sys.executable, os.path.join(HERE, "provisioner.py"), "--kubeconfig", kubeconfig,
+                                "--root", volumes, "--provisioner", real_node.PROVISIONER])
 
 
 def _start_kwok(state, records, binary, kubeconfigs, server, ctx, nodes, timeout):
@@ -583,6 +604,9 @@ def main(argv=None):
     parser.add_argument("--node", choices=("kwok", "real"), default=os.environ.get("NODE") or "kwok",
                         help="kwok: fake nodes only; real: one real node (kubelet, containerd) and no kwok nodes")
     parser.add_argument("--timeout", type=float, default=180, help="bound on each readiness wait, seconds")
+    parser.add_argument("--no-provisioner", dest="provisioner", action="store_false",
+                        help="kwok nodes without the hostPath provisioner and default StorageClass (claims then bind "
+                             "only to volumes made for them)")
     args = parser.parse_args(argv)
     if args.command == "down":
         stopped = down(args.state)
@@ -593,7 +617,7 @@ def main(argv=None):
         print(json.dumps(info, indent=1) if info else "not up")
         return 0 if info else 1
     try:
-        info = up(args.state, args.bin, args.nodes, args.timeout, args.node)
+        info = up(args.state, args.bin, args.nodes, args.timeout, args.node, provisioner=args.provisioner)
     except (StartError, real_node.NodeError) as e:
         print("k8s-up failed: %s" % e, file=sys.stderr)
         return 1
@@ -606,8 +630,10 @@ def main(argv=None):
                 info["startup_seconds"], info["server"], rn["name"], rn["ip"], len(rn["images"]),
                 rn["images_seconds"]))
         else:
-            print("started in %.1fs: %s with %d kwok nodes" % (
-                info["startup_seconds"], info["server"], len(info["nodes"])))
+            print("started in %.1fs: %s with %d kwok nodes%s" % (
+                info["startup_seconds"], info["server"], len(info["nodes"]),
+                " and the hostPath provisioner (default StorageClass %s)" % real_node.STORAGE_CLASS
+                if args.provisioner else ""))
     print("kubeconfig: %s" % info["kubeconfig"])
     print("audit log:  %s" % info["audit_log"])
     return 0
