@@ -36,13 +36,19 @@ start_munged() {
     install -d -o munge -g munge -m 0700 /var/lib/munge /var/log/munge
     install -d -o munge -g munge -m 0755 /run/munge
     install -o munge -g munge -m 0400 "$MUNGE_KEY_SOURCE" "$MUNGE_KEY"
-    # munged forks into the background once its socket is ready.
+    # In the foreground (-F) munged logs to its standard error, each line prefixed "munged: ": the container's, so
+    # `kubectl logs` and log collectors see it beside the Slurm daemon's own lines (which `-D` sends there too).
+    # Started in the background of this script, it stays a child of the daemon exec'd below.
     setpriv --reuid=munge --regid=munge --init-groups --inh-caps=-all -- \
-        munged --key-file="$MUNGE_KEY" --socket="$MUNGE_SOCKET"
-    if [ ! -S "$MUNGE_SOCKET" ]; then
-        log "munged did not create $MUNGE_SOCKET"
-        exit 1
-    fi
+        munged -F --key-file="$MUNGE_KEY" --socket="$MUNGE_SOCKET" &
+    local munged=$! deadline=$((SECONDS + ${MUNGED_START_SECONDS:-30}))
+    until [ -S "$MUNGE_SOCKET" ]; do
+        if ! kill -0 "$munged" 2>/dev/null || [ "$SECONDS" -ge "$deadline" ]; then
+            log "munged did not create $MUNGE_SOCKET"
+            exit 1
+        fi
+        sleep 0.1
+    done
 }
 
 slurm_dirs() {

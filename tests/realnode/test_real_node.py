@@ -94,6 +94,12 @@ def test_small_cpu_runs_jobs_in_real_pods(real_node, tmp_path):
     assert "not-in-jail" not in lines and lines[0] == "small-login-0", done.stdout
     assert sorted(lines[-2:]) == ["cpu-0", "cpu-1"], done.stdout
 
+    # `kubectl logs` (what log collectors read) has each daemon's own lines: slurmctld's and slurmd's (their -D logs
+    # to the container's standard error besides the log file) and munged's (in the foreground, "munged: ...").
+    for pod, daemon in (("small-controller-0", "slurmctld"), ("cpu-0", "slurmd")):
+        logs = real_node.kubectl("-n", NS, "logs", pod, "--all-containers=true").stdout
+        assert "%s version 26.05" % daemon in logs and "munged: Notice: Starting munge" in logs, (pod, logs[-3000:])
+
     # A recreated worker pod has a new IP: slurmctld takes it from the registration (cloud_reg_addrs).
     old_ip = next(p["status"]["podIP"] for p in _pods(real_node) if p["metadata"]["name"] == "cpu-0")
     real_node.kubectl("-n", NS, "delete", "pod", "cpu-0", "--wait=true", timeout=180)
