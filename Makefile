@@ -5,7 +5,8 @@ SANITY_ROOT := build/sanity/ansible_collections/soperator/slurm
 APT_PACKAGES := slurm-wlm slurmctld slurmd slurmdbd slurm-client munge libslurm-dev mariadb-server \
 	openssh-server rsync git make gcc umoci prometheus
 
-.PHONY: deps up down test unit lint sanity molecule ci render bench crds spank k8s-build k8s-up k8s-down
+.PHONY: deps up down test unit lint sanity molecule ci render bench crds spank k8s-build k8s-up k8s-down k8s-demo \
+	k8s-demo-down
 
 # Debian packages (real Slurm, munge, MariaDB, sshd) and Python packages. Safe to re-run.
 deps:
@@ -117,6 +118,15 @@ k8s-up: k8s-build
 
 k8s-down:
 	$(PYTHON) tools/k8s/cluster.py down --state $(K8S_STATE)
+
+# The product on Kubernetes in one command (root): builds what is missing, starts the control plane with the real
+# node, deploys examples/small-cpu.yml sized to it, checks srun -N2 and prints how to reach the login node.
+K8S_DEMO_STATE ?= build/k8s-demo
+k8s-demo: deps images-deps
+	$(PYTHON) tools/k8s/demo.py up --state $(K8S_DEMO_STATE)
+
+k8s-demo-down:
+	$(PYTHON) tools/k8s/demo.py down --state $(K8S_DEMO_STATE)
 
 # --- Container images (images/): built here with buildah from Debian root filesystems that mmdebstrap makes from
 # Debian's packages (no registry pull, no Docker engine). SUITE=forky (Slurm 26.05, the default) or trixie (24.11);
