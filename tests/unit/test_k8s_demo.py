@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _spec = importlib.util.spec_from_file_location("soperator_k8s_demo", os.path.join(ROOT, "tools", "k8s", "demo.py"))
@@ -20,7 +21,7 @@ def test_workers_get_half_the_node_at_least_one_cpu(cpus, per_worker):
     docs = list(yaml.safe_load_all(text))
     assert docs[1]["spec"]["resources"]["cpu"] == per_worker
     assert docs[0]["spec"]["login"]["sshRootPublicKeys"] == ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3R demo"]
-    model = spec.build_model(spec.load_documents(text))
+    model = spec.build_model(load_documents(text))
     assert [(n.name, n.replicas, n.cpus) for n in model.node_sets] == [("cpu", len(demo.WORKERS), int(per_worker))]
 
 

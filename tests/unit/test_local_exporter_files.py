@@ -31,9 +31,10 @@ def test_rule_file_and_dashboards_for_the_admins_prometheus(tmp_path):
     from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
     from ansible_collections.soperator.slurm.plugins.module_utils.observe import dashboards
     from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(here, "examples", "small-cpu.yml")) as f:
-        docs = spec.load_documents(f.read())
+        docs = load_documents(f.read())
     docs[0]["spec"]["observability"] = {"exporter": {"enabled": True}}
     on = spec.build_model(docs)
     docs[0]["spec"]["observability"] = {"exporter": {"enabled": False}}

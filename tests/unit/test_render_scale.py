@@ -6,6 +6,7 @@ import os
 
 from ansible_collections.soperator.slurm.plugins.module_utils.render import cluster as render
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 SMALL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                      "examples", "small-cpu.yml")
@@ -14,7 +15,7 @@ NODESETS = ("cpu", "gpu", "mem", "big")
 
 def rendered(workers_per_nodeset):
     with open(SMALL) as f:
-        docs = spec.load_documents(f.read())
+        docs = load_documents(f.read())
     nodeset = docs[1]
     docs = docs[:1]
     for name in NODESETS:
