@@ -93,6 +93,7 @@ bench:
 	$(PYTHON) bench/bench_kube_real.py
 	$(PYTHON) bench/bench_health_drain.py
 	$(PYTHON) bench/bench_exporter.py
+	$(PYTHON) bench/bench_registration.py --nodes 256
 
 crds:
 	$(PYTHON) tools/generate_crds.py
