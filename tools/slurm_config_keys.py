@@ -1,4 +1,4 @@
-"""Write plugins/module_utils/slurm/config_keys_data.py: the keys each Slurm release's parser reads on the lines of
+"""Write plugins/module_utils/slurm_syntax/config_keys_data.py: the keys each Slurm release's parser reads on the lines of
 the spec's free-form maps, with the parser's type, taken from the s_p_options_t tables of Slurm's own source.
 
 Usage: python3 tools/slurm_config_keys.py SLURM_GIT_DIR
@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUTPUT = os.path.join(ROOT, "plugins", "module_utils", "slurm", "config_keys_data.py")
+OUTPUT = os.path.join(ROOT, "plugins", "module_utils", "slurm_syntax", "config_keys_data.py")
 
 # The newest tag of each release from the oldest the collection supports (constants.OLDEST_SLURM) to the images'.
 RELEASES = (

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.hostlist import (
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.hostlist import (
     DEFAULT_MAX_HOSTS, HostlistError, compress, expand)
 
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.local import configs
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_keys as ck
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_syntax import slurm_line, slurm_word
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys as ck
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_syntax import slurm_line, slurm_word
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 from ci_skips import environmental
 from local_helpers import skip_without

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.hostlist import (
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.hostlist import (
     DEFAULT_MAX_HOSTS, HostlistError, compress, expand)
 
 # ---------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import args as slurm_args
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import nodes as sn
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, LocalTransport, SlurmCommandError, SlurmOutputError, SlurmRunner, SlurmUnavailable,

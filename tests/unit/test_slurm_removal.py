@@ -4,7 +4,8 @@ import pytest
 
 from test_slurm_nodes import Clock, FakeSlurm
 
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist, removal
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmRunner
 
 PREFIX = "soperator:"

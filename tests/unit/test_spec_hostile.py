@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.soperator.slurm.plugins.module_utils.constants import IMAGES_SLURM_VERSION
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_keys as ck
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_syntax as cs
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys as ck
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_syntax as cs
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import cron, schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs

@@ -157,7 +157,7 @@ def test_typed_values_slurm_reads_are_taken(where, key, value):
 
 def test_a_release_beyond_the_table_reads_what_its_nearest_known_release_reads():
     """A newer Slurm than the table knows must not get files with every key left out (nor an older one)."""
-    from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_keys as ck
+    from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys as ck
     assert ck.read_by("slurm.conf", "ClusterName", (27, 5)) and ck.read_by("slurm.conf", "MetricsType", (27, 5))
     assert ck.read_by("partition", "MaxTime", (21, 8)) and not ck.read_by("partition", "PowerDownOnIdle", (21, 8))
     assert not ck.read_by("slurm.conf", "NoSuchKey", (26, 5))

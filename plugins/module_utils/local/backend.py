@@ -41,7 +41,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.node.safe_tree imp
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_health_programs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _own_dir, current_text, LocalStateDir, read_secret)
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist, removal
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     full_reason, read_sinfo, SCALE_DOWN_REASON, update_nodes_argv)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (

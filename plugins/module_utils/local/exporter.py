@@ -34,7 +34,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.observe import exp
 from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_files import observe_files
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import exporter_name
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import (
-    hostlist, node_records, nodes, remediation_record, runner)
+    node_records, nodes, remediation_record, runner)
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
 
 _PACKAGE = "ansible_collections.soperator.slurm.plugins.module_utils"
 # Every module the exporter imports (importing them here is also what puts them into a module's payload).

@@ -24,10 +24,10 @@ import re
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import (  # noqa: F401 (re-exported)
     CHECK_OUTPUT_DIR, AccountingStorage, KUBERNETES)
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_keys, hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys, hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import switch_cycles
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_syntax import (
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_syntax import (
     comment, plugstack_line, slurm_line, slurm_word)
 
 NODE_NAME = re.compile(r"^(.+)-(0|[1-9][0-9]*)$")    # <nodeset>-<ordinal>, as NodeSet.node_name makes them

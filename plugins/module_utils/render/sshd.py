@@ -21,7 +21,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_syntax import comment, sshd_line, sshd_literal
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_syntax import comment, sshd_line, sshd_literal
 
 SSHD_CONFIG = "sshd_config"
 

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Tuple
 
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import read_jobs, read_sinfo
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.rollout import SKIP, outdated
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmCommandError, SlurmOutputError

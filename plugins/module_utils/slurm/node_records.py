@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmOutputError
 
 _NOT_FOUND = re.compile(r"^Node (\S+) not found$")

@@ -15,7 +15,7 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     SCALE_DOWN_REASON, full_reason, read_nodes, update_nodes_argv, wait_no_jobs)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 
 from ansible_collections.soperator.slurm.plugins.module_utils import wait
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     SCALE_DOWN_REASON, UPGRADE_REASON, full_reason, read_jobs, read_sinfo, set_state, wait_no_jobs)
 

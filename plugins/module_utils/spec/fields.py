@@ -12,8 +12,8 @@ __metaclass__ = type
 import ipaddress
 
 from ansible_collections.soperator.slurm.plugins.module_utils.constants import CHECKS_PARTITION
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import config_keys
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_syntax import (
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_syntax import (
     CONFIG_KEY_PATTERN,
     SLURM_VALUE_PATTERN,
     value_problem)

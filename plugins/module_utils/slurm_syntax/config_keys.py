@@ -20,8 +20,8 @@ __metaclass__ = type
 import difflib
 import re
 
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_keys_data import KEYS, RELEASES
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.config_syntax import value_problem
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_keys_data import KEYS, RELEASES
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_syntax import value_problem
 
 # The line types of the spec's free-form maps: what a message calls them.
 LINE_NAMES = {
