@@ -203,8 +203,9 @@ class KubeCluster(SlurmConfigReload):
 
     # --- applying ------------------------------------------------------------------------------------------
 
-    def _execute(self, changes):
-        """Apply `changes`; in check mode a dry run (skipped where the namespace or CRD does not exist yet)."""
+    def apply_changes(self, changes):
+        """Apply `changes` (ours and kube/upgrade.py's phases); in check mode a dry run (skipped where the namespace or
+        CRD does not exist yet)."""
         if self.check_mode and self.namespace_missing:
             return
         try:
@@ -214,7 +215,7 @@ class KubeCluster(SlurmConfigReload):
             if self.check_mode and isinstance(e.error, NotFound):
                 # dry run against a kind whose CRD is not installed yet: report the plan without the server's view
                 rest = changes[changes.index(e.change) + 1:]
-                self._execute([ch for ch in rest if ch.kind != e.change.kind])
+                self.apply_changes([ch for ch in rest if ch.kind != e.change.kind])
                 return
             raise BackendError("%s (objects before it were applied; a re-run continues)" % e)
 
@@ -224,11 +225,11 @@ class KubeCluster(SlurmConfigReload):
         live = ka.index(self.client.list("CustomResourceDefinition", None, CRD_SELECTOR))
         wanted = crds()
         changes = ka.plan(wanted, live)   # never pruned: deleting a CRD deletes every cluster's objects
-        self._execute(changes)
+        self.apply_changes(changes)
         if not self.check_mode and any(ch.writes for ch in changes):
             crd_names = [crd["metadata"]["name"] for crd in wanted]
-            self._wait_for(lambda: self._crds_established(crd_names), "CustomResourceDefinitions established",
-                           self.wait_timeout)
+            self.wait_recorded(lambda: self._crds_established(crd_names), "CustomResourceDefinitions established",
+                               self.wait_timeout)
         return changes
 
     def _crds_established(self, crd_names):
@@ -240,7 +241,9 @@ class KubeCluster(SlurmConfigReload):
                 missing.append(name)
         return not missing, ", ".join(missing)
 
-    def _wait_for(self, probe, what, timeout):
+    def wait_recorded(self, probe, what, timeout):
+        """Wait until `probe` holds (readiness.wait_for), recording the wait in the result's `waited`; the upgrade
+        waits through it too."""
         seconds = wait_for(probe, what, timeout, sleep=self.sleep, clock=self.clock, poll=self.poll)
         self.waited.append({"for": what, "seconds": seconds})
 
@@ -365,15 +368,15 @@ class KubeCluster(SlurmConfigReload):
         first = [ch for ch in changes if ch.action != ka.PRUNE and
                  (ch.kind in ("SlurmCluster", "NodeSet") or KIND_ORDER.index(ch.kind) <= KIND_ORDER.index("Job"))]
         rest = [ch for ch in changes if ch not in first]
-        self._execute(first)
+        self.apply_changes(first)
         # created now, or created by an earlier run that did not see it complete
         job = [ch for ch in first if ch.kind == "Job" and (ch.live is None or not workload_state(ch.live)[0])]
         if job and self.wait and not self.check_mode:
-            self._wait_for(lambda: self._workloads_ready([("Job", job[0].name)]), "the jail to be populated",
-                           self.wait_timeout)
+            self.wait_recorded(lambda: self._workloads_ready([("Job", job[0].name)]), "the jail to be populated",
+                               self.wait_timeout)
         if self.upgrade is not None:
             rest = self.upgrade.apply_in_order(rest)     # slurmdbd, then slurmctld, each waited for
-        self._execute(rest)
+        self.apply_changes(rest)
         self.reload_slurm(changes)
         self.roll_workers(changes)
         return self._finish(desired)
@@ -388,7 +391,7 @@ class KubeCluster(SlurmConfigReload):
         live = self.read_live()
         live.update(self.template_claims(live))
         self.changes = ka.plan([], live, purge_volumes=self.purge_volumes)
-        self._execute(self.changes)
+        self.apply_changes(self.changes)
         return self.result()
 
     def template_claims(self, live):
@@ -449,8 +452,8 @@ class KubeCluster(SlurmConfigReload):
                 # nothing was written: what the run read at its start is current, and shows the cluster ready
                 self.waited.append({"for": "the cluster to be ready", "seconds": 0.0})
             else:
-                self._wait_for(lambda: self._workloads_ready(workload_keys), "the cluster to be ready",
-                               self.wait_timeout)
+                self.wait_recorded(lambda: self._workloads_ready(workload_keys), "the cluster to be ready",
+                                   self.wait_timeout)
         if not self.check_mode:
             self._note_loaded_by_start()
             self.write_status()

@@ -282,7 +282,7 @@ class ClusterUpgrade(object):
                 raise self._failed(name, current)
             ready, text = workload_state(current)
             return ready, "Job %s (%s)" % (name, text)
-        self.backend._wait_for(done, what, self.backend.wait_timeout)
+        self.backend.wait_recorded(done, what, self.backend.wait_timeout)
         return existing is None
 
     def _failed(self, name, job):
@@ -337,13 +337,13 @@ class ClusterUpgrade(object):
 
     def _phase(self, name, changes):
         phase = {"phase": name, "objects": [ch.name for ch in changes]}
-        self.backend._execute(changes)
+        self.backend.apply_changes(changes)
         if self.backend.check_mode:
             phase["status"] = "planned"
         else:
             keys = [ch.name for ch in changes]
-            self.backend._wait_for(lambda: self._rolled_out(keys), "%s to run its new version" % name,
-                                   self.backend.wait_timeout)
+            self.backend.wait_recorded(lambda: self._rolled_out(keys), "%s to run its new version" % name,
+                                       self.backend.wait_timeout)
             phase["status"] = "ready"
         self.phases.append(phase)
 
@@ -383,7 +383,7 @@ class ClusterUpgrade(object):
                     "metadata": {"name": change.name, "namespace": self.model.namespace}, "spec": {"replicas": 0}}
             self.client.apply(stop, force=True, field_manager=STOP_FIELD_MANAGER)
             selector = ",".join("%s=%s" % kv for kv in sorted(selector_labels(self.model, CONTROLLER).items()))
-            self.backend._wait_for(
+            self.backend.wait_recorded(
                 lambda: (not self.client.list("Pod", self.model.namespace, selector), "slurmctld's pod"),
                 "slurmctld to stop", self.backend.wait_timeout)
         phase["status"] = "done" if self._run_job(self._state_job(job, path), "slurmctld's state to be saved") \

@@ -273,10 +273,11 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         stays); the caller waits for the new slurmd to register. The new slurmd reads the config files there are
         now, so it is recorded with their digest (a later run sees it current)."""
         with self._locked():
-            return self._restart_slurmd(node, slurm_digest(self._etc_configs()))
+            return self.restart_node_locked(node, slurm_digest(self._etc_configs()))
 
-    def _restart_slurmd(self, node, digest):
-        """restart_node's work, under the lock the caller holds; the new slurmd recorded with `digest`."""
+    def restart_node_locked(self, node, digest):
+        """restart_node's work for a caller that holds the state directory's lock already (a rollout inside a run);
+        the new slurmd recorded with `digest`."""
         name = "slurmd-%s" % node
         rec = self._records().get(name)
         if rec is None:

@@ -63,7 +63,7 @@ class _HeldLock(object):
         self.digest = digest
 
     def restart_node(self, node):
-        return self.cluster._restart_slurmd(node, self.digest)
+        return self.cluster.restart_node_locked(node, self.digest)
 
 
 class LocalRollout(object):
