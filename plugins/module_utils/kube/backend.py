@@ -36,6 +36,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.reconfigure i
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.status import cluster_status, node_set_status
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import rollout as kube_rollout
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import upgrade as kube_upgrade
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.pod_replace import KubeReplacer
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import maintenance
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
@@ -299,8 +300,8 @@ class KubeCluster(SlurmConfigReload):
             if self.checker_factory is None:
                 raise BackendError("rolling NodeSet %s needs its health checks, and no checker was given"
                                    % node_set.name)
-            replacer = rm.KubeReplacer(self.client, self.model.namespace, timeout=self.wait_timeout, poll=self.poll,
-                                       sleep=self.sleep, clock=self.clock)
+            replacer = KubeReplacer(self.client, self.model.namespace, timeout=self.wait_timeout, poll=self.poll,
+                                    sleep=self.sleep, clock=self.clock)
             events = rm.EventRecorder(self.client, self.model.namespace, self.model.name, CR_API_VERSION)
             remediator = rm.Remediator(self.runner, self.prefix, self.checker_factory(), replacer=replacer,
                                        events=events, check_mode=self.check_mode,

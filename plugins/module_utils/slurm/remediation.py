@@ -143,68 +143,6 @@ class LocalReplacer(object):
             raise RemediationError("restarting the slurmd of %s failed: %s" % (node, e))
 
 
-class KubeReplacer(object):
-    """Kubernetes: delete the worker pod (same name as the Slurm node) so its StatefulSet recreates it, after
-    cordoning the Kubernetes node it ran on when asked; wait, bounded, for the new pod to be Ready."""
-
-    def __init__(self, client, namespace, cordon=False, timeout=300, poll=2.0, sleep=time.sleep,
-                 clock=time.monotonic):
-        self.client = client
-        self.namespace = namespace
-        self.cordon = cordon
-        self.timeout = timeout
-        self.poll = poll
-        self.sleep = sleep
-        self.clock = clock
-
-    def replace(self, node, check_mode=False):
-        from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
-        try:
-            pod = self.client.get("Pod", node, self.namespace)
-            info = {"pod": "%s/%s" % (self.namespace, node)}
-            host = ((pod or {}).get("spec") or {}).get("nodeName")
-            if host:
-                info["kubernetes_node"] = host
-            if self.cordon and host:
-                if not check_mode:
-                    self.client.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": host},
-                                       "spec": {"unschedulable": True}}, force=True)
-                info["cordoned"] = host
-            if check_mode:
-                info["would"] = "delete pod %s/%s" % (self.namespace, node) if pod else \
-                    "wait for pod %s/%s (it does not exist)" % (self.namespace, node)
-                return info
-            old_uid = (pod or {}).get("metadata", {}).get("uid")
-            if pod is not None:
-                self.client.delete("Pod", node, self.namespace)
-                info["deleted_uid"] = old_uid
-
-            def replaced():
-                new = self.client.get("Pod", node, self.namespace)
-                if new is not None and new["metadata"].get("uid") != old_uid and _pod_ready(new):
-                    info["new_uid"] = new["metadata"].get("uid")
-                    return True, "ready"
-                return False, "no new Ready pod"
-
-            info["waited_for_pod"] = wait_until(
-                replaced, "pod %s/%s" % (self.namespace, node), self.timeout, sleep=self.sleep, clock=self.clock,
-                poll=self.poll, timeout_error=lambda unused: RemediationError(
-                    "pod %s/%s was deleted but no new pod became Ready within %ss" % (self.namespace, node,
-                                                                                      self.timeout)))
-            return info
-        except KubeError as e:
-            raise RemediationError("replacing pod %s/%s: %s" % (self.namespace, node, e))
-
-
-def _pod_ready(pod):
-    # Not kubernetes.core's waiter.pod_ready (containerStatuses only): the Ready condition also counts readiness
-    # gates, and a terminating pod is no replacement.
-    status = pod.get("status") or {}
-    if pod.get("metadata", {}).get("deletionTimestamp"):
-        return False
-    return any(cond.get("type") == "Ready" and cond.get("status") == "True" for cond in status.get("conditions") or [])
-
-
 # --- events ------------------------------------------------------------------------------------------------------
 
 @dataclass

@@ -16,6 +16,7 @@ import time
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.args import auth_params, runner_from_params
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.pod_replace import KubeReplacer
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation_record as rr
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
@@ -100,7 +101,7 @@ def kube_parts(params, model):
                                      namespace=model.namespace, cluster_name=model.name,
                                      slurm_conf=params.get("slurm_conf")))
     checker = kube_checker(params, client, model.namespace, params["check_timeout"])
-    replacer = rm.KubeReplacer(
+    replacer = KubeReplacer(
         client, model.namespace,
         cordon=setting(params, "cordon_kubernetes_node", model.remediation.cordon_kubernetes_node),
         timeout=params["register_timeout"], poll=params["wait_sleep"])
