@@ -8,6 +8,7 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as rk
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import KIND_ORDER
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
 
@@ -622,7 +623,7 @@ def test_kept_db_secret_is_rendered_while_accounting_is_off():
 
 def test_apply_order(objects):
     kinds = [o["kind"] for o in objects]
-    ranks = [rk.KIND_ORDER.index(k) for k in kinds]
+    ranks = [KIND_ORDER.index(k) for k in kinds]
     assert ranks == sorted(ranks)
     with_cordon = render(make_model(lambda spec: spec["remediation"].update(cordonKubernetesNode=True)))
     assert [o["kind"] for o in with_cordon][6:10] == ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"]

@@ -3,7 +3,7 @@ PrometheusRule (the same rules promtool tests) and the dashboards ConfigMap; not
 import json
 
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
-from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as rk
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import KIND_ORDER
 from ansible_collections.soperator.slurm.plugins.module_utils.render import observe_objects as ro
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import health_check_config
 
@@ -39,7 +39,7 @@ def test_the_exporter_and_what_watches_it():
         ("Role", "demo-exporter"), ("RoleBinding", "demo-exporter"), ("Service", "demo-exporter"),
         ("ServiceAccount", "demo-exporter"), ("ServiceMonitor", "demo-exporter")]
     kinds = [o["kind"] for o in objects]
-    assert kinds == sorted(kinds, key=rk.KIND_ORDER.index)          # applied after what they use
+    assert kinds == sorted(kinds, key=KIND_ORDER.index)          # applied after what they use
 
     deploy = trk.find(objects, "Deployment", "demo-exporter")
     pod = deploy["spec"]["template"]["spec"]

@@ -31,7 +31,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils import wait
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError, describe, object_key
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import is_quantity, parse_quantity
-from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import KIND_ORDER
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import KIND_ORDER
 from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import to_yaml
 
 APPLIED_ANNOTATION = "slurm.soperator.dev/applied"

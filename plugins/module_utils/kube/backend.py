@@ -48,7 +48,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import
     CR_API_VERSION, KubeError, NotFound, RESOURCES, object_key)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster, secret_material
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_limits import check_kube_sizes
-from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import (
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import (
     APP_NAME, KIND_ORDER, WORKER, labels as component_labels)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 

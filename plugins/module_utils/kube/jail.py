@@ -30,7 +30,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube import readin
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.apply import owner_selector
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import CR_API_VERSION
-from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import LOGIN, WORKER, populate_job
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import LOGIN, WORKER
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import populate_job
 
 STATUS_FIELD_MANAGER = c.FIELD_MANAGER + "-jail"
 STARTED = "started"

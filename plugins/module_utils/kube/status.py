@@ -13,9 +13,8 @@ import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import job_failed, workload_state
-from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import (
-    WORKER,
-    labels as component_labels)
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import (
+    WORKER, labels as component_labels)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 
 

@@ -36,7 +36,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply 
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import (
     BackendError, _rollout_done, job_failed, job_log_tail, observed, workload_state)
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
-from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import (
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import (
     ACCOUNTING, ACCOUNTING_DB, CONTROLLER, LOGIN, WORKER, selector_labels)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import accounting_storage
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import versions as sv

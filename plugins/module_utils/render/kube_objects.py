@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Every Kubernetes object of a cluster, as plain dicts in apply order. Pure: no I/O, deterministic output.
+"""Every Kubernetes object of a cluster, as plain dicts in apply order, built from kube_builders.py's blocks (the
+exporter's and its monitoring objects: observe_objects.py). Pure: no I/O, deterministic output.
 
 Choices the objects encode (the images and the kube backend rely on them):
 - munged runs inside each Slurm image (controller, worker, login, accounting): the image's entrypoint starts it with
@@ -24,28 +25,21 @@ import copy
 import hashlib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_builders as kb
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
+from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_objects import observability_objects
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import (
+    ACCOUNTING, ACCOUNTING_DB, CHECKS, CONFIG, CONTROLLER, JAIL, KIND_ORDER, LOGIN, REMEDIATION, WORKER, labels,
+    selector_labels)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import (
     accounting_storage, node_definitions)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import SSHD_CONFIG, render_sshd_config
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import API_GROUP, MANAGED_BY
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (  # noqa: F401 (re-exported)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import API_GROUP
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (
     slurm_configs_name, slurmdbd_config_name, authorized_keys_name, sshd_config_name, jail_claim_name,
     controller_name, login_name, login_headless_name, accounting_name,
     accounting_db_name, populate_jail_name, remediation_name, remediation_cluster_role_name, active_check_name,
     remediation_status_name, service_account_name)
-
-APP_NAME = "slurm"
-
-CONTROLLER = "controller"
-LOGIN = "login"
-WORKER = "worker"
-ACCOUNTING = "accounting"
-ACCOUNTING_DB = "accounting-db"
-JAIL = "jail"
-CONFIG = "config"
-REMEDIATION = "remediation"
-CHECKS = "checks"
 
 # In-container contract with the images beyond constants.py (entrypoints read these; candidates for constants.py).
 SSH_PORT = 22
@@ -64,224 +58,18 @@ REMEDIATION_DEADLINE_SECONDS = 1800
 REMEDIATION_PLAYBOOK = "soperator.slurm.remediate"
 NODE_DEFINITIONS_ANNOTATION = "slurm.soperator.dev/node-definitions"
 
-_API = {
-    "ServiceAccount": "v1", "Secret": "v1", "ConfigMap": "v1", "PersistentVolumeClaim": "v1", "Service": "v1",
-    "Role": "rbac.authorization.k8s.io/v1", "RoleBinding": "rbac.authorization.k8s.io/v1",
-    "ClusterRole": "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
-    "Job": "batch/v1", "CronJob": "batch/v1", "StatefulSet": "apps/v1", "PodDisruptionBudget": "policy/v1",
-    "Deployment": "apps/v1", "ServiceMonitor": "monitoring.coreos.com/v1", "PrometheusRule": "monitoring.coreos.com/v1",
-}
-# Apply order: what a pod mounts or runs as exists before the pod; the jail is populated before it is used.
-KIND_ORDER = ("ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "Secret", "ConfigMap",
-              "PersistentVolumeClaim", "Service", "Job", "StatefulSet", "PodDisruptionBudget", "CronJob",
-              "Deployment", "ServiceMonitor", "PrometheusRule")
-
-
-# --- metadata ----------------------------------------------------------------------------------------------------
-
-def selector_labels(model, component, node_set=None):
-    labels = {c.LABEL_NAME: APP_NAME, c.LABEL_INSTANCE: model.name, c.LABEL_COMPONENT: component}
-    if node_set is not None:
-        labels[c.LABEL_NODESET] = node_set
-    return labels
-
-
-def labels(model, component, node_set=None):
-    result = selector_labels(model, component, node_set)
-    result[c.LABEL_MANAGED_BY] = MANAGED_BY
-    return result
-
-
-def _meta(model, name, component, node_set=None, annotations=None, namespaced=True):
-    meta = {"name": name}
-    if namespaced:
-        meta["namespace"] = model.namespace
-    meta["labels"] = labels(model, component, node_set)
-    if annotations:
-        meta["annotations"] = dict(sorted(annotations.items()))
-    return meta
-
-
-def _obj(kind, meta, **body):
-    obj = {"apiVersion": _API[kind], "kind": kind, "metadata": meta}
-    obj.update(body)
-    return obj
-
-
-# --- pod building blocks -----------------------------------------------------------------------------------------
-
-def _dns_searches(model):
-    return ["%s.%s.svc.%s" % (model.worker_service, model.namespace, model.cluster_domain),
-            "%s.%s.svc.%s" % (controller_name(model), model.namespace, model.cluster_domain)]
-
-
-def _toleration(t):
-    out = {}
-    for key, value in (("key", t.key), ("operator", t.operator), ("value", t.value), ("effect", t.effect),
-                       ("tolerationSeconds", t.toleration_seconds)):
-        if value is not None:
-            out[key] = value
-    return out
-
-
-def _pod_spec(model, component, containers, volumes, scheduling=None, api_access=False, **extra):
-    spec = {
-        "serviceAccountName": service_account_name(model, component),
-        "automountServiceAccountToken": api_access,
-        # No Service environment variables: they would leak into every job and grow with the namespace.
-        "enableServiceLinks": False,
-        "dnsConfig": {"searches": _dns_searches(model)},
-    }
-    spec.update(extra)
-    if model.images.pull_secrets:
-        spec["imagePullSecrets"] = [{"name": n} for n in model.images.pull_secrets]
-    if scheduling is not None:
-        if scheduling.node_selector:
-            spec["nodeSelector"] = dict(sorted(scheduling.node_selector.items()))
-        if scheduling.tolerations:
-            spec["tolerations"] = [_toleration(t) for t in scheduling.tolerations]
-        if scheduling.affinity:
-            spec["affinity"] = copy.deepcopy(scheduling.affinity)
-        if scheduling.priority_class_name:
-            spec["priorityClassName"] = scheduling.priority_class_name
-    spec["containers"] = containers
-    if volumes:
-        spec["volumes"] = volumes
-    return spec
-
-
-def _template(model, component, pod_spec, node_set=None, annotations=None):
-    meta = {"labels": labels(model, component, node_set)}
-    if annotations:
-        meta["annotations"] = dict(sorted(annotations.items()))
-    return {"metadata": meta, "spec": pod_spec}
-
-
-def _tcp_probe(port, liveness=False):
-    probe = {"tcpSocket": {"port": port}, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3}
-    if liveness:
-        probe.update({"initialDelaySeconds": 30, "periodSeconds": 20, "failureThreshold": 6})
-    return probe
-
-
-def _container(model, name, image, ports=(), args=None, command=None, env=None, mounts=None, resources=None,
-               security=None, probe_port=None, liveness=True):
-    container = {"name": name, "image": image, "imagePullPolicy": model.images.pull_policy}
-    if command:
-        container["command"] = list(command)
-    if args:
-        container["args"] = list(args)
-    if env:
-        container["env"] = env
-    if ports:
-        container["ports"] = [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports]
-    if resources:
-        container["resources"] = resources
-    if mounts:
-        container["volumeMounts"] = mounts
-    if probe_port is not None:
-        container["readinessProbe"] = _tcp_probe(probe_port)
-        if liveness:
-            container["livenessProbe"] = _tcp_probe(probe_port, liveness=True)
-    if security:
-        container["securityContext"] = security
-    return container
-
-
-def _requests_with_memory_limit(resources):
-    """Requests as given; memory is also the limit (no CPU limit: throttling a daemon helps nobody)."""
-    if not resources:
-        return None
-    out = {"requests": dict(sorted(resources.items()))}
-    if "memory" in resources:
-        out["limits"] = {"memory": resources["memory"]}
-    return out
-
-
-def _mount(name, path, read_only=False):
-    mount = {"name": name, "mountPath": path}
-    if read_only:
-        mount["readOnly"] = True
-    return mount
-
-
-def _configs_volume(model):
-    return {"name": "slurm-configs", "configMap": {"name": slurm_configs_name(model)}}
-
-
-def _munge_volume(model):
-    return {"name": "munge-key", "secret": {"secretName": s.munge_secret_name(model), "defaultMode": 0o400,
-                                            "items": [{"key": s.MUNGE_KEY, "path": s.MUNGE_KEY}]}}
-
-
-def _jail_volume(model):
-    return {"name": "jail", "persistentVolumeClaim": {"claimName": jail_claim_name(model)}}
-
-
-def _slurm_volumes(model):
-    """(volumes, mounts) every Slurm daemon pod but slurmdbd has: configs, munge key."""
-    volumes = [_configs_volume(model), _munge_volume(model)]
-    mounts = [_mount("slurm-configs", c.SLURM_CONF_DIR, True), _mount("munge-key", c.MUNGE_KEY_DIR, True)]
-    return volumes, mounts
-
-
-def _env_secret(name, secret, key):
-    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
-
-
-def _claim_template(model, name, component, size, storage_class):
-    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
-    if storage_class:
-        spec["storageClassName"] = storage_class
-    # No managed-by label: the claims it creates outlive the StatefulSet and must never be pruned.
-    return {"metadata": {"name": name, "labels": selector_labels(model, component)}, "spec": spec}
-
-
-def _stateful_set(model, name, component, service, replicas, pod_spec, node_set=None, claims=None,
-                  on_delete=False, parallel=False, pod_annotations=None):
-    spec = {
-        "replicas": replicas,
-        "serviceName": service,
-        "selector": {"matchLabels": selector_labels(model, component, node_set)},
-    }
-    if parallel:
-        spec["podManagementPolicy"] = "Parallel"
-    spec["updateStrategy"] = {"type": "OnDelete"} if on_delete else {"type": "RollingUpdate"}
-    spec["template"] = _template(model, component, pod_spec, node_set, pod_annotations)
-    if claims:
-        spec["volumeClaimTemplates"] = claims
-    return _obj("StatefulSet", _meta(model, name, component, node_set), spec=spec)
-
-
-def _headless_service(model, name, component, ports, publish_not_ready=True):
-    spec = {
-        "clusterIP": "None",
-        # Slurm daemons resolve each other while starting, before their readiness probes pass.
-        "publishNotReadyAddresses": publish_not_ready,
-        "selector": selector_labels(model, component),
-        "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in ports],
-    }
-    return _obj("Service", _meta(model, name, component), spec=spec)
-
-
-def _pdb(model, name, component, max_unavailable, node_set=None):
-    return _obj("PodDisruptionBudget", _meta(model, name, component, node_set), spec={
-        "maxUnavailable": max_unavailable,
-        "selector": {"matchLabels": selector_labels(model, component, node_set)},
-    })
-
-
 # --- components --------------------------------------------------------------------------------------------------
+
 
 def _service_accounts(model):
     components = [CONTROLLER, LOGIN, WORKER, JAIL]
     if model.accounting.enabled:
         components.append(ACCOUNTING)
-    out = [_obj("ServiceAccount", _meta(model, service_account_name(model, comp), comp),
-                automountServiceAccountToken=False) for comp in components]
+    out = [kb.obj("ServiceAccount", kb.meta(model, service_account_name(model, comp), comp),
+                  automountServiceAccountToken=False) for comp in components]
     if model.remediation.enabled:
-        out.append(_obj("ServiceAccount", _meta(model, remediation_name(model), REMEDIATION),
-                        automountServiceAccountToken=True))
+        out.append(kb.obj("ServiceAccount", kb.meta(model, remediation_name(model), REMEDIATION),
+                          automountServiceAccountToken=True))
     return out
 
 
@@ -337,19 +125,19 @@ def _rbac(model):
     name = remediation_name(model)
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": model.namespace}]
     out = [
-        _obj("Role", _meta(model, name, REMEDIATION), rules=remediation_rules(model)),
-        _obj("RoleBinding", _meta(model, name, REMEDIATION), subjects=subject,
-             roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}),
+        kb.obj("Role", kb.meta(model, name, REMEDIATION), rules=remediation_rules(model)),
+        kb.obj("RoleBinding", kb.meta(model, name, REMEDIATION), subjects=subject,
+               roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}),
     ]
     if model.remediation.cordon_kubernetes_node:
         # Cordoning a Kubernetes node (a server-side apply of spec.unschedulable) is cluster-scoped; nothing else is.
         cluster_name = remediation_cluster_role_name(model)
-        out.append(_obj("ClusterRole", _meta(model, cluster_name, REMEDIATION, namespaced=False),
-                        rules=[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]))
-        out.append(_obj("ClusterRoleBinding", _meta(model, cluster_name, REMEDIATION, namespaced=False),
-                        subjects=subject,
-                        roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                 "name": cluster_name}))
+        out.append(kb.obj("ClusterRole", kb.meta(model, cluster_name, REMEDIATION, namespaced=False),
+                          rules=[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]))
+        out.append(kb.obj("ClusterRoleBinding", kb.meta(model, cluster_name, REMEDIATION, namespaced=False),
+                          subjects=subject,
+                          roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                   "name": cluster_name}))
     return out
 
 
@@ -382,7 +170,7 @@ def _secrets(model, material):
         if name not in material:
             continue
         data = dict((k, base64.b64encode(v).decode("ascii")) for k, v in sorted(material[name].items()))
-        out.append(_obj("Secret", _meta(model, name, spec.component), type="Opaque", data=data))
+        out.append(kb.obj("Secret", kb.meta(model, name, spec.component), type="Opaque", data=data))
     return out
 
 
@@ -390,15 +178,16 @@ def _config_maps(model, slurm_configs):
     if "slurm.conf" not in slurm_configs:
         raise ValueError("slurm_configs lacks slurm.conf")
     data = dict((k, slurm_configs[k]) for k in sorted(slurm_configs) if k != c.SLURMDBD_CONF)
-    out = [_obj("ConfigMap", _meta(model, slurm_configs_name(model), CONFIG), data=data)]
+    out = [kb.obj("ConfigMap", kb.meta(model, slurm_configs_name(model), CONFIG), data=data)]
     keys = "".join(k + "\n" for k in model.login.ssh_root_public_keys)
-    out.append(_obj("ConfigMap", _meta(model, authorized_keys_name(model), LOGIN), data={"root": keys}))
-    out.append(_obj("ConfigMap", _meta(model, sshd_config_name(model), LOGIN), data={SSHD_CONFIG: login_sshd_config()}))
+    out.append(kb.obj("ConfigMap", kb.meta(model, authorized_keys_name(model), LOGIN), data={"root": keys}))
+    out.append(kb.obj("ConfigMap", kb.meta(model, sshd_config_name(model), LOGIN),
+                      data={SSHD_CONFIG: login_sshd_config()}))
     if model.accounting.enabled:
         if c.SLURMDBD_CONF not in slurm_configs:
             raise ValueError("accounting is enabled but slurm_configs lacks %s" % c.SLURMDBD_CONF)
-        out.append(_obj("ConfigMap", _meta(model, slurmdbd_config_name(model), ACCOUNTING),
-                        data={c.SLURMDBD_CONF: slurm_configs[c.SLURMDBD_CONF]}))
+        out.append(kb.obj("ConfigMap", kb.meta(model, slurmdbd_config_name(model), ACCOUNTING),
+                          data={c.SLURMDBD_CONF: slurm_configs[c.SLURMDBD_CONF]}))
     return out
 
 
@@ -409,17 +198,17 @@ def _jail_claim(model):
     spec = {"accessModes": list(volume.access_modes), "resources": {"requests": {"storage": volume.size}}}
     if volume.storage_class_name:
         spec["storageClassName"] = volume.storage_class_name
-    return [_obj("PersistentVolumeClaim", _meta(model, jail_claim_name(model), JAIL), spec=spec)]
+    return [kb.obj("PersistentVolumeClaim", kb.meta(model, jail_claim_name(model), JAIL), spec=spec)]
 
 
 def _services(model):
-    out = [_headless_service(model, controller_name(model), CONTROLLER, [("slurmctld", model.controller.port)])]
+    out = [kb.headless_service(model, controller_name(model), CONTROLLER, [("slurmctld", model.controller.port)])]
     if model.accounting.enabled:
         if model.accounting.in_cluster is not None:
-            out.append(_headless_service(model, accounting_db_name(model), ACCOUNTING_DB,
-                                         [("mysql", c.MARIADB_PORT)], publish_not_ready=False))
-        out.append(_headless_service(model, accounting_name(model), ACCOUNTING,
-                                     [("slurmdbd", model.accounting.port)]))
+            out.append(kb.headless_service(model, accounting_db_name(model), ACCOUNTING_DB,
+                                           [("mysql", c.MARIADB_PORT)], publish_not_ready=False))
+        out.append(kb.headless_service(model, accounting_name(model), ACCOUNTING,
+                                       [("slurmdbd", model.accounting.port)]))
     svc = model.login.service
     port = {"name": "ssh", "port": svc.port, "targetPort": "ssh", "protocol": "TCP"}
     if svc.node_port is not None and svc.type != "ClusterIP":
@@ -427,10 +216,10 @@ def _services(model):
     spec = {"type": svc.type, "selector": selector_labels(model, LOGIN), "ports": [port]}
     if svc.type == "LoadBalancer" and svc.source_ranges:
         spec["loadBalancerSourceRanges"] = list(svc.source_ranges)
-    out.append(_obj("Service", _meta(model, login_name(model), LOGIN, annotations=svc.annotations), spec=spec))
-    out.append(_headless_service(model, login_headless_name(model), LOGIN, [("ssh", SSH_PORT)],
-                                 publish_not_ready=False))
-    out.append(_headless_service(model, model.worker_service, WORKER, [("slurmd", c.SLURMD_PORT)]))
+    out.append(kb.obj("Service", kb.meta(model, login_name(model), LOGIN, annotations=svc.annotations), spec=spec))
+    out.append(kb.headless_service(model, login_headless_name(model), LOGIN, [("ssh", SSH_PORT)],
+                                   publish_not_ready=False))
+    out.append(kb.headless_service(model, model.worker_service, WORKER, [("slurmd", c.SLURMD_PORT)]))
     return out
 
 
@@ -438,15 +227,15 @@ def _populate_job(model, overwrite=None, timeout=None):
     """The populate image's program is plugins/module_utils/node/jail.py: it fills the jail from the root filesystem
     tarball in the image, under the overwrite rule and within `timeout` seconds (None: the program's own default,
     jail.py DEFAULT_TIMEOUT), and prints the jail's sentinel as a JSON line."""
-    container = _container(
+    container = kb.container(
         model, "populate-jail", model.jail.populate_image, command=["python3", c.POPULATE_JAIL_PROGRAM],
         args=["populate", "--source", c.POPULATE_JAIL_SOURCE, "--jail", c.JAIL_MOUNT,
               "--overwrite", overwrite or model.jail.overwrite, "--label", model.jail.populate_image]
         + (["--timeout", str(timeout)] if timeout else []),
-        mounts=[_mount("jail", c.JAIL_MOUNT)])
-    pod = _pod_spec(model, JAIL, [container], [_jail_volume(model)], restartPolicy="Never")
-    return _obj("Job", _meta(model, populate_jail_name(model), JAIL),
-                spec={"backoffLimit": model.jail.populate_backoff_limit, "template": _template(model, JAIL, pod)})
+        mounts=[kb.mount("jail", c.JAIL_MOUNT)])
+    pod = kb.pod_spec(model, JAIL, [container], [kb.jail_volume(model)], restartPolicy="Never")
+    return kb.obj("Job", kb.meta(model, populate_jail_name(model), JAIL),
+                  spec={"backoffLimit": model.jail.populate_backoff_limit, "template": kb.template(model, JAIL, pod)})
 
 
 def populate_job(model, overwrite=None, timeout=None):
@@ -461,44 +250,44 @@ def _accounting_db(model):
     # The user and database slurmdbd.conf names: both come from the one accounting_storage(model).
     storage = accounting_storage(model)
     env = [
-        _env_secret("MARIADB_ROOT_PASSWORD", secret, s.DB_ROOT_PASSWORD),
+        kb.env_secret("MARIADB_ROOT_PASSWORD", secret, s.DB_ROOT_PASSWORD),
         {"name": "MARIADB_USER", "value": storage.user},
-        _env_secret("MARIADB_PASSWORD", secret, s.DB_PASSWORD),
+        kb.env_secret("MARIADB_PASSWORD", secret, s.DB_PASSWORD),
         {"name": "MARIADB_DATABASE", "value": storage.database},
     ]
-    container = _container(
+    container = kb.container(
         model, "mariadb", model.images.mariadb, ports=[("mysql", c.MARIADB_PORT)],
         # slurmdbd's documented tuning: long lock waits during upgrades and purges.
         args=["--innodb-lock-wait-timeout=900"],
-        env=env, mounts=[_mount("data", MARIADB_DATA_DIR)], resources=_requests_with_memory_limit(db.resources),
+        env=env, mounts=[kb.mount("data", MARIADB_DATA_DIR)], resources=kb.requests_with_memory_limit(db.resources),
         security={"allowPrivilegeEscalation": False}, probe_port="mysql")
-    pod = _pod_spec(model, ACCOUNTING, [container], [])
-    return _stateful_set(model, accounting_db_name(model), ACCOUNTING_DB, accounting_db_name(model), 1, pod,
-                         claims=[_claim_template(model, "data", ACCOUNTING_DB, db.storage, db.storage_class_name)])
+    pod = kb.pod_spec(model, ACCOUNTING, [container], [])
+    return kb.stateful_set(model, accounting_db_name(model), ACCOUNTING_DB, accounting_db_name(model), 1, pod,
+                           claims=[kb.claim_template(model, "data", ACCOUNTING_DB, db.storage, db.storage_class_name)])
 
 
 def _accounting(model):
     acc = model.accounting
     if acc.in_cluster is not None:
-        password = _env_secret(ENV_SLURMDBD_STORAGE_PASS, s.accounting_db_secret_name(model), s.DB_PASSWORD)
+        password = kb.env_secret(ENV_SLURMDBD_STORAGE_PASS, s.accounting_db_secret_name(model), s.DB_PASSWORD)
     else:
         ref = acc.external.password_secret
-        password = _env_secret(ENV_SLURMDBD_STORAGE_PASS, ref.name, ref.key)
+        password = kb.env_secret(ENV_SLURMDBD_STORAGE_PASS, ref.name, ref.key)
     env = [{"name": ENV_SLURMDBD_TEMPLATE, "value": "%s/%s" % (SLURMDBD_TEMPLATE_DIR, c.SLURMDBD_CONF)}, password]
     volumes = [
         {"name": "slurmdbd-template", "configMap": {"name": slurmdbd_config_name(model)}},
         # The entrypoint writes slurmdbd.conf (template + StoragePass, mode 0600) here; slurmdbd reads it here.
         {"name": "slurm-conf-dir", "emptyDir": {}},
-        _munge_volume(model),
+        kb.munge_volume(model),
     ]
-    mounts = [_mount("slurmdbd-template", SLURMDBD_TEMPLATE_DIR, True), _mount("slurm-conf-dir", c.SLURM_CONF_DIR),
-              _mount("munge-key", c.MUNGE_KEY_DIR, True)]
-    container = _container(
+    mounts = [kb.mount("slurmdbd-template", SLURMDBD_TEMPLATE_DIR, True), kb.mount("slurm-conf-dir", c.SLURM_CONF_DIR),
+              kb.mount("munge-key", c.MUNGE_KEY_DIR, True)]
+    container = kb.container(
         model, "slurmdbd", model.images.accounting, ports=[("slurmdbd", acc.port)], args=["slurmdbd", "-D"],
-        env=env, mounts=mounts, resources=_requests_with_memory_limit(acc.resources),
+        env=env, mounts=mounts, resources=kb.requests_with_memory_limit(acc.resources),
         security={"allowPrivilegeEscalation": False}, probe_port="slurmdbd")
-    pod = _pod_spec(model, ACCOUNTING, [container], volumes)
-    return _stateful_set(model, accounting_name(model), ACCOUNTING, accounting_name(model), 1, pod)
+    pod = kb.pod_spec(model, ACCOUNTING, [container], volumes)
+    return kb.stateful_set(model, accounting_name(model), ACCOUNTING, accounting_name(model), 1, pod)
 
 
 def node_definitions_hash(model):
@@ -510,17 +299,17 @@ def node_definitions_hash(model):
 
 def _controller(model):
     ctl = model.controller
-    volumes, mounts = _slurm_volumes(model)
-    mounts.append(_mount("spool", c.CONTROLLER_SPOOL))
-    container = _container(
+    volumes, mounts = kb.slurm_volumes(model)
+    mounts.append(kb.mount("spool", c.CONTROLLER_SPOOL))
+    container = kb.container(
         model, "slurmctld", model.images.controller, ports=[("slurmctld", ctl.port)], args=["slurmctld", "-D"],
-        mounts=mounts, resources=_requests_with_memory_limit(ctl.resources),
+        mounts=mounts, resources=kb.requests_with_memory_limit(ctl.resources),
         security={"allowPrivilegeEscalation": False}, probe_port="slurmctld")
-    pod = _pod_spec(model, CONTROLLER, [container], volumes, scheduling=ctl.scheduling)
-    return _stateful_set(model, controller_name(model), CONTROLLER, controller_name(model), 1, pod,
-                         pod_annotations={NODE_DEFINITIONS_ANNOTATION: node_definitions_hash(model)},
-                         claims=[_claim_template(model, "spool", CONTROLLER, ctl.spool_size,
-                                                 ctl.spool_storage_class_name)])
+    pod = kb.pod_spec(model, CONTROLLER, [container], volumes, scheduling=ctl.scheduling)
+    return kb.stateful_set(model, controller_name(model), CONTROLLER, controller_name(model), 1, pod,
+                           pod_annotations={NODE_DEFINITIONS_ANNOTATION: node_definitions_hash(model)},
+                           claims=[kb.claim_template(model, "spool", CONTROLLER, ctl.spool_size,
+                                                     ctl.spool_storage_class_name)])
 
 
 def _wait_for_jail(model, image, guaranteed):
@@ -529,10 +318,10 @@ def _wait_for_jail(model, image, guaranteed):
     In a worker (guaranteed), requests equal to limits keep the pod in the Guaranteed QoS class; the login pod's
     gets none, so the wait adds nothing to what the login pod asks of its node."""
     small = {"cpu": "100m", "memory": "64Mi"}
-    return _container(model, "wait-for-jail", image, command=["python3", c.NODE_JAIL_PROGRAM],
-                      args=["wait", "--jail", c.JAIL_MOUNT], mounts=[_mount("jail", c.JAIL_MOUNT, True)],
-                      resources={"requests": dict(small), "limits": dict(small)} if guaranteed else None,
-                      security={"allowPrivilegeEscalation": False})
+    return kb.container(model, "wait-for-jail", image, command=["python3", c.NODE_JAIL_PROGRAM],
+                        args=["wait", "--jail", c.JAIL_MOUNT], mounts=[kb.mount("jail", c.JAIL_MOUNT, True)],
+                        resources={"requests": dict(small), "limits": dict(small)} if guaranteed else None,
+                        security={"allowPrivilegeEscalation": False})
 
 
 def login_sshd_config():
@@ -556,10 +345,10 @@ def _login(model):
     The jail itself provides /dev and /proc for sessions (its root filesystem image).
     """
     login = model.login
-    volumes, mounts = _slurm_volumes(model)
+    volumes, mounts = kb.slurm_volumes(model)
     ssh_keys = list(s.SSH_HOST_KEY_FILES)
     volumes += [
-        _jail_volume(model),
+        kb.jail_volume(model),
         # sshd refuses host keys that others can read.
         {"name": "ssh-host-keys", "secret": {"secretName": s.ssh_host_keys_secret_name(model), "defaultMode": 0o600,
                                              "items": [{"key": k, "path": k} for k in ssh_keys]}},
@@ -567,35 +356,36 @@ def _login(model):
         {"name": "sshd-config", "configMap": {"name": sshd_config_name(model), "defaultMode": 0o644}},
         {"name": "munge-socket", "emptyDir": {}},
     ]
-    mounts += [_mount("jail", c.JAIL_MOUNT), _mount("ssh-host-keys", c.SSH_HOST_KEY_DIR, True),
-               _mount("authorized-keys", SSH_AUTHORIZED_KEYS_DIR, True), _mount("sshd-config", SSHD_CONFIG_DIR, True),
-               dict(_mount("jail", EXTRAUSERS_DIR, True), subPath="etc"),
-               _mount("munge-socket", c.MUNGE_SOCKET_DIR),
-               _mount("slurm-configs", c.JAIL_MOUNT + c.SLURM_CONF_DIR, True),
-               _mount("munge-socket", c.JAIL_MOUNT + c.MUNGE_SOCKET_DIR)]
-    container = _container(
+    mounts += [kb.mount("jail", c.JAIL_MOUNT), kb.mount("ssh-host-keys", c.SSH_HOST_KEY_DIR, True),
+               kb.mount("authorized-keys", SSH_AUTHORIZED_KEYS_DIR, True),
+               kb.mount("sshd-config", SSHD_CONFIG_DIR, True),
+               dict(kb.mount("jail", EXTRAUSERS_DIR, True), subPath="etc"),
+               kb.mount("munge-socket", c.MUNGE_SOCKET_DIR),
+               kb.mount("slurm-configs", c.JAIL_MOUNT + c.SLURM_CONF_DIR, True),
+               kb.mount("munge-socket", c.JAIL_MOUNT + c.MUNGE_SOCKET_DIR)]
+    container = kb.container(
         model, "sshd", model.images.login, ports=[("ssh", SSH_PORT)],
         args=["/usr/sbin/sshd", "-D", "-e", "-f", "%s/%s" % (SSHD_CONFIG_DIR, SSHD_CONFIG)],
-        mounts=mounts, resources=_requests_with_memory_limit(login.resources),
+        mounts=mounts, resources=kb.requests_with_memory_limit(login.resources),
         # sshd's ChrootDirectory puts every session into the jail.
         security={"capabilities": {"add": ["SYS_CHROOT"]}}, probe_port="ssh")
-    pod = _pod_spec(model, LOGIN, [container], volumes, scheduling=login.scheduling,
-                    initContainers=[_wait_for_jail(model, model.images.login, False)])
+    pod = kb.pod_spec(model, LOGIN, [container], volumes, scheduling=login.scheduling,
+                      initContainers=[_wait_for_jail(model, model.images.login, False)])
     # sshd reads its config only when it starts: a changed config rolls the login pods (sessions end).
     digest = hashlib.sha256(login_sshd_config().encode("utf-8")).hexdigest()[:16]
-    return _stateful_set(model, login_name(model), LOGIN, login_headless_name(model), login.replicas, pod,
-                         parallel=True, pod_annotations={SSHD_CONFIG_ANNOTATION: digest})
+    return kb.stateful_set(model, login_name(model), LOGIN, login_headless_name(model), login.replicas, pod,
+                           parallel=True, pod_annotations={SSHD_CONFIG_ANNOTATION: digest})
 
 
 def _worker(model, node_set):
-    volumes, mounts = _slurm_volumes(model)
-    volumes += [_jail_volume(model), {"name": "spool", "emptyDir": {}}]
-    mounts += [_mount("jail", c.JAIL_MOUNT), _mount("spool", c.SLURMD_SPOOL)]
+    volumes, mounts = kb.slurm_volumes(model)
+    volumes += [kb.jail_volume(model), {"name": "spool", "emptyDir": {}}]
+    mounts += [kb.mount("jail", c.JAIL_MOUNT), kb.mount("spool", c.SLURMD_SPOOL)]
     if node_set.shared_memory:
         volumes.append({"name": "dev-shm", "emptyDir": {"medium": "Memory", "sizeLimit": node_set.shared_memory}})
-        mounts.append(_mount("dev-shm", "/dev/shm"))
+        mounts.append(kb.mount("dev-shm", "/dev/shm"))
     resources = dict(sorted(node_set.resources.items()))
-    container = _container(
+    container = kb.container(
         model, "slurmd", node_set.image, ports=[("slurmd", c.SLURMD_PORT)],
         args=["slurmd", "-D", "-N", "$(%s)" % ENV_POD_NAME],
         # POD_IP: the entrypoint tells slurmctld the pod's address before slurmd starts (a recreated pod has a
@@ -610,30 +400,30 @@ def _worker(model, node_set):
         # No liveness probe: restarting slurmd's container kills its jobs; unhealthy workers are drained and
         # replaced by remediation instead.
         probe_port="slurmd", liveness=False)
-    pod = _pod_spec(model, WORKER, [container], volumes, scheduling=node_set.scheduling,
-                    initContainers=[_wait_for_jail(model, node_set.image, True)])
-    return _stateful_set(model, node_set.name, WORKER, model.worker_service, node_set.replicas, pod,
-                         node_set=node_set.name, on_delete=True, parallel=True)
+    pod = kb.pod_spec(model, WORKER, [container], volumes, scheduling=node_set.scheduling,
+                      initContainers=[_wait_for_jail(model, node_set.image, True)])
+    return kb.stateful_set(model, node_set.name, WORKER, model.worker_service, node_set.replicas, pod,
+                           node_set=node_set.name, on_delete=True, parallel=True)
 
 
 def _disruption_budgets(model):
-    out = [_pdb(model, login_name(model), LOGIN, 1)]
+    out = [kb.pdb(model, login_name(model), LOGIN, 1)]
     for node_set in model.node_sets:
-        out.append(_pdb(model, node_set.name, WORKER, node_set.max_unavailable, node_set.name))
+        out.append(kb.pdb(model, node_set.name, WORKER, node_set.max_unavailable, node_set.name))
     return out
 
 
 def _remediation_cron_job(model):
     rem = model.remediation
-    container = _container(
+    container = kb.container(
         model, "remediate", model.images.remediation,
         command=["ansible-playbook", REMEDIATION_PLAYBOOK, "-e", "cluster=%s" % model.name,
                  "-e", "slurm_namespace=%s" % model.namespace],
         security={"allowPrivilegeEscalation": False})
-    pod = _pod_spec(model, REMEDIATION, [container], [], api_access=True, restartPolicy="Never")
+    pod = kb.pod_spec(model, REMEDIATION, [container], [], api_access=True, restartPolicy="Never")
     job = {"backoffLimit": 0, "activeDeadlineSeconds": REMEDIATION_DEADLINE_SECONDS,
-           "template": _template(model, REMEDIATION, pod)}
-    return _obj("CronJob", _meta(model, remediation_name(model), REMEDIATION), spec={
+           "template": kb.template(model, REMEDIATION, pod)}
+    return kb.obj("CronJob", kb.meta(model, remediation_name(model), REMEDIATION), spec={
         "schedule": rem.schedule,
         "concurrencyPolicy": "Forbid",
         "successfulJobsHistoryLimit": rem.successful_jobs_history_limit,
@@ -645,7 +435,7 @@ def _remediation_cron_job(model):
 def _remediation_status(model):
     """The remediation record's ConfigMap (slurm/remediation_record.py). Rendered without data: the remediation run
     owns its one key (its own field manager), so a reconcile neither compares nor takes it back."""
-    return _obj("ConfigMap", _meta(model, remediation_status_name(model), REMEDIATION))
+    return kb.obj("ConfigMap", kb.meta(model, remediation_status_name(model), REMEDIATION))
 
 
 # A pending check job is cancelled after this (the node stays busy); a running one ends at its Slurm time limit.
@@ -660,21 +450,21 @@ def _active_checks(model):
     checks = model.health_checks.active
     if not checks:
         return []
-    out = [_obj("ServiceAccount", _meta(model, service_account_name(model, CHECKS), CHECKS),
-                automountServiceAccountToken=False)]
-    volumes, mounts = _slurm_volumes(model)
-    volumes.append(_jail_volume(model))
-    mounts.append(_mount("jail", c.JAIL_MOUNT))
+    out = [kb.obj("ServiceAccount", kb.meta(model, service_account_name(model, CHECKS), CHECKS),
+                  automountServiceAccountToken=False)]
+    volumes, mounts = kb.slurm_volumes(model)
+    volumes.append(kb.jail_volume(model))
+    mounts.append(kb.mount("jail", c.JAIL_MOUNT))
     for check in checks:
-        container = _container(
+        container = kb.container(
             model, "active-check", model.images.login,
             args=[c.ACTIVE_CHECK_PROGRAM, "--check", check.name, "--pending-timeout", str(CHECK_PENDING_SECONDS)],
             mounts=copy.deepcopy(mounts), security={"allowPrivilegeEscalation": False})
-        pod = _pod_spec(model, CHECKS, [container], copy.deepcopy(volumes), restartPolicy="Never")
+        pod = kb.pod_spec(model, CHECKS, [container], copy.deepcopy(volumes), restartPolicy="Never")
         job = {"backoffLimit": 0,
                "activeDeadlineSeconds": CHECK_PENDING_SECONDS + check.timeout_seconds + 300,
-               "template": _template(model, CHECKS, pod)}
-        out.append(_obj("CronJob", _meta(model, active_check_name(model, check.name), CHECKS), spec={
+               "template": kb.template(model, CHECKS, pod)}
+        out.append(kb.obj("CronJob", kb.meta(model, active_check_name(model, check.name), CHECKS), spec={
             "schedule": check.schedule,
             "concurrencyPolicy": "Forbid",
             "successfulJobsHistoryLimit": CHECK_HISTORY_LIMIT,
@@ -710,8 +500,6 @@ def render_manifests(model, slurm_configs, secret_material):
     if model.remediation.enabled:
         objects += [_remediation_cron_job(model), _remediation_status(model)]
     objects += _active_checks(model)
-    # imported here: observe_objects builds on this module's blocks
-    from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_objects import observability_objects
     objects += observability_objects(model)
     objects.sort(key=lambda o: KIND_ORDER.index(o["kind"]))   # stable: keeps the order within a kind
     seen = set()

@@ -14,7 +14,7 @@ import json
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
-from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as ko
+from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_builders as kb
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import slurmctld_metrics
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import STATUS_DIR
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation_record import RECORD_KEY
@@ -51,10 +51,10 @@ def _exporter(model):
     extra_args, mounts, volumes = ["--status-dir", JAIL_MOUNT + STATUS_DIR], [], []
     if model.remediation.enabled:
         extra_args += ["--remediation-record", "%s/%s" % (REMEDIATION_STATUS_MOUNT, RECORD_KEY)]
-        mounts.append(ko._mount("remediation-status", REMEDIATION_STATUS_MOUNT, read_only=True))
+        mounts.append(kb.mount("remediation-status", REMEDIATION_STATUS_MOUNT, read_only=True))
         volumes.append({"name": "remediation-status", "configMap": {"name": remediation_status_name(model),
                                                                     "optional": True}})
-    container = ko._container(
+    container = kb.container(
         model, EXPORTER, model.images.remediation, ports=[("metrics", port)],
         command=["python3", "-m", EXPORTER_MODULE],
         args=["--port", str(port), "--listen-address", "0.0.0.0", "--kubernetes-namespace", model.namespace,
@@ -63,33 +63,33 @@ def _exporter(model):
               "--scrape-timeout", str(model.observability.scrape_timeout_seconds)] + extra_args,
         env=[{"name": "PYTHONPATH", "value": RUNNER_COLLECTIONS}],
         # the jail read-only: its filesystem's size and free space (slurm_jail_filesystem_*)
-        mounts=[ko._mount("jail", JAIL_MOUNT, read_only=True)] + mounts,
+        mounts=[kb.mount("jail", JAIL_MOUNT, read_only=True)] + mounts,
         resources={"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
         # a scrape runs Slurm commands: the probes only check that the server listens
         probe_port="metrics",
         security={"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
                   "runAsUser": RUNNER_UID, "capabilities": {"drop": ["ALL"]},
                   "seccompProfile": {"type": "RuntimeDefault"}})
-    jail = ko._jail_volume(model)
+    jail = kb.jail_volume(model)
     jail["persistentVolumeClaim"]["readOnly"] = True
-    pod = ko._pod_spec(model, EXPORTER, [container], [jail] + volumes, scheduling=model.controller.scheduling,
-                       api_access=True)
+    pod = kb.pod_spec(model, EXPORTER, [container], [jail] + volumes, scheduling=model.controller.scheduling,
+                      api_access=True)
     subject = [{"kind": "ServiceAccount", "name": service_account_name(model, EXPORTER),
                 "namespace": model.namespace}]
     return [
-        ko._obj("ServiceAccount", ko._meta(model, service_account_name(model, EXPORTER), EXPORTER),
-                automountServiceAccountToken=True),
-        ko._obj("Role", ko._meta(model, name, EXPORTER), rules=exporter_rules(model)),
-        ko._obj("RoleBinding", ko._meta(model, name, EXPORTER), subjects=subject,
-                roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}),
-        ko._obj("Service", ko._meta(model, name, EXPORTER), spec={
-            "type": "ClusterIP", "selector": ko.selector_labels(model, EXPORTER),
+        kb.obj("ServiceAccount", kb.meta(model, service_account_name(model, EXPORTER), EXPORTER),
+               automountServiceAccountToken=True),
+        kb.obj("Role", kb.meta(model, name, EXPORTER), rules=exporter_rules(model)),
+        kb.obj("RoleBinding", kb.meta(model, name, EXPORTER), subjects=subject,
+               roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}),
+        kb.obj("Service", kb.meta(model, name, EXPORTER), spec={
+            "type": "ClusterIP", "selector": kb.selector_labels(model, EXPORTER),
             "ports": [{"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}]}),
-        ko._obj("Deployment", ko._meta(model, name, EXPORTER), spec={
-            "replicas": 1, "selector": {"matchLabels": ko.selector_labels(model, EXPORTER)},
+        kb.obj("Deployment", kb.meta(model, name, EXPORTER), spec={
+            "replicas": 1, "selector": {"matchLabels": kb.selector_labels(model, EXPORTER)},
             # one exporter at a time: two would double every series for the old one's scrape interval
             "strategy": {"type": "Recreate"},
-            "template": ko._template(model, EXPORTER, pod)}),
+            "template": kb.template(model, EXPORTER, pod)}),
     ]
 
 
@@ -108,30 +108,30 @@ def _monitoring(model):
     obs = model.observability
     out = []
     if obs.service_monitor.enabled:
-        out.append(ko._obj("ServiceMonitor", _with_labels(ko._meta(model, exporter_name(model), EXPORTER),
-                                                          obs.service_monitor.labels), spec={
-            "selector": {"matchLabels": ko.selector_labels(model, EXPORTER)},
+        out.append(kb.obj("ServiceMonitor", _with_labels(kb.meta(model, exporter_name(model), EXPORTER),
+                                                         obs.service_monitor.labels), spec={
+            "selector": {"matchLabels": kb.selector_labels(model, EXPORTER)},
             "namespaceSelector": {"matchNames": [model.namespace]},
             "endpoints": [{"port": "metrics", "path": "/metrics", "interval": obs.service_monitor.interval,
                            "scrapeTimeout": "%ds" % obs.scrape_timeout_seconds}]}))
     if obs.service_monitor.enabled and slurmctld_metrics(model):
         # slurmctld's own endpoints (Slurm 25.11+), on the controller's headless Service
-        out.append(ko._obj("ServiceMonitor", _with_labels(ko._meta(model, controller_name(model), ko.CONTROLLER),
-                                                          obs.service_monitor.labels), spec={
-            "selector": {"matchLabels": ko.selector_labels(model, ko.CONTROLLER)},
+        out.append(kb.obj("ServiceMonitor", _with_labels(kb.meta(model, controller_name(model), kb.CONTROLLER),
+                                                         obs.service_monitor.labels), spec={
+            "selector": {"matchLabels": kb.selector_labels(model, kb.CONTROLLER)},
             "namespaceSelector": {"matchNames": [model.namespace]},
             "endpoints": [{"port": "slurmctld", "path": path, "interval": obs.service_monitor.interval,
                            "scrapeTimeout": "%ds" % obs.scrape_timeout_seconds}
                           for path in c.SLURMCTLD_METRICS_PATHS]}))
     if obs.prometheus_rule.enabled:
-        out.append(ko._obj("PrometheusRule", _with_labels(ko._meta(model, exporter_name(model), EXPORTER),
-                                                          obs.prometheus_rule.labels),
-                           spec=alerts.rule_groups(exporter_target(model))))
+        out.append(kb.obj("PrometheusRule", _with_labels(kb.meta(model, exporter_name(model), EXPORTER),
+                                                         obs.prometheus_rule.labels),
+                          spec=alerts.rule_groups(exporter_target(model))))
     if obs.dashboards.enabled:
         data = dict((name, json.dumps(board, indent=1, sort_keys=True))
                     for name, board in sorted(dashboards.dashboards().items()))
-        out.append(ko._obj("ConfigMap", _with_labels(ko._meta(model, "%s-dashboards" % model.name, DASHBOARDS),
-                                                     obs.dashboards.labels), data=data))
+        out.append(kb.obj("ConfigMap", _with_labels(kb.meta(model, "%s-dashboards" % model.name, DASHBOARDS),
+                                                    obs.dashboards.labels), data=data))
     return out
 
 

@@ -20,7 +20,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.pod_replace i
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation_record as rr
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
-from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import (
+from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import (
     REMEDIATION, labels as component_labels)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 
