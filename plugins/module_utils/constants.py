@@ -28,7 +28,7 @@ SLURMD_SPOOL = "/var/spool/slurmd"
 SLURM_LOG_DIR = "/var/log/slurm"
 SLURM_RUN_DIR = "/run/slurm"
 HEALTH_CHECK_PROGRAM = "/opt/soperator/bin/health-check"
-# Beside slurm.conf: the health check program's config (render_slurm.health_check_config).
+# Beside slurm.conf: the health check program's config (render/health_json.py).
 HEALTH_CONFIG_FILE = "health.json"
 # Runs one active check (plugins/module_utils/node/active_check.py) from the checks CronJob.
 ACTIVE_CHECK_PROGRAM = "/opt/soperator/bin/active-check"

@@ -7,8 +7,8 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc
-from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import (
-    health_check_config, render_slurm_configs)
+from ansible_collections.soperator.slurm.plugins.module_utils.render.health_json import health_check_config
+from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

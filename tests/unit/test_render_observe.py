@@ -5,7 +5,7 @@ import json
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import KIND_ORDER
 from ansible_collections.soperator.slurm.plugins.module_utils.render import observe_objects as ro
-from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import health_check_config
+from ansible_collections.soperator.slurm.plugins.module_utils.render.health_json import health_check_config
 
 import test_render_kube as trk
 

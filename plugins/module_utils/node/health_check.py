@@ -9,7 +9,7 @@ local backend copies it under its state directory. Interface (the remediation pl
     health-check [--config PATH] [--node NAME] [--check-only]
 
 * The node is --node, else $SLURMD_NODENAME (slurmd sets it when it runs the program).
-* The config (health.json, rendered by render_slurm.health_check_config) is --config, else
+* The config (health.json, rendered by render/health_json.py) is --config, else
   $SOPERATOR_HEALTH_CONFIG, else dirname($SLURM_CONF)/health.json, else /etc/slurm/health.json.
 * Default mode: run every enabled check at once (each with its own time limit, the whole run well under 10 s). A
   failure drains the node with reason "<prefix> health:<check> <detail>"; success resumes the node only when it is
