@@ -25,8 +25,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.modules import slurm_drain  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary  # noqa: E402
 
 NODES = 1000
 SPEC = """
@@ -99,8 +102,8 @@ def count_drained(cluster):
 def main():
     for name in ("munged", "slurmctld", "slurmd", "scontrol", "sinfo"):
         try:
-            lb.find_binary(name)
-        except lb.LocalClusterError as e:
+            find_binary(name)
+        except LocalClusterError as e:
             raise SystemExit("bench_drain needs real Slurm: %s" % e)
     state_dir = tempfile.mkdtemp(prefix="sop-bench-", dir="/tmp")
     os.chmod(state_dir, 0o755)

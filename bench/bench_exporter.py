@@ -22,8 +22,10 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local import backe
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import exporter, metrics  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (  # noqa: E402
     LocalTransport, SlurmRunner)
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import (  # noqa: E402
-    build_model, load_documents)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary  # noqa: E402
 
 NODES = 1000
 JOBS = 200
@@ -62,8 +64,8 @@ class TimedCollector(exporter.SlurmCollector):
 def main():
     for name in ("munged", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "sdiag", "sbatch"):
         try:
-            lb.find_binary(name)
-        except lb.LocalClusterError as e:
+            find_binary(name)
+        except LocalClusterError as e:
             raise SystemExit("bench_exporter needs real Slurm: %s" % e)
     state_dir = tempfile.mkdtemp(prefix="sop-bench-", dir="/tmp")
     os.chmod(state_dir, 0o755)

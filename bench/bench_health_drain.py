@@ -21,7 +21,10 @@ sys.path.insert(0, os.path.join(ROOT, "collections"))
 
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import ports_needed  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import find_free_base_port  # noqa: E402
 
 INTERVAL = 10
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "5"))
@@ -65,7 +68,7 @@ def main():
     os.chmod(faults, 0o755)
     os.chmod(state, 0o755)
     model = build_model(load_documents(SPEC % {"interval": INTERVAL, "faults": faults}))
-    cluster = lb.LocalCluster(state, model, base_port=lb.find_free_base_port(lb.ports_needed(model), start=30000))
+    cluster = lb.LocalCluster(state, model, base_port=find_free_base_port(ports_needed(model), start=30000))
     fault = os.path.join(faults, "fault-cpu-1")
     samples = []
     try:

@@ -13,7 +13,8 @@ sys.path.insert(0, os.path.join(ROOT, "collections"))
 
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.render.secrets import ensure_secret_material  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents  # noqa: E402
 
 
 def documents(workers):

@@ -20,7 +20,9 @@ from ansible.module_utils.basic import missing_required_lib
 # take every shared check from this file.
 from ansible_collections.soperator.slurm.plugins.module_utils.args import fail_spec_error, require_positive
 from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import HAS_YAML
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import documents_from
 
 __all__ = ["fail_spec_error", "model_from_options", "require_positive", "require_yaml"]
 

@@ -286,7 +286,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube import jail a
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils import args
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
 
 
 def _diff(result):

@@ -555,7 +555,9 @@ from ansible_collections.soperator.slurm.plugins.module_utils import args
 from ansible_collections.soperator.slurm.plugins.module_utils.args import fail_spec_error, require_positive
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.local import operations as local_ops
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import documents_from
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import (
     RenderDestError, read_secret_material, render_cluster, write_rendered)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_limits import check_kube_sizes

@@ -203,7 +203,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import args
 from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import nodeset
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
 
 
 def main():

@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = os.path.join(ROOT, "examples", "small-cpu.yml")
@@ -27,8 +29,8 @@ def _skip_without_slurm():
     missing = []
     for name in REQUIRED:
         try:
-            lb.find_binary(name)
-        except lb.LocalClusterError as e:
+            find_binary(name)
+        except LocalClusterError as e:
             missing.append(str(e))
     if missing:
         pytest.skip("real Slurm needed: " + "; ".join(missing))

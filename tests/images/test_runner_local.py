@@ -39,6 +39,9 @@ IMAGES = os.path.join(ROOT, "images")
 sys.path.insert(0, IMAGES)
 
 import build  # noqa: E402  (images/build.py)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError, ports_needed  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import find_free_base_port  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary  # noqa: E402
 
 REGISTRY = os.environ.get("REGISTRY") or build.DEFAULT_REGISTRY
 ENV = dict(os.environ, CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF") or os.path.join(IMAGES, "containers.conf"))
@@ -59,8 +62,8 @@ def _require():
     missing = [p for p in PROGRAMS if shutil.which(p) is None and shutil.which(p, path=SBIN) is None]
     for name in SLURM:
         try:
-            lb.find_binary(name)
-        except lb.LocalClusterError:
+            find_binary(name)
+        except LocalClusterError:
             missing.append(name)
     if missing:
         pytest.skip("the runner image against a local cluster needs %s (make deps images-deps)" % ", ".join(missing))
@@ -73,7 +76,7 @@ def _podman(*args, **kw):
 
 def _host_slurm_version():
     """The version of the slurmctld a local cluster runs here."""
-    out = subprocess.run([lb.find_binary("slurmctld"), "-V"], stdout=subprocess.PIPE, universal_newlines=True,
+    out = subprocess.run([find_binary("slurmctld"), "-V"], stdout=subprocess.PIPE, universal_newlines=True,
                          timeout=30, check=True).stdout
     return re.match(r"slurm(?:-wlm)? (\S+)$", out.strip()).group(1)
 
@@ -119,7 +122,7 @@ def cluster(runner_image, tmp_path):
     model = spec.build_model(docs)
     state = tempfile.mkdtemp(prefix="sop-", dir="/tmp")
     os.chmod(state, 0o755)
-    base = lb.find_free_base_port(lb.ports_needed(model), start=20000 + (os.getpid() % 100) * 100)
+    base = find_free_base_port(ports_needed(model), start=20000 + (os.getpid() % 100) * 100)
     local = lb.LocalCluster(state, model, base_port=base, timeout=60, drain_timeout=60)
     try:
         local.ensure_started()

@@ -18,9 +18,11 @@ import yaml
 from slurm_kube import until
 from slurm_specs import SMALL_CLAIMS
 
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import BackendError, KubeCluster
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeClient, api_client_from_params
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 JOB = "small-populate-jail"
 

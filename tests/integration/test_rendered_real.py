@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.yml")))

@@ -55,7 +55,8 @@ def claims_of(docs):
     """[(claim, storage class)] of every volume claim the spec's cluster makes: its PersistentVolumeClaims and, for
     each replica, its StatefulSets' claim templates (as render_cluster renders them)."""
     from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster
-    from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
     out = []
     for obj in render_cluster(build_model(load_documents(yaml.safe_dump_all(docs)))).manifests:
         if obj["kind"] == "PersistentVolumeClaim":

@@ -145,9 +145,11 @@ def test_recreate_keeps_the_pods_and_claims_and_converges(ready, kubeconfig, aud
 
 
 def test_a_statefulset_held_by_a_finalizer_is_waited_for_a_bounded_time(ready, kubeconfig, real_cluster):
-    from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import BackendError, KubeCluster
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
     from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeClient, api_client_from_params
-    from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
     docs, live = ready
     namespace = live.namespace

@@ -12,6 +12,8 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from local_helpers import ACCOUNTING, DRAIN_TIMEOUT, REQUIRED, TIMEOUT, load_model, skip_without
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import ports_needed
+from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import find_free_base_port
 
 
 @pytest.fixture
@@ -35,8 +37,8 @@ def local_cluster(tmp_path):
         # Each test process searches its own port range: two processes (parallel runs, helpers) probing the same
         # range can both find a base free before either binds it.
         if "base_port" not in kwargs:
-            kwargs["base_port"] = lb.find_free_base_port(lb.ports_needed(model),
-                                                         start=20000 + (os.getpid() % 100) * 100)
+            kwargs["base_port"] = find_free_base_port(ports_needed(model),
+                                                      start=20000 + (os.getpid() % 100) * 100)
         kwargs.setdefault("drain_timeout", DRAIN_TIMEOUT)
         cluster = lb.LocalCluster(state, model, **kwargs)
         made.append(cluster)

@@ -9,8 +9,10 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
-from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -26,8 +28,8 @@ def skip_without(binaries):
     missing = []
     for name in binaries:
         try:
-            lb.find_binary(name)
-        except lb.LocalClusterError as e:
+            find_binary(name)
+        except LocalClusterError as e:
             missing.append(str(e))
     if missing:
         pytest.skip("real Slurm needed: " + "; ".join(missing))
@@ -39,7 +41,7 @@ def load_model(spec_or_path):
         path = spec_or_path if os.path.isabs(spec_or_path) else os.path.join(ROOT, spec_or_path)
         with open(path) as f:
             text = f.read()
-    return spec.build_model(spec.load_documents(text))
+    return spec.build_model(load_documents(text))
 
 
 def _gres(text):

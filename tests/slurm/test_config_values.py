@@ -13,13 +13,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.local import configs
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys as ck
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_syntax import slurm_line, slurm_word
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 from ci_skips import environmental
 from local_helpers import skip_without
+from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_keys_data import KEYS
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
 
 BASE = [{"apiVersion": "slurm.soperator.dev/v1alpha1", "kind": "SlurmCluster",
          "metadata": {"name": "demo", "namespace": "hpc"}, "spec": {"jail": {"volume": {"size": "1Gi"}}}},
@@ -42,16 +45,16 @@ def _slurm_reads(directory, text):
     with open(path, "w") as f:
         f.write(text)
     env = dict(os.environ, SLURM_CONF=path)
-    done = subprocess.run([lb.find_binary("scontrol"), "show", "hostnames", "n[1-2]"], env=env, timeout=60,
+    done = subprocess.run([find_binary("scontrol"), "show", "hostnames", "n[1-2]"], env=env, timeout=60,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
     return done.returncode == 0 and done.stdout.split() == ["n1", "n2"], done.stderr
 
 
 def _rendered(directory, model):
     """slurm.conf of `model` as a local cluster of the host's Slurm runs it (nothing is started)."""
-    return lb.local_slurm_configs(model, str(directory), 20000, user=pwd.getpwuid(os.getuid()).pw_name,
-                                  db_password="secret",
-                                  have_pmix=False)["slurm.conf"]
+    return local_slurm_configs(model, str(directory), 20000, user=pwd.getpwuid(os.getuid()).pw_name,
+                               db_password="secret",
+                               have_pmix=False)["slurm.conf"]
 
 
 def _model(slurm_config=None, partition_config=None):
@@ -73,7 +76,7 @@ def _forced(slurm_config=None, partition_config=None):
 def _refused(slurm_config=None, partition_config=None):
     try:
         _model(slurm_config, partition_config)
-    except spec.SpecError as e:
+    except SpecError as e:
         return e.issues
     return None
 
@@ -162,7 +165,7 @@ def test_partition_keys_of_the_host_release_are_those_it_reads(tmp_path, host_re
     is an unrecognized key to it."""
     base = [slurm_word("slurm.conf", "PartitionName", "p"), slurm_word("slurm.conf", "Nodes", "n[1-2]")]
     taken, unknown = [], []
-    for low, (key, kind, dummy, dummy2) in sorted(ck.KEYS["partition"].items()):
+    for low, (key, kind, dummy, dummy2) in sorted(KEYS["partition"].items()):
         if low in ("partitionname", "nodes"):
             continue
         value = PARTITION_TEXT_VALUES.get(low) or PARTITION_VALUES.get(kind, "x")
@@ -176,7 +179,7 @@ def test_partition_keys_of_the_host_release_are_those_it_reads(tmp_path, host_re
 
 
 def test_a_key_another_release_reads_is_left_out_for_the_host(tmp_path, host_release):
-    newer = [key for key, kind, first, dummy in ck.KEYS["partition"].values()
+    newer = [key for key, kind, first, dummy in KEYS["partition"].values()
              if kind == "boolean" and first > tuple(host_release)]
     if not newer:
         pytest.skip(environmental("the host's Slurm reads every boolean partition key of the supported releases"))
@@ -205,7 +208,7 @@ def test_the_spec_takes_a_cpu_layout_exactly_when_slurm_keeps_its_cpus(tmp_path,
     docs[1]["spec"]["slurmNode"] = dict((k, v) for k, v in zip(LAYOUT_KEYS, layout) if v is not None)
     try:
         model, refused = spec.build_model(docs), False
-    except spec.SpecError as e:
+    except SpecError as e:
         assert [i.path for i in e.issues] == ["NodeSet/cpu spec.resources.cpu"], e
         docs[1]["spec"]["slurmNode"] = {}
         made = spec.build_model(docs)
@@ -219,7 +222,7 @@ def test_slurm_conf_keys_of_the_host_release_are_those_it_recognizes(tmp_path, h
     """Every slurm.conf key the generated table gives the host's release is a key its parser knows (whatever it then
     makes of the value "1"), and every key only other releases read is an unrecognized key to it."""
     wrong = []
-    for key, dummy, dummy2, dummy3 in ck.KEYS["slurm.conf"].values():
+    for key, dummy, dummy2, dummy3 in KEYS["slurm.conf"].values():
         reads, errors = _slurm_reads(tmp_path, _minimal([]) + slurm_word("slurm.conf", key, "1") + "\n")
         unknown = "unrecognized key: %s" % key in errors
         if unknown == ck.read_by("slurm.conf", key, host_release):

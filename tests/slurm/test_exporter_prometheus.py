@@ -21,9 +21,9 @@ import yaml
 
 import ansible_run
 from test_health_checks import ACTIVE_PROBE, faults, run_active, wait_for  # noqa: F401 pylint: disable=unused-import
-from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import exporter_name
+from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import find_free_base_port
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (make deps installs it)")
@@ -62,7 +62,7 @@ spec:
 
 def _free_ports(count):
     """Two loopback ports nobody listens on, from this process' own range (parallel runs search elsewhere)."""
-    base = lb.find_free_base_port(count, start=31000 + (os.getpid() % 100) * 50)
+    base = find_free_base_port(count, start=31000 + (os.getpid() % 100) * 50)
     return list(range(base, base + count))
 
 

@@ -8,6 +8,9 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.local import processes
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _pid_alive, find_binary
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 SMALL = "examples/small-cpu.yml"
 JOB_WAIT = 60
@@ -130,7 +133,7 @@ def test_scale_down_waits_for_jobs_on_removed_nodes(local_cluster, tmp_path):
                  "--wrap", "while [ ! -e %s ]; do sleep 0.2; done; echo done" % flag)
     wait_job(cluster, job, ("RUNNING",))
 
-    with pytest.raises(lb.LocalClusterError, match="still run jobs"):
+    with pytest.raises(LocalClusterError, match="still run jobs"):
         cluster.scale({"cpu": 2})
     node = node_states(cluster)["cpu-2"]
     assert "DRAIN" in node["state_flags"] and node["reason"] == "soperator: scale-down", node
@@ -157,7 +160,7 @@ def test_stop_leaves_no_process_and_restart_keeps_state(local_cluster):
     assert len(pids) == 4                      # munged, slurmctld, 2 slurmd
     stopped = cluster.stop()
     assert stopped["changed"]
-    assert not any(os.path.exists("/proc/%d" % pid) and lb._pid_alive(pid) for pid in pids)
+    assert not any(os.path.exists("/proc/%d" % pid) and _pid_alive(pid) for pid in pids)
     assert cluster.leftover_processes() == []
     assert cluster.status()["running"] is False
     assert cluster.stop()["changed"] is False
@@ -263,16 +266,16 @@ def test_missing_binary_names_the_debian_package(monkeypatch):
     monkeypatch.setattr(processes, "_SBIN_DIRS", ("/nonexistent",))
     for binary, package in (("slurmctld", "slurmctld"), ("slurmd", "slurmd"), ("munged", "munge"),
                             ("slurmdbd", "slurmdbd"), ("mariadbd", "mariadb-server")):
-        with pytest.raises(lb.LocalClusterError, match="install the Debian package '%s'" % package):
-            lb.find_binary(binary)
+        with pytest.raises(LocalClusterError, match="install the Debian package '%s'" % package):
+            find_binary(binary)
 
 
 def test_state_dir_too_long_for_sockets_is_refused(tmp_path):
     from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
     with open(os.path.join(os.path.dirname(__file__), "..", "..", SMALL)) as f:
-        model = spec.build_model(spec.load_documents(f.read()))
+        model = spec.build_model(load_documents(f.read()))
     cluster = lb.LocalCluster(str(tmp_path / ("x" * 90)), model)
-    with pytest.raises(lb.LocalClusterError, match="too long"):
+    with pytest.raises(LocalClusterError, match="too long"):
         cluster._check_path_lengths(model)
 
 
@@ -280,12 +283,12 @@ def test_a_cluster_without_nodes_is_refused_before_any_write(tmp_path):
     """slurmctld 22.05 exits with 'no nodes configured': say so before a file or a process exists."""
     from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
     with open(os.path.join(os.path.dirname(__file__), "..", "..", SMALL)) as f:
-        docs = spec.load_documents(f.read())
+        docs = load_documents(f.read())
     for doc in docs:
         if doc["kind"] == "NodeSet":
             doc["spec"].update(replicas=0, maxReplicas=0)
     model = spec.build_model(docs)
     state = tmp_path / "state"
-    with pytest.raises(lb.LocalClusterError, match="needs at least one node"):
+    with pytest.raises(LocalClusterError, match="needs at least one node"):
         lb.LocalCluster(str(state), model).ensure_started()
     assert not state.exists()

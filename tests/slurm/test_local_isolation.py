@@ -26,6 +26,12 @@ import pytest
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 
 from local_helpers import DRAIN_TIMEOUT, REQUIRED, ROOT, TIMEOUT, load_model, skip_without
+from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
+    CTLD_OFFSET, LOOPBACK, LocalClusterError, MARKER, node_ports, ports_needed)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import PortClaims
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _pid_alive, _proc_start_time
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _saved_base, read_marker
 
 SMALL = "examples/small-cpu.yml"
 JOB_WAIT = 60
@@ -57,7 +63,7 @@ def snapshot(root, skip=("log", "run", "ctld", "spool", "db")):
 def ctld_identity(cluster):
     pid = cluster.pid("slurmctld")
     assert pid is not None
-    return pid, lb._proc_start_time(pid)
+    return pid, _proc_start_time(pid)
 
 
 def nodes(cluster):
@@ -166,7 +172,7 @@ def test_stop_and_purge_of_a_parent_folder_touch_nothing(parent, decoy):
     bystander = decoy(folder)
 
     for purge in (False, True):
-        with pytest.raises(lb.LocalClusterError, match="is not the state directory of a local cluster"):
+        with pytest.raises(LocalClusterError, match="is not the state directory of a local cluster"):
             lb.LocalCluster(folder).stop(purge=purge)
 
     # the same through the teardown playbook (the slurm_cluster module), in check mode and for real
@@ -206,18 +212,18 @@ def test_stop_without_slurmctld_stops_the_job_steps_it_left(local_cluster, tmp_p
         assert time.time() < deadline
         time.sleep(0.2)
     task = int(pid_file.read_text())
-    task_start = lb._proc_start_time(task)
+    task_start = _proc_start_time(task)
     # slurmctld gone (as after a crash): nothing can cancel the job, its slurmstepd outlives the slurmds
     ctld, start = ctld_identity(cluster)
     os.kill(ctld, 9)
-    while lb._pid_alive(ctld, start):
+    while _pid_alive(ctld, start):
         time.sleep(0.05)
     steps = [pid for pid, name in cluster.leftover_processes() if name == "slurmstepd"]
     assert steps
     stopped = cluster.stop()["stopped"]
     assert ["slurmstepd[%d]" % pid for pid in steps] == \
         [s.split(" ")[0] for s in stopped if s.startswith("slurmstepd[")]
-    assert not lb._pid_alive(task, task_start)
+    assert not _pid_alive(task, task_start)
     assert cluster.leftover_processes() == []
 
 
@@ -236,9 +242,9 @@ def test_purge_of_a_folder_without_our_marker_deletes_nothing(tmp_path):
     for folder in (prefix, lookalike):
         before = snapshot(str(folder), skip=())
         for purge in (False, True):
-            with pytest.raises(lb.LocalClusterError, match="no %s" % lb.MARKER):
+            with pytest.raises(LocalClusterError, match="no %s" % MARKER):
                 lb.LocalCluster(str(folder)).stop(purge=purge)
-        with pytest.raises(lb.LocalClusterError, match="is not the state directory"):
+        with pytest.raises(LocalClusterError, match="is not the state directory"):
             lb.LocalCluster(str(folder), load_model(SMALL)).ensure_started()
         assert snapshot(str(folder), skip=()) == before
 
@@ -250,16 +256,16 @@ def test_purge_refuses_a_cluster_that_holds_another(tmp_path):
     lb.LocalCluster(str(outer))._write_marker()
     lb.LocalCluster(str(inner))._write_marker()
     before = snapshot(str(outer), skip=())
-    with pytest.raises(lb.LocalClusterError, match="holds the state directory of other local clusters"):
+    with pytest.raises(LocalClusterError, match="holds the state directory of other local clusters"):
         lb.LocalCluster(str(outer)).stop(purge=True)
     assert snapshot(str(outer), skip=()) == before
     # and no cluster is made inside another one's state directory
     nested = outer / "etc" / "new"
     cluster = lb.LocalCluster(str(nested), load_model(SMALL))
-    with pytest.raises(lb.LocalClusterError, match="inside the state directory of the local cluster in %s" % outer):
+    with pytest.raises(LocalClusterError, match="inside the state directory of the local cluster in %s" % outer):
         cluster.ensure_started()
     # check mode (slurm_cluster reports LocalCluster.plan_present) says so too
-    with pytest.raises(lb.LocalClusterError, match="inside the state directory of the local cluster in %s" % outer):
+    with pytest.raises(LocalClusterError, match="inside the state directory of the local cluster in %s" % outer):
         cluster.plan_present(cluster.model, cluster.status())
     assert not nested.exists()
 
@@ -267,11 +273,11 @@ def test_purge_refuses_a_cluster_that_holds_another(tmp_path):
 def test_a_state_dir_of_an_earlier_version_is_marked_and_kept(local_cluster):
     cluster = local_cluster(SMALL)
     cluster.stop()
-    os.unlink(os.path.join(cluster.state_dir, lb.MARKER))      # as an earlier version left it
+    os.unlink(os.path.join(cluster.state_dir, MARKER))      # as an earlier version left it
     assert cluster.ownership() == "legacy"
     again = cluster.ensure_started()
     assert any(c.startswith("marked %s" % cluster.state_dir) for c in again["changes"]), again
-    assert lb.read_marker(cluster.state_dir)["adopted"] is True
+    assert read_marker(cluster.state_dir)["adopted"] is True
     assert sorted(nodes(cluster)) == ["cpu-0", "cpu-1"]
 
 
@@ -289,7 +295,7 @@ def test_purge_keeps_what_the_local_backend_did_not_create(local_cluster):
         assert "also holds notes.txt" in done["stopped"][-1]
         assert sorted(os.listdir(cluster.state_dir)) == ["notes.txt"]
         assert os.listdir(outside) == ["keep"]
-        with pytest.raises(lb.LocalClusterError, match="no %s" % lb.MARKER):     # no longer a cluster
+        with pytest.raises(LocalClusterError, match="no %s" % MARKER):     # no longer a cluster
             cluster.stop(purge=True)
         os.unlink(notes)
         os.rmdir(cluster.state_dir)
@@ -308,13 +314,13 @@ def test_links_planted_in_a_state_dir_are_not_written_through(local_cluster, tmp
     out = os.path.join(cluster.state_dir, "log", "slurmctld.out")
     os.unlink(out)
     os.symlink(str(victim / "file"), out)
-    with pytest.raises(lb.LocalClusterError, match="slurmctld.out is a symbolic link"):
+    with pytest.raises(LocalClusterError, match="slurmctld.out is a symbolic link"):
         cluster.ensure_started()
     os.unlink(out)
     cluster.stop()
     shutil.rmtree(os.path.join(cluster.state_dir, "bin"))
     os.symlink(str(victim), os.path.join(cluster.state_dir, "bin"))
-    with pytest.raises(lb.LocalClusterError, match="bin is not a directory"):
+    with pytest.raises(LocalClusterError, match="bin is not a directory"):
         cluster.ensure_started()
     assert snapshot(str(victim), skip=()) == before
     os.unlink(os.path.join(cluster.state_dir, "bin"))
@@ -340,7 +346,7 @@ def test_a_refused_config_then_a_corrected_run_brings_the_cluster_back_with_its_
     slurmds = dict((n, cluster.pid("slurmd-%s" % n)) for n in ("cpu-0", "cpu-1"))
 
     bad["on"] = True
-    with pytest.raises(lb.LocalClusterError, match="slurmctld exited"):
+    with pytest.raises(LocalClusterError, match="slurmctld exited"):
         cluster.ensure_started()
 
     bad["on"] = False
@@ -371,7 +377,7 @@ def _claim(state_dir, queue):
 
 
 def test_port_blocks_chosen_at_the_same_time_by_processes_are_distinct(tmp_path):
-    count = lb.ports_needed(load_model(SMALL))
+    count = ports_needed(load_model(SMALL))
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     dirs = [str(tmp_path / ("c%d" % i)) for i in range(6)]
@@ -384,12 +390,12 @@ def test_port_blocks_chosen_at_the_same_time_by_processes_are_distinct(tmp_path)
             assert proc.exitcode == 0
         bases = sorted(queue.get(timeout=10) for dummy in procs)
         assert all(b2 >= b1 + count for b1, b2 in zip(bases, bases[1:])), bases
-        claims = lb.PortClaims().read()
+        claims = PortClaims().read()
         assert sorted(claims[d]["base"] for d in dirs) == bases
     finally:
         for d in dirs:          # no marker, no claim: the blocks are free again
-            if os.path.exists(os.path.join(d, lb.MARKER)):
-                os.unlink(os.path.join(d, lb.MARKER))
+            if os.path.exists(os.path.join(d, MARKER)):
+                os.unlink(os.path.join(d, MARKER))
 
 
 def test_three_clusters_started_at_once_come_up_on_their_own_ports(local_cluster):
@@ -408,8 +414,8 @@ def test_three_clusters_started_at_once_come_up_on_their_own_ports(local_cluster
     for t in threads:
         t.join()
     assert not errors, errors
-    count = lb.ports_needed(clusters[0].model)
-    bases = sorted(lb._saved_base(c.layout) for c in clusters)
+    count = ports_needed(clusters[0].model)
+    bases = sorted(_saved_base(c.layout) for c in clusters)
     assert all(b2 >= b1 + count for b1, b2 in zip(bases, bases[1:])), bases
     for cluster in clusters:
         assert sorted(n for n, s in nodes(cluster).items() if s["state"] == "idle") == ["cpu-0", "cpu-1"]
@@ -420,20 +426,20 @@ def test_three_clusters_started_at_once_come_up_on_their_own_ports(local_cluster
 def _listen(port):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((lb.LOOPBACK, port))
+    s.bind((LOOPBACK, port))
     s.listen(1)
     return s
 
 
 def test_a_stored_block_taken_by_another_process(local_cluster):
     cluster = local_cluster(SMALL, base_port=None)
-    old = lb._saved_base(cluster.layout)
+    old = _saved_base(cluster.layout)
     cluster.stop()
     # stopped: the taken block is left for a free one, and slurm.conf follows
-    foreign = _listen(old + lb.CTLD_OFFSET)
+    foreign = _listen(old + CTLD_OFFSET)
     try:
         done = cluster.ensure_started()
-        new = lb._saved_base(cluster.layout)
+        new = _saved_base(cluster.layout)
         assert new != old
         assert "moved the ports from %d to %d: port %d is in use by another process" % (old, new, old) \
             in done["changes"]
@@ -444,17 +450,17 @@ def test_a_stored_block_taken_by_another_process(local_cluster):
         foreign.close()
     # running: a port of its block taken (the one of cpu-3, not started) fails the run, naming it; nothing restarts
     ctld = ctld_identity(cluster)
-    port = lb.node_ports(cluster.model, new)["cpu-3"]
+    port = node_ports(cluster.model, new)["cpu-3"]
     foreign = _listen(port)
     try:
-        with pytest.raises(lb.LocalClusterError, match="port %d is in use by another process" % port):
+        with pytest.raises(LocalClusterError, match="port %d is in use by another process" % port):
             cluster.ensure_started()
-        with pytest.raises(lb.LocalClusterError, match="port %d is in use by another process" % port):
+        with pytest.raises(LocalClusterError, match="port %d is in use by another process" % port):
             cluster.scale({"cpu": 4})
     finally:
         foreign.close()
     assert ctld_identity(cluster) == ctld
-    assert lb._saved_base(cluster.layout) == new
+    assert _saved_base(cluster.layout) == new
 
 
 # ------------------------------------------------------------------------------------------------- unsafe paths
@@ -463,8 +469,8 @@ def test_a_stored_block_taken_by_another_process(local_cluster):
                                   "colon:x", "comma,x", "dollar$x"])
 def test_a_state_dir_that_would_inject_into_the_configs_is_refused_before_any_write(tmp_path, name):
     state = str(tmp_path / name)
-    with pytest.raises(lb.LocalClusterError, match="state_dir .* cannot be used"):
+    with pytest.raises(LocalClusterError, match="state_dir .* cannot be used"):
         lb.LocalCluster(state, load_model(SMALL)).ensure_started()
     assert not os.path.lexists(state)
-    with pytest.raises(lb.LocalClusterError, match="state_dir"):
-        lb.local_slurm_configs(load_model(SMALL), state, 20000)
+    with pytest.raises(LocalClusterError, match="state_dir"):
+        local_slurm_configs(load_model(SMALL), state, 20000)

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import files
-from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 
 from local_helpers import TIMEOUT, skip_without
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
 
 SMALL = "examples/small-cpu.yml"
 JOB_WAIT = 60
@@ -21,7 +21,7 @@ JOB_WAIT = 60
 
 def credential(socket):
     """A credential from the munged listening on `socket`."""
-    out = subprocess.run([lb.find_binary("munge"), "--socket=%s" % socket, "-n"], stdout=subprocess.PIPE,
+    out = subprocess.run([find_binary("munge"), "--socket=%s" % socket, "-n"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, timeout=30, check=True)
     return out.stdout
 
@@ -30,7 +30,7 @@ def decodes_with_key(cred, key_file, tmp_path):
     """Whether `cred` decodes with `key_file`: a munged of this test's own, started on that key (stopped by pid)."""
     work = tempfile.mkdtemp(prefix="munge-", dir=str(tmp_path))
     sock = os.path.join(work, "sock")
-    proc = subprocess.Popen([lb.find_binary("munged"), "--foreground", "--force", "--key-file=%s" % key_file,
+    proc = subprocess.Popen([find_binary("munged"), "--foreground", "--force", "--key-file=%s" % key_file,
                              "--socket=%s" % sock, "--pid-file=%s" % os.path.join(work, "pid"),
                              "--log-file=%s" % os.path.join(work, "log"),
                              "--seed-file=%s" % os.path.join(work, "seed")],
@@ -40,7 +40,7 @@ def decodes_with_key(cred, key_file, tmp_path):
         while not os.path.exists(sock):
             assert proc.poll() is None and time.monotonic() < deadline, "the test's munged did not start"
             time.sleep(0.1)
-        out = subprocess.run([lb.find_binary("unmunge"), "--socket=%s" % sock], input=cred, stdout=subprocess.PIPE,
+        out = subprocess.run([find_binary("unmunge"), "--socket=%s" % sock], input=cred, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, timeout=30, check=False)
         return out.returncode == 0
     finally:

@@ -17,6 +17,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local import backe
 from ci_skips import environmental
 from local_helpers import DRAIN_TIMEOUT, REQUIRED, ROOT, TIMEOUT, load_model, skip_without
 from test_local_munge_key import SMALL, srun_on
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError, ports_needed
+from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import find_free_base_port
 
 
 @pytest.fixture
@@ -38,7 +40,7 @@ def small_fs():
         for cluster in made:
             try:
                 cluster.stop(purge=True)
-            except (lb.LocalClusterError, OSError):
+            except (LocalClusterError, OSError):
                 pass                        # purged already by the test; the unmount below must still run
     finally:
         subprocess.run(["umount", mnt], check=True, timeout=60)
@@ -48,8 +50,8 @@ def small_fs():
 def start_on(small_fs, state_dir, model):
     mnt, made = small_fs
     cluster = lb.LocalCluster(state_dir, model, timeout=TIMEOUT, drain_timeout=DRAIN_TIMEOUT,
-                              base_port=lb.find_free_base_port(lb.ports_needed(model),
-                                                               start=20000 + (os.getpid() % 100) * 100))
+                              base_port=find_free_base_port(ports_needed(model),
+                                                            start=20000 + (os.getpid() % 100) * 100))
     made.append(cluster)
     cluster.ensure_started()
     return cluster
@@ -94,7 +96,7 @@ def test_a_full_state_filesystem_fails_naming_the_file_and_keeps_the_configs(sma
         changed = load_model(f.read().replace("SlurmdTimeout: 120", "SlurmdTimeout: 121"))
     filler = fill(mnt)
     try:
-        with pytest.raises(lb.LocalClusterError) as err:
+        with pytest.raises(LocalClusterError) as err:
             cluster.ensure_started(changed)
         message = str(err.value)
         assert "No space left on device" in message, message

@@ -19,6 +19,10 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local import backe
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 
 from jail_helpers import MARKER, ROOT, build_plugin, make_jail, mounts_under
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LOGIN_DAEMON, LocalClusterError
+from ansible_collections.soperator.slurm.plugins.module_utils.local.login import _jail_mount_point
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _pid_alive, find_binary
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 SMALL = "examples/small-cpu.yml"
 JOB_WAIT = 60
@@ -28,14 +32,14 @@ SSH_TIMEOUT = 60
 def _require_slurm():
     for name in ("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel", "sbatch"):
         try:
-            lb.find_binary(name)
-        except lb.LocalClusterError as e:
+            find_binary(name)
+        except LocalClusterError as e:
             pytest.skip("real Slurm needed: %s" % e)
 
 
 def load_model():
     with open(os.path.join(ROOT, SMALL)) as f:
-        return spec.build_model(spec.load_documents(f.read()))
+        return spec.build_model(load_documents(f.read()))
 
 
 def _require(*programs):
@@ -112,7 +116,7 @@ def wait_job(cluster, job_id):
 
 def test_ssh_with_a_key_lands_in_the_jail_and_sbatch_runs_a_job(login, jail, keys):
     key = keys[0]
-    assert login.status()["processes"][lb.LOGIN_DAEMON]["running"]
+    assert login.status()["processes"][LOGIN_DAEMON]["running"]
     proc = ssh(login, key, "cat /etc/jail-marker; echo ---; ls /; echo ---; echo $SLURM_CONF")
     assert proc.returncode == 0, proc.stderr
     marker, listing, conf = proc.stdout.split("---\n")
@@ -147,16 +151,16 @@ def test_host_keys_survive_a_restart_and_stop_ends_sshd(login, jail):
     before = host_key(login)
     with open(os.path.join(login.layout.ssh_host_keys, "ssh_host_ed25519_key.pub")) as f:
         assert f.read().split()[:2] == before
-    pid = login.pid(lb.LOGIN_DAEMON)
+    pid = login.pid(LOGIN_DAEMON)
     port = login.status()["login"]["port"]
 
     stopped = login.stop()["stopped"]
-    assert lb.LOGIN_DAEMON in stopped and not lb._pid_alive(pid)
+    assert LOGIN_DAEMON in stopped and not _pid_alive(pid)
     assert not login._login_ready(port)
     assert mounts_under(jail) == []
 
     started = login.ensure_started()["changes"]
-    assert "started %s" % lb.LOGIN_DAEMON in started
+    assert "started %s" % LOGIN_DAEMON in started
     assert not any("host keys" in c for c in started)
     assert host_key(login) == before
     assert login.ensure_started() == {"changed": False, "changes": []}
@@ -229,7 +233,7 @@ def test_a_jail_sshd_cannot_chroot_into_is_refused_before_anything_starts(tmp_pa
     jail = tmp_path / "jail"                  # below /tmp: world-writable
     jail.mkdir()
     cluster = lb.LocalCluster(str(tmp_path / "state"), load_model(), jail_dir=str(jail), spank_chroot=plugin)
-    with pytest.raises(lb.LocalClusterError, match=r"cannot chroot into .*not so: /tmp \(owner uid 0, mode 1777\)"):
+    with pytest.raises(LocalClusterError, match=r"cannot chroot into .*not so: /tmp \(owner uid 0, mode 1777\)"):
         cluster.ensure_started()
     assert not (tmp_path / "state").exists()
 
@@ -242,10 +246,10 @@ def test_mount_points_are_opened_without_following_the_jails_links(tmp_path):
     (jail / "tmp").mkdir(parents=True)
     host.mkdir()
     os.symlink(str(host), str(jail / "tmp" / "state"))
-    with pytest.raises(lb.LocalClusterError, match="crosses a symbolic link"):
-        lb._jail_mount_point(str(jail), "/tmp/state/etc")
-    with pytest.raises(lb.LocalClusterError, match="climbs out"):
-        lb._jail_mount_point(str(jail), "/tmp/../../host")
+    with pytest.raises(LocalClusterError, match="crosses a symbolic link"):
+        _jail_mount_point(str(jail), "/tmp/state/etc")
+    with pytest.raises(LocalClusterError, match="climbs out"):
+        _jail_mount_point(str(jail), "/tmp/../../host")
     assert os.listdir(str(host)) == []
-    lb._jail_mount_point(str(jail), "/var/lib/x")
+    _jail_mount_point(str(jail), "/var/lib/x")
     assert (jail / "var" / "lib" / "x").is_dir()

@@ -12,6 +12,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 from local_helpers import assert_nodes_as_specified
+from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 EXAMPLE_FILES = sorted(glob.glob(os.path.join(EXAMPLES, "*.yml")) + glob.glob(os.path.join(EXAMPLES, "*.yaml")))
@@ -24,7 +26,7 @@ def test_there_are_examples():
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=[os.path.basename(p) for p in EXAMPLE_FILES])
 def test_example_nodes_as_slurmctld_sees_them(local_cluster, path):
     with open(path) as f:
-        model = spec.build_model(spec.load_documents(f.read()))
+        model = spec.build_model(load_documents(f.read()))
     # Controller only: no worker runs, so nodes of any size can be checked on this machine.
     no_workers = dataclasses.replace(model, node_sets=tuple(dataclasses.replace(ns, replicas=0)
                                                             for ns in model.node_sets))
@@ -54,22 +56,20 @@ STATE = "/tmp/sop-adapt"
 
 def _render_and_adapt(path, have_pmix=False):
     """The model of `path`, its configs for the pods and for the local target."""
-    from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
     from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
     with open(path) as f:
-        model = spec.build_model(spec.load_documents(f.read()))
+        model = spec.build_model(load_documents(f.read()))
     from dataclasses import replace
     from ansible_collections.soperator.slurm.plugins.module_utils.local import configs
     from ansible_collections.soperator.slurm.plugins.module_utils.render.target import KUBERNETES
     # the pods' files for the host's Slurm: what differs below is the target's doing, not the Slurm version's
     rendered = render_slurm_configs(model, replace(KUBERNETES, slurm_version=configs.host_slurm_version()
                                                    or configs.OLDEST_SLURM))
-    adapted = lb.local_slurm_configs(model, STATE, 20000, user="someone", db_password="secret", have_pmix=have_pmix)
+    adapted = local_slurm_configs(model, STATE, 20000, user="someone", db_password="secret", have_pmix=have_pmix)
     return model, rendered, adapted
 
 
 def test_health_json_adaptation():
-    from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
     model, rendered, adapted = _render_and_adapt(os.path.join(EXAMPLES, "gpu-accounting.yml"))
     before, after = json.loads(rendered[c.HEALTH_CONFIG_FILE]), json.loads(adapted[c.HEALTH_CONFIG_FILE])
     assert before["passive"]["disk"]["paths"] == [c.JAIL_MOUNT, "/tmp"]
@@ -84,8 +84,8 @@ def test_health_json_adaptation():
     assert (before["statusDir"], after["statusDir"]) == (c.JAIL_MOUNT + "/var/lib/soperator/status", STATE + "/status")
     before["statusDir"] = after["statusDir"]
     assert after == before                                             # nothing else changes
-    with_jail = lb.local_slurm_configs(model, STATE, 20000, user="someone", db_password="secret", have_pmix=False,
-                                       jail_dir="/srv/jail")
+    with_jail = local_slurm_configs(model, STATE, 20000, user="someone", db_password="secret", have_pmix=False,
+                                    jail_dir="/srv/jail")
     jailed = json.loads(with_jail[c.HEALTH_CONFIG_FILE])
     assert jailed["passive"]["disk"]["paths"] == ["/srv/jail", "/tmp"]
     assert (jailed["active"]["outputRoot"], jailed["active"]["outputDir"]) == ("/srv/jail", "/var/lib/soperator/checks")

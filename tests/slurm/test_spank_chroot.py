@@ -21,6 +21,10 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local import backe
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 
 from jail_helpers import MARKER, PLUGIN_DIR, ROOT, build_plugin, make_jail, mounts_under
+from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 SMALL = "examples/small-cpu.yml"
 JOB_WAIT = 60
@@ -108,12 +112,12 @@ def test_default_binds_are_the_images_paths():
 
 def load_model(path):
     with open(os.path.join(ROOT, path)) as f:
-        return spec.build_model(spec.load_documents(f.read()))
+        return spec.build_model(load_documents(f.read()))
 
 
 def _adapted_plugstack(**kwargs):
-    return lb.local_slurm_configs(load_model(SMALL), "/tmp/sop-x", 20000, user="someone", have_pmix=False,
-                                  **kwargs)["plugstack.conf"]
+    return local_slurm_configs(load_model(SMALL), "/tmp/sop-x", 20000, user="someone", have_pmix=False,
+                               **kwargs)["plugstack.conf"]
 
 
 def _settings(text):
@@ -142,19 +146,19 @@ def test_plugstack_with_jail_loads_the_local_plugin_and_binds_the_state_dir():
     ({"jail_dir": "/srv/jail", "spank_chroot": "spank_chroot.so"}, "spank_chroot must be an absolute path"),
 ])
 def test_plugstack_jail_arguments_are_checked(kwargs, error):
-    with pytest.raises(lb.LocalClusterError, match=error):
+    with pytest.raises(LocalClusterError, match=error):
         _adapted_plugstack(**kwargs)
 
 
 def test_local_cluster_refuses_a_missing_plugin(tmp_path):
     for name in ("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel"):
         try:
-            lb.find_binary(name)              # checked before the plugin
-        except lb.LocalClusterError as e:
+            find_binary(name)              # checked before the plugin
+        except LocalClusterError as e:
             pytest.skip("real Slurm needed: %s" % e)
     cluster = lb.LocalCluster(str(tmp_path / "state"), load_model(SMALL), jail_dir=str(tmp_path), login=False,
                               spank_chroot=str(tmp_path / "missing.so"))
-    with pytest.raises(lb.LocalClusterError, match="make spank"):
+    with pytest.raises(LocalClusterError, match="make spank"):
         cluster.ensure_started()
     assert not (tmp_path / "state").exists()                # refused before anything was created or started
 
@@ -233,7 +237,7 @@ def _install_plugin_only(jail, plugin):
 
 def test_missing_jail_fails_the_job_closed(local_cluster, plugin, tmp_path):
     missing = str(tmp_path / "no-such-jail")
-    with pytest.raises(lb.LocalClusterError, match="the jail %s has no %s" % (re.escape(missing), re.escape(plugin))):
+    with pytest.raises(LocalClusterError, match="the jail %s has no %s" % (re.escape(missing), re.escape(plugin))):
         local_cluster(SMALL, jail_dir=missing, spank_chroot=plugin, login=False)
     # a jail that goes away under a running cluster: every job step fails closed
     _install_plugin_only(missing, plugin)

@@ -9,7 +9,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc
 from ansible_collections.soperator.slurm.plugins.module_utils.render.health_json import health_check_config
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(ROOT, "tests", "unit", "fixtures", "health")

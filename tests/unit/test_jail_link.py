@@ -14,6 +14,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.node import jail a
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.local import jail_use
 import tar_helpers
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JAIL_PY = os.path.join(ROOT, "plugins", "module_utils", "node", "jail.py")
@@ -72,13 +73,13 @@ def test_the_real_directory_is_populated(tmp_path):
 def test_slurm_cluster_refuses_a_linked_jail_dir_and_state_dir_by_the_same_rule(tmp_path):
     unused_target, link = _target(tmp_path)
     cluster = lb.LocalCluster(str(tmp_path / "state"), jail_dir=link)
-    with pytest.raises(lb.LocalClusterError, match="jail_dir %s is a symbolic link: pass the directory it points to"
+    with pytest.raises(LocalClusterError, match="jail_dir %s is a symbolic link: pass the directory it points to"
                        % link):
         cluster.check_inputs()
     real_state = tmp_path / "real-state"
     real_state.mkdir()
     os.symlink(str(real_state), str(tmp_path / "state-link"))
     linked = lb.LocalCluster(str(tmp_path / "state-link"))
-    with pytest.raises(lb.LocalClusterError, match="state_dir %s is a symbolic link: pass the directory it points to"
+    with pytest.raises(LocalClusterError, match="state_dir %s is a symbolic link: pass the directory it points to"
                        % (tmp_path / "state-link")):
         linked.ownership()

@@ -15,7 +15,8 @@ import pytest
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as j
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 from tar_helpers import make_tar
 from test_jail import rootfs_members
 

@@ -4,6 +4,7 @@ import copy
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import object_key
 
 STS = {
     "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -37,7 +38,7 @@ def test_what_a_controller_made_from_our_template_is_not_pruned():
         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "demo-remediation", "uid": "u",
                              "controller": True}]}}
     ours = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "old-job", "namespace": "slurm"}}
-    changes = ka.plan([], {ka.object_key(made): made, ka.object_key(ours): ours})
+    changes = ka.plan([], {object_key(made): made, object_key(ours): ours})
     assert [(ch.action, ch.live["metadata"]["name"]) for ch in changes] == [(ka.PRUNE, "old-job")]
 
 

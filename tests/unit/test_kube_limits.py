@@ -45,7 +45,8 @@ class _RecordingClient:
 
 
 def test_kube_present_refuses_before_the_first_write():
-    from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import BackendError, KubeCluster
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
     model = spec.build_model(d.load_documents(_with_custom_checks(500 << 10, 700 << 10)))
     client = _RecordingClient()
     with pytest.raises(BackendError) as err:

@@ -9,8 +9,10 @@ import yaml
 
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import rollout as kr
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import BackendError, KubeCluster
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -10,7 +10,7 @@ import yaml
 
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import upgrade as ku
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import BackendError
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import object_key
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model

@@ -13,7 +13,10 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate")
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import render_manifests  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (  # noqa: E402
+    accounting_db_secret_name, munge_secret_name, ssh_host_keys_secret_name)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.yml")))
@@ -24,10 +27,10 @@ VERSIONS = sorted(set([OLDEST, NEWEST]))
 
 def _fake_material(model):
     # Values do not matter to the schema; fake ones keep the test fast (no RSA key generation).
-    material = {s.munge_secret_name(model): {s.MUNGE_KEY: b"k" * s.MUNGE_KEY_BYTES},
-                s.ssh_host_keys_secret_name(model): dict((k, b"key") for k in s.SSH_HOST_KEY_FILES)}
+    material = {munge_secret_name(model): {s.MUNGE_KEY: b"k" * s.MUNGE_KEY_BYTES},
+                ssh_host_keys_secret_name(model): dict((k, b"key") for k in s.SSH_HOST_KEY_FILES)}
     if model.accounting.enabled and model.accounting.in_cluster is not None:
-        material[s.accounting_db_secret_name(model)] = {s.DB_PASSWORD: b"p" * 32, s.DB_ROOT_PASSWORD: b"r" * 32}
+        material[accounting_db_secret_name(model)] = {s.DB_PASSWORD: b"p" * 32, s.DB_ROOT_PASSWORD: b"r" * 32}
     return material
 
 

@@ -12,7 +12,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube import nodese
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.apply import APPLIED_ANNOTATION
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import check_nodes_option
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmCommandError
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import documents_from
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "small-cpu.yml")
 

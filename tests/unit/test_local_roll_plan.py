@@ -12,6 +12,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local import rollo
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import UpdateStrategy
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import rollout as slurm_rollout
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 CONFIGS = {"slurm.conf": "SlurmdTimeout=120\n", "cgroup.conf": "CgroupPlugin=autodetect\n",
            c.SLURMDBD_CONF: "DbdPort=1\n", c.HEALTH_CONFIG_FILE: "{}\n"}
@@ -57,8 +59,8 @@ def test_change_lines_name_the_node_its_batch_and_step():
 def test_a_negative_rollout_timeout_is_refused_before_any_write(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, "examples", "small-cpu.yml")) as f:
-        model = validate.build_model(validate.load_documents(f.read()))
+        model = validate.build_model(load_documents(f.read()))
     state = tmp_path / "state"
-    with pytest.raises(lb.LocalClusterError, match="rollout_timeout must be >= 0"):
+    with pytest.raises(LocalClusterError, match="rollout_timeout must be >= 0"):
         lb.LocalCluster(str(state), model, rollout_timeout=-1).ensure_started()
     assert not state.exists()

@@ -283,7 +283,8 @@ class _Client(object):
 
 def test_on_kubernetes_the_record_is_a_configmap_key_the_remediation_owns():
     from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation_setup as setup
-    from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "examples", "small-cpu.yml")) as f:
         model = build_model(load_documents(f.read()))
     client = _Client()

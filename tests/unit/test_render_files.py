@@ -10,6 +10,7 @@ import yaml
 
 from ansible_collections.soperator.slurm.plugins.module_utils.render import cluster as render
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 
 def test_secret_files_are_told_by_kind_prefix_not_by_substring():
@@ -39,7 +40,7 @@ SMALL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abs
 def rendered_small(dest=None, **changes):
     """small-cpu.yml rendered, with the Secrets of an earlier render in dest (as the module does)."""
     with open(SMALL) as f:
-        docs = spec.load_documents(f.read())
+        docs = load_documents(f.read())
     docs[0]["spec"].update(changes)
     return render.render_cluster(spec.build_model(docs), render.read_secret_material(str(dest)) if dest else None)
 

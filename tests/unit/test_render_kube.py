@@ -10,9 +10,12 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as rk
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import KIND_ORDER
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (
+    accounting_db_secret_name, munge_secret_name, ssh_host_keys_secret_name)
 
 CLUSTER = """
 apiVersion: slurm.soperator.dev/v1alpha1
@@ -78,13 +81,13 @@ def make_model(edit=None):
 def fake_material(model):
     """Distinctive fake values, so a leak outside the Secrets is easy to spot."""
     material = {
-        s.munge_secret_name(model): {s.MUNGE_KEY: b"MUNGE-VALUE-" + b"m" * 1012},
-        s.ssh_host_keys_secret_name(model): dict(
+        munge_secret_name(model): {s.MUNGE_KEY: b"MUNGE-VALUE-" + b"m" * 1012},
+        ssh_host_keys_secret_name(model): dict(
             (k, ("HOSTKEY-%s-VALUE" % k).encode()) for k in s.SSH_HOST_KEY_FILES),
     }
     if model.accounting.enabled and model.accounting.in_cluster is not None:
-        material[s.accounting_db_secret_name(model)] = {s.DB_PASSWORD: b"DB-PASSWORD-VALUE-0123456789abcd",
-                                                        s.DB_ROOT_PASSWORD: b"DB-ROOT-VALUE-0123456789abcdefgh"}
+        material[accounting_db_secret_name(model)] = {s.DB_PASSWORD: b"DB-PASSWORD-VALUE-0123456789abcd",
+                                                      s.DB_ROOT_PASSWORD: b"DB-ROOT-VALUE-0123456789abcdefgh"}
     return material
 
 

@@ -5,10 +5,12 @@ import subprocess
 
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as rk
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import Layout
+from ansible_collections.soperator.slurm.plugins.module_utils.local.login import (
+    login_binds, render_login_sshd_config, unsafe_path_components)
 
 
 def settings(text):
@@ -18,7 +20,7 @@ def settings(text):
 
 def test_one_renderer_for_both_backends():
     kube = settings(rk.login_sshd_config())
-    local = settings(lb.render_login_sshd_config("/srv/jail", lb.Layout("/srv/state"), 20000))
+    local = settings(render_login_sshd_config("/srv/jail", Layout("/srv/state"), 20000))
     changed = dict(set(local) - set(kube))
     # what the local backend adapts, and only that
     assert sorted(changed) == ["AuthorizedKeysFile", "ChrootDirectory", "HostKey", "ListenAddress", "PidFile",
@@ -34,21 +36,21 @@ def test_one_renderer_for_both_backends():
 
 def test_local_state_dir_below_tmp_turns_strict_modes_off(tmp_path):
     os.chmod(str(tmp_path), 0o755)
-    text = lb.render_login_sshd_config("/srv/jail", lb.Layout(str(tmp_path / "state")), 20000)
+    text = render_login_sshd_config("/srv/jail", Layout(str(tmp_path / "state")), 20000)
     assert ("StrictModes", "no") in settings(text)
     assert "StrictModes off: the state directory lies below a directory that others can write to" in text
 
 
 def test_unsafe_path_components(tmp_path):
-    assert lb.unsafe_path_components("/usr/lib") == []
-    assert lb.unsafe_path_components("/usr/no-such-dir/below") == []        # stops where the path ends
-    bad = lb.unsafe_path_components(str(tmp_path))
+    assert unsafe_path_components("/usr/lib") == []
+    assert unsafe_path_components("/usr/no-such-dir/below") == []        # stops where the path ends
+    bad = unsafe_path_components(str(tmp_path))
     assert bad and bad[0].startswith("/tmp (owner uid 0, mode 1777)")
 
 
 def test_login_binds_leave_out_what_tmp_brings_along():
-    assert lb.login_binds(lb.Layout("/tmp/sop-x")) == ["/tmp"]
-    assert lb.login_binds(lb.Layout("/srv/x")) == ["/tmp", "/srv/x/etc", "/srv/x/run", "/srv/x/spool"]
+    assert login_binds(Layout("/tmp/sop-x")) == ["/tmp"]
+    assert login_binds(Layout("/srv/x")) == ["/tmp", "/srv/x/etc", "/srv/x/run", "/srv/x/spool"]
 
 
 @pytest.mark.skipif(shutil.which("sshd", path="/usr/sbin:/sbin:" + os.environ.get("PATH", "")) is None

@@ -9,7 +9,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local import confi
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
 from ansible_collections.soperator.slurm.plugins.module_utils.render import target as rt
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 from test_spec_hostile import parse_slurm_file
 

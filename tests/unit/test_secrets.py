@@ -6,7 +6,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
 SPEC = """
 apiVersion: slurm.soperator.dev/v1alpha1

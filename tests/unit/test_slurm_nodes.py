@@ -12,6 +12,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm import nodes
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, LocalTransport, SlurmCommandError, SlurmOutputError, SlurmRunner, SlurmUnavailable,
     TransientError, format_command)
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.node_records import (
+    SinfoReportedErrors, parse_scontrol_nodes, parse_sinfo_json, parse_squeue_nodes)
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "slurm_22.05")
 PREFIX = "soperator:"
@@ -31,7 +33,7 @@ def by_name(records):
 
 
 def test_idle_nodes():
-    nodes = by_name(sn.parse_sinfo_json(fixture("sinfo_idle.json")))
+    nodes = by_name(parse_sinfo_json(fixture("sinfo_idle.json")))
     assert list(nodes) == ["w-0", "w-1"]
     w0 = nodes["w-0"]
     assert (w0.state, w0.base_state, w0.flags, w0.reason) == ("IDLE", "IDLE", (), "")
@@ -40,26 +42,26 @@ def test_idle_nodes():
 
 
 def test_running_jobs_make_nodes_busy():
-    nodes = by_name(sn.parse_sinfo_json(fixture("sinfo_running.json")))
+    nodes = by_name(parse_sinfo_json(fixture("sinfo_running.json")))
     assert nodes["w-0"].state == "MIXED" and nodes["w-0"].busy
     assert nodes["w-1"].state == "ALLOCATED" and nodes["w-1"].alloc_cpus == 2
 
 
 def test_draining_then_drained():
-    draining = by_name(sn.parse_sinfo_json(fixture("sinfo_draining.json")))
+    draining = by_name(parse_sinfo_json(fixture("sinfo_draining.json")))
     assert [draining[n].state for n in ("w-0", "w-1")] == ["DRAINING", "DRAINING"]
     assert draining["w-0"].reason == "soperator: test drain" and draining["w-0"].ours(PREFIX)
     assert not draining["w-0"].drained
-    drained = by_name(sn.parse_sinfo_json(fixture("sinfo_drained.json")))
+    drained = by_name(parse_sinfo_json(fixture("sinfo_drained.json")))
     assert all(r.state == "DRAINED" and r.drained for r in drained.values())
     assert drained["w-0"].reason_set_by_user == "root" and drained["w-0"].reason_changed_at > 0
 
 
 def test_foreign_drain_and_down_nodes():
-    foreign = by_name(sn.parse_sinfo_json(fixture("sinfo_foreign.json")))
+    foreign = by_name(parse_sinfo_json(fixture("sinfo_foreign.json")))
     assert foreign["w-0"].state == "DRAINED" and not foreign["w-0"].ours(PREFIX) and foreign["w-0"].held
     assert foreign["w-1"].flags == ("NOT_RESPONDING",) and not foreign["w-1"].held
-    down = by_name(sn.parse_sinfo_json(fixture("sinfo_down.json")))
+    down = by_name(parse_sinfo_json(fixture("sinfo_down.json")))
     # sinfo calls DOWN+DRAIN "drained"; a plain DOWN node is held by whoever set its reason.
     assert down["w-0"].state == "DRAINED" and down["w-0"].base_state == "DOWN"
     assert down["w-1"].state == "DOWN" and down["w-1"].held and not down["w-1"].ours(PREFIX)
@@ -67,8 +69,8 @@ def test_foreign_drain_and_down_nodes():
 
 def test_controller_down_is_an_error_not_an_empty_cluster():
     # sinfo --json exits 0 with an error entry and no nodes when slurmctld does not answer.
-    with pytest.raises(sn.SinfoReportedErrors, match="Unspecified error"):
-        sn.parse_sinfo_json(fixture("sinfo_controller_down.json"))
+    with pytest.raises(SinfoReportedErrors, match="Unspecified error"):
+        parse_sinfo_json(fixture("sinfo_controller_down.json"))
 
 
 @pytest.mark.parametrize("text", ["", "not json", "[]", '{"errors": []}', '{"nodes": [{"state": "idle"}]}',
@@ -76,18 +78,18 @@ def test_controller_down_is_an_error_not_an_empty_cluster():
                                   '{"nodes": [{"name": "a", "state": "idle", "cpus": "x"}]}'])
 def test_unparsable_output_fails(text):
     with pytest.raises(SlurmOutputError):
-        sn.parse_sinfo_json(text)
+        parse_sinfo_json(text)
 
 
 def test_newer_json_format_is_read_too():
     doc = {"errors": [], "nodes": [{"name": "a", "state": ["IDLE", "DRAIN"], "reason": "x", "partitions": ["p"],
                                     "cpus": 4, "alloc_cpus": 0, "reason_changed_at": {"set": True, "number": 5}}]}
-    (node,) = sn.parse_sinfo_json(json.dumps(doc))
+    (node,) = parse_sinfo_json(json.dumps(doc))
     assert node.state == "DRAINED" and node.flags == ("DRAIN",) and node.reason_changed_at == 5
 
 
 def test_scontrol_future_nodes():
-    records, missing = sn.parse_scontrol_nodes(fixture("scontrol_future.txt"))
+    records, missing = parse_scontrol_nodes(fixture("scontrol_future.txt"))
     nodes = by_name(records)
     assert missing == ["nope"]
     assert nodes["f-0"].future and nodes["f-0"].flags == () and nodes["f-0"].partitions == ("other",)
@@ -98,15 +100,15 @@ def test_scontrol_future_nodes():
 def test_scontrol_reason_with_equals_signs():
     line = ("NodeName=a Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN ThreadsPerCore=1 Partitions=p,q "
             "Reason=x = y [z] [slurm@2026-01-01T00:00:00]")
-    (node,), missing = sn.parse_scontrol_nodes(line)
+    (node,), missing = parse_scontrol_nodes(line)
     assert missing == []
     assert node.reason == "x = y [z]" and node.reason_set_by_user == "slurm" and node.partitions == ("p", "q")
     with pytest.raises(SlurmOutputError):
-        sn.parse_scontrol_nodes("garbage")
+        parse_scontrol_nodes("garbage")
 
 
 def test_squeue_job_counts():
-    assert sn.parse_squeue_nodes("w-[0-1]\nw-1\n\n") == {"w-0": 1, "w-1": 2}
+    assert parse_squeue_nodes("w-[0-1]\nw-1\n\n") == {"w-0": 1, "w-1": 2}
 
 
 def test_expand_nodes_keeps_order_and_drops_duplicates():

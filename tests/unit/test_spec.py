@@ -9,6 +9,10 @@ from hypothesis import strategies as st
 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as s
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import (
+    CLUSTER_DOCUMENT, DEFAULT_REGISTRY, DEFAULT_TAG, DNS_LABEL, MAX_NODESET_NAME, NODESET_DOCUMENT)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import is_quantity
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.yml")))
@@ -47,7 +51,7 @@ def paths_of(docs):
 @pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
 def test_examples_are_valid(path):
     with open(path) as f:
-        model = s.build_model(s.load_documents(f.read()))
+        model = s.build_model(load_documents(f.read()))
     assert model.node_sets and model.partitions
     assert sum(p.default for p in model.partitions) == 1
 
@@ -61,7 +65,7 @@ def test_defaults_are_filled_in():
     assert model.jail.overwrite == "never"
     assert model.accounting.enabled is False and model.accounting.in_cluster is None
     assert model.remediation.drain_reason_prefix == "soperator:"
-    assert model.images.worker == "%s/worker:%s" % (s.DEFAULT_REGISTRY, s.DEFAULT_TAG)
+    assert model.images.worker == "%s/worker:%s" % (DEFAULT_REGISTRY, DEFAULT_TAG)
     cpu, gpu = model.node_set("cpu"), model.node_set("gpu")
     assert (cpu.cpus, cpu.real_memory_mib, cpu.max_replicas, cpu.node_range) == (8, 32768, 2, "cpu-[0-1]")
     assert (gpu.max_replicas, gpu.node_range, gpu.gpus, str(gpu.gres[0])) == (8, "gpu-[0-7]", 8, "gpu:h100:8")
@@ -238,7 +242,7 @@ def test_all_errors_are_reported_at_once():
 
 def test_invalid_yaml():
     with pytest.raises(SpecError) as err:
-        s.load_documents("kind: [unclosed")
+        load_documents("kind: [unclosed")
     assert "not valid YAML" in str(err.value)
 
 
@@ -282,7 +286,7 @@ EXPECT = {"string": "must be a string", "integer": "must be an integer", "number
 def test_generated_wrong_types_name_the_field(data):
     docs = base_docs()
     which = data.draw(st.sampled_from([0, 1, 2]))
-    schema = s.CLUSTER_DOCUMENT if which == 0 else s.NODESET_DOCUMENT
+    schema = CLUSTER_DOCUMENT if which == 0 else NODESET_DOCUMENT
     leaves = [(p, n) for p, n in _typed_leaves(schema, docs[which]) if p[0] == "spec" or p == ("metadata", "name")]
     path, node = data.draw(st.sampled_from(leaves))
     _set(docs[which], path, WRONG[node.kind])
@@ -297,7 +301,7 @@ def test_generated_wrong_types_name_the_field(data):
 def test_generated_unknown_fields_are_named(data, field):
     docs = base_docs()
     which = data.draw(st.sampled_from([0, 1, 2]))
-    schema = s.CLUSTER_DOCUMENT if which == 0 else s.NODESET_DOCUMENT
+    schema = CLUSTER_DOCUMENT if which == 0 else NODESET_DOCUMENT
     validated = schema.validate(copy.deepcopy(docs[which]), "", [])
     objects = [(p, n) for p, n, v in _object_paths(schema, validated) if n.kind == "object"]
     path, node = data.draw(st.sampled_from(objects))
@@ -323,7 +327,7 @@ def test_generated_negative_replicas(replicas, which):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.text(min_size=1, max_size=12).filter(lambda t: not s.is_quantity(t)),
+@given(st.text(min_size=1, max_size=12).filter(lambda t: not is_quantity(t)),
        st.sampled_from(["cpu", "memory"]))
 def test_generated_bad_quantities(text, key):
     docs = base_docs()
@@ -346,7 +350,7 @@ def test_generated_names_follow_dns_label_rules(name):
     docs[1]["metadata"]["name"] = name
     docs[0]["spec"]["partitions"][0]["nodeSets"][0] = name
     import re
-    ok = re.match(s.DNS_LABEL, name) and len(name) <= s.MAX_NODESET_NAME and name != "all" \
+    ok = re.match(DNS_LABEL, name) and len(name) <= MAX_NODESET_NAME and name != "all" \
         and not name.startswith("demo-")
     if ok:
         assert s.build_model(docs).node_set(name).node_range == "%s-[0-1]" % name

@@ -12,11 +12,15 @@ from hypothesis import strategies as st
 
 from ansible_collections.soperator.slurm.plugins.module_utils.constants import IMAGES_SLURM_VERSION
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys as ck
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys_data as ckd
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_syntax as cs
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import cron, schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import CLUSTER_DOCUMENT, NODESET_DOCUMENT
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BAD_SPECS = sorted(glob.glob(os.path.join(HERE, "bad_specs", "*.spec")))
@@ -32,7 +36,7 @@ def expectation(path):
 
 def load_and_build(path):
     with open(path) as f:
-        return spec.build_model(spec.load_documents(f.read()))
+        return spec.build_model(load_documents(f.read()))
 
 
 def test_the_corpus_is_there():
@@ -44,7 +48,7 @@ def test_bad_spec_fails_with_its_field_path(path):
     field, fragment = expectation(path)
     try:
         load_and_build(path)
-    except spec.SpecError as e:
+    except SpecError as e:
         matching = [i for i in e.issues if i.path == field and fragment in i.message]
         assert matching, "%s: no issue at %r with %r in:\n%s" % (os.path.basename(path), field, fragment, e)
         assert "%s: " % field in str(e)
@@ -56,7 +60,7 @@ def test_base_of_the_corpus_is_valid():
     """The documents the corpus files are made of are valid once the defect is gone: the defect is what fails."""
     with open(os.path.join(HERE, "bad_specs", "slurmconfig-hash-truncates.spec")) as f:
         text = f.read()
-    assert spec.build_model(spec.load_documents(text.replace("#,", ","))).slurm_config == {
+    assert spec.build_model(load_documents(text.replace("#,", ","))).slurm_config == {
         "SchedulerParameters": "bf_interval=30,max_rpc_cnt=150"}
 
 
@@ -74,8 +78,8 @@ def _patterned_nodes():
             if child is not None:
                 walk(child)
 
-    walk(spec.CLUSTER_DOCUMENT)
-    walk(spec.NODESET_DOCUMENT)
+    walk(CLUSTER_DOCUMENT)
+    walk(NODESET_DOCUMENT)
     return [x for x in nodes if x.pattern]
 
 
@@ -209,7 +213,7 @@ def _model_or_issues(cluster_spec=None, nodeset_spec=None, nodeset_name="cpu"):
     node_set["metadata"]["name"] = nodeset_name
     try:
         return spec.build_model([cluster, node_set]), None
-    except spec.SpecError as e:
+    except SpecError as e:
         return None, e.issues
 
 
@@ -272,7 +276,7 @@ def test_slurm_config_value_reads_back_or_is_refused(key, value):
 
 
 # Text keys the images' Slurm reads (render_slurm_configs' default target; the others are left out for it).
-CGROUP_TEXT_KEYS = sorted(entry[0] for entry in ck.KEYS["cgroup.conf"].values()
+CGROUP_TEXT_KEYS = sorted(entry[0] for entry in ckd.KEYS["cgroup.conf"].values()
                           if entry[1] == "string" and ck.read_by("cgroup.conf", entry[0], IMAGES_SLURM_VERSION))
 
 
@@ -284,9 +288,9 @@ def test_slurm_config_key_is_a_cgroup_key_or_refused(key, value):
     event("refused" if model is None else "accepted")
     if model is None:
         assert issues and all(i.path.startswith("SlurmCluster/demo spec.cgroupConfig") for i in issues), issues
-        assert re.match(r"[A-Za-z][A-Za-z0-9_]*\Z", key) is None or key.lower() not in ck.KEYS["cgroup.conf"]
+        assert re.match(r"[A-Za-z][A-Za-z0-9_]*\Z", key) is None or key.lower() not in ckd.KEYS["cgroup.conf"]
         return
-    assert key.lower() in ck.KEYS["cgroup.conf"]
+    assert key.lower() in ckd.KEYS["cgroup.conf"]
     _check_only_change(render_slurm_configs(model), "cgroup.conf", key, value)
 
 
@@ -374,7 +378,7 @@ def test_cluster_names_read_back_or_are_refused(name, namespace, domain):
     node_set["spec"]["clusterName"] = name
     try:
         model = spec.build_model([cluster, node_set])
-    except spec.SpecError:
+    except SpecError:
         event("refused")
         return
     event("accepted")

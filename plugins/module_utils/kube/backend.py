@@ -12,7 +12,7 @@ One run, in order:
    wait=true), then prune what is no longer rendered;
 5. reload Slurm: a changed slurm.conf reaches slurmctld with `scontrol reconfigure`, once the controller pod sees the
    new file (the kubelet updates mounted ConfigMaps late); changed node definitions roll the controller through its
-   pod template instead (render_kube.node_definitions_hash); kube/reconfigure.py;
+   pod template instead (render/kube_objects.node_definitions_hash); kube/reconfigure.py;
 6. roll the workers of NodeSets with updateStrategy slurmAware onto their new pod template, Slurm-aware: in batches
    of at most maxUnavailable, idle nodes first, busy ones drained and replaced only once they run no job, each new
    slurmd re-checked before it is resumed (slurm/rollout.py plans and executes, kube/rollout.py reads the revisions);
@@ -29,7 +29,7 @@ import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import (  # noqa: F401 (BackendError: ours)
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import (
     BackendError, _replicas, job_failed, job_log_tail, wait_for, workload_state)
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.reconfigure import (
     CONFIG_DIGEST_FIELD, SlurmConfigReload)

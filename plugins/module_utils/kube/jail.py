@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""jail_populate on Kubernetes: the populate Job (render_kube.populate_job) fills the jail volume, its program
+"""jail_populate on Kubernetes: the populate Job (render/kube_objects.populate_job) fills the jail volume, its program
 (jail.py) keeps the sentinel in the jail and prints it, and we record it in the SlurmCluster's `.status.jail`, so
 later runs know the jail is populated without starting a pod.
 

@@ -13,7 +13,8 @@ import copy
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC, auth_params, runner_from_params
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import BackendError, KubeCluster
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.upgrade import UpgradeOptions
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (
     HAS_KUBERNETES, KubeClient, KubeError, api_client_from_params)

@@ -16,7 +16,9 @@ from collections import namedtuple
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import live
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import SpecError, build_model, documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import documents_from
 
 
 class NodeSetError(Exception):

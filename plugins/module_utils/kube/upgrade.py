@@ -41,6 +41,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builde
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import accounting_storage
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import versions as sv
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import accounting_db_secret_name
 
 BACKUP = "backup"
 BACKUP_MOUNT = "/backup"
@@ -221,7 +222,7 @@ class ClusterUpgrade(object):
             host, secret, key = external.host, external.password_secret.name, external.password_secret.key
         else:
             host = "%s.%s.svc.%s" % (storage.host, model.namespace, model.cluster_domain)
-            secret, key = s.accounting_db_secret_name(model), s.DB_PASSWORD
+            secret, key = accounting_db_secret_name(model), s.DB_PASSWORD
         # Written under a temporary name and renamed when complete: a file without .partial is a whole dump.
         script = ('set -eu; mkdir -p "$(dirname "$DUMP")"; '
                   'mariadb-dump --single-transaction --routines --triggers --host="$DB_HOST" --port="$DB_PORT" '

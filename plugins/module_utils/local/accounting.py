@@ -22,7 +22,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     DB_USER,
     LOOPBACK,
     LocalClusterError)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _digest, find_binary
+from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import _digest
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _is_real_dir, _own_dir, current_text, read_secret)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError

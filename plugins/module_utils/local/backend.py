@@ -47,19 +47,12 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import
     full_reason, read_sinfo, SCALE_DOWN_REASON, update_nodes_argv)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     LocalTransport, SlurmError, SlurmRunner)
-# The local backend's names its callers (the slurm_cluster module, tests, bench) use.
-from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs  # noqa: F401
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (  # noqa: F401 pylint: disable=unused-import
-    check_path, CTLD_OFFSET, DEFAULT_BASE_PORT, default_state_dir, Layout, LocalClusterError, LOGIN_DAEMON, LOOPBACK,
-    MARKER, node_ports, ports_needed)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.login import (  # noqa: F401 pylint: disable=unused-import
-    _jail_mount_point, require_jail_plugin, login_binds, render_login_sshd_config, unsafe_path_components)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import (  # noqa: F401 pylint: disable=unused-import
-    find_free_base_port, PortClaims)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
+    check_path, CTLD_OFFSET, Layout, LocalClusterError, LOGIN_DAEMON, node_ports)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.login import require_jail_plugin
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
     _pid_alive, _proc_start_time, find_binary)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (  # noqa: F401 pylint: disable=unused-import
-    _saved_base, read_marker)
 
 
 # A full filesystem or an exhausted quota under the state directory.
@@ -82,7 +75,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
     libraries and the plugin itself at the same path for srun/sbatch inside jobs.
 
     With a jail and `login` (default), a login sshd runs too, on 127.0.0.1:<base_port + LOGIN_OFFSET> (status()
-    'login'), with the login nodes' sshd_config (render_sshd): key-only, every session chrooted into the jail. Root's
+    'login'), with the login nodes' sshd_config (render/sshd.py): key-only, every session chrooted into the jail. Root's
     keys are the spec's login.sshRootPublicKeys plus `login_authorized_keys`; other users log in with the keys in
     their ~/.ssh/authorized_keys in the jail, and are resolved by this machine's user database (sshd runs here).
     sshd runs in a private mount namespace (unshare) in which /dev, /proc, /tmp and the cluster's etc/, run/ and

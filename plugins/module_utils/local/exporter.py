@@ -26,7 +26,7 @@ import sys
 from ansible_collections.soperator.slurm.plugins.module_utils import files, wait
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     EXPORTER_DAEMON, LOOPBACK, LocalClusterError)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _digest
+from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import _digest
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_file
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir, current_text
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check

@@ -22,11 +22,12 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     LOGIN_USER,
     LOOPBACK,
     LocalClusterError)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
-    _digest, _record_alive, find_binary)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import _digest
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _record_alive, find_binary
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _own_dir, _read_own_file, _saved_base, current_text)
 from ansible_collections.soperator.slurm.plugins.module_utils.node import safe_tree
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import ssh_host_keys_secret_name
 
 
 def unsafe_path_components(path):
@@ -58,7 +59,7 @@ def login_binds(lay):
 
 
 def render_login_sshd_config(jail_dir, lay, base_port):
-    """The login nodes' sshd_config (render_sshd, as on Kubernetes) with this cluster's local paths: it listens on
+    """The login nodes' sshd_config (render/sshd.py, as on Kubernetes) with this cluster's local paths: it listens on
     127.0.0.1:<base_port + LOGIN_OFFSET>, host keys and authorized keys live under state_dir, sessions get
     SLURM_CONF (the cluster's slurm.conf, bound into the jail at the same path)."""
     from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
@@ -268,7 +269,7 @@ class LocalLogin(object):
         """The login's SSH host keys: generated once (secrets.py, as the Kubernetes Secret), then kept."""
         from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
         lay = self.layout
-        name = s.ssh_host_keys_secret_name(model)
+        name = ssh_host_keys_secret_name(model)
         existing = {}
         for key in s.SSH_HOST_KEY_FILES:
             path = os.path.join(lay.ssh_host_keys, key)

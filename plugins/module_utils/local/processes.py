@@ -23,7 +23,7 @@ import time
 from ansible_collections.soperator.slurm.plugins.module_utils import files, wait
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     LOGIN_DAEMON, LOOPBACK, LocalClusterError)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
     _digest, natural_key as _natural)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import _port_free
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (

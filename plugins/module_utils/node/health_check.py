@@ -21,8 +21,9 @@ local backend copies it under its state directory. Interface (the remediation pl
   reads it); --check-only records nothing.
 
 Parsing of nvidia-smi, dmesg and scontrol output is done by the pure functions below (tested on fixtures).
-slurm_nodes.py has a fuller scontrol parser, but it imports the collection (and through it hostlist and
-slurm_runner); this file must run alone in an image, so it keeps the few lines of parsing it needs.
+slurm/node_records.py has a fuller scontrol parser, but it imports the collection (and through it
+slurm_syntax/hostlist.py and slurm/runner.py); this file must run alone in an image, so it keeps the few lines of
+parsing it needs.
 """
 
 from __future__ import absolute_import, division, print_function

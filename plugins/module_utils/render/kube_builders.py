@@ -15,7 +15,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import MANAGED_BY
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (
-    controller_name, jail_claim_name, service_account_name, slurm_configs_name)
+    controller_name, jail_claim_name, service_account_name, slurm_configs_name, munge_secret_name)
 
 APP_NAME = "slurm"
 
@@ -175,7 +175,7 @@ def configs_volume(model):
 
 
 def munge_volume(model):
-    return {"name": "munge-key", "secret": {"secretName": s.munge_secret_name(model), "defaultMode": 0o400,
+    return {"name": "munge-key", "secret": {"secretName": munge_secret_name(model), "defaultMode": 0o400,
                                             "items": [{"key": s.MUNGE_KEY, "path": s.MUNGE_KEY}]}}
 
 

@@ -36,10 +36,10 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf 
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import SSHD_CONFIG, render_sshd_config
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import API_GROUP
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (
-    slurm_configs_name, slurmdbd_config_name, authorized_keys_name, sshd_config_name, jail_claim_name,
-    controller_name, login_name, login_headless_name, accounting_name,
-    accounting_db_name, populate_jail_name, remediation_name, remediation_cluster_role_name, active_check_name,
-    remediation_status_name, service_account_name)
+    slurm_configs_name, slurmdbd_config_name, authorized_keys_name, sshd_config_name, jail_claim_name, controller_name,
+    login_name, login_headless_name, accounting_name, accounting_db_name, populate_jail_name, remediation_name,
+    remediation_cluster_role_name, active_check_name, remediation_status_name, service_account_name,
+    accounting_db_secret_name, munge_secret_name, ssh_host_keys_secret_name)
 
 # In-container contract with the images beyond constants.py (entrypoints read these; candidates for constants.py).
 SSH_PORT = 22
@@ -142,10 +142,10 @@ def _rbac(model):
 
 
 def _required_keys(model):
-    required = {s.munge_secret_name(model): [s.MUNGE_KEY],
-                s.ssh_host_keys_secret_name(model): list(s.SSH_HOST_KEY_FILES)}
+    required = {munge_secret_name(model): [s.MUNGE_KEY],
+                ssh_host_keys_secret_name(model): list(s.SSH_HOST_KEY_FILES)}
     if model.accounting.enabled and model.accounting.in_cluster is not None:
-        required[s.accounting_db_secret_name(model)] = [s.DB_PASSWORD, s.DB_ROOT_PASSWORD]
+        required[accounting_db_secret_name(model)] = [s.DB_PASSWORD, s.DB_ROOT_PASSWORD]
     return required
 
 
@@ -246,7 +246,7 @@ def populate_job(model, overwrite=None, timeout=None):
 
 def _accounting_db(model):
     db = model.accounting.in_cluster
-    secret = s.accounting_db_secret_name(model)
+    secret = accounting_db_secret_name(model)
     # The user and database slurmdbd.conf names: both come from the one accounting_storage(model).
     storage = accounting_storage(model)
     env = [
@@ -269,7 +269,7 @@ def _accounting_db(model):
 def _accounting(model):
     acc = model.accounting
     if acc.in_cluster is not None:
-        password = kb.env_secret(ENV_SLURMDBD_STORAGE_PASS, s.accounting_db_secret_name(model), s.DB_PASSWORD)
+        password = kb.env_secret(ENV_SLURMDBD_STORAGE_PASS, accounting_db_secret_name(model), s.DB_PASSWORD)
     else:
         ref = acc.external.password_secret
         password = kb.env_secret(ENV_SLURMDBD_STORAGE_PASS, ref.name, ref.key)
@@ -291,7 +291,7 @@ def _accounting(model):
 
 
 def node_definitions_hash(model):
-    """A digest of slurm.conf's NodeName lines (render_slurm.node_definitions). slurmctld 22.05 reads node
+    """A digest of slurm.conf's NodeName lines (slurm_conf.node_definitions). slurmctld 22.05 reads node
     definitions only when it starts, so the controller's pod template carries this digest: a change rolls the
     controller, any other change of slurm.conf is applied with `scontrol reconfigure` and restarts nothing."""
     return hashlib.sha256("\n".join(node_definitions(model)).encode("utf-8")).hexdigest()[:16]
@@ -350,7 +350,7 @@ def _login(model):
     volumes += [
         kb.jail_volume(model),
         # sshd refuses host keys that others can read.
-        {"name": "ssh-host-keys", "secret": {"secretName": s.ssh_host_keys_secret_name(model), "defaultMode": 0o600,
+        {"name": "ssh-host-keys", "secret": {"secretName": ssh_host_keys_secret_name(model), "defaultMode": 0o600,
                                              "items": [{"key": k, "path": k} for k in ssh_keys]}},
         {"name": "authorized-keys", "configMap": {"name": authorized_keys_name(model), "defaultMode": 0o644}},
         {"name": "sshd-config", "configMap": {"name": sshd_config_name(model), "defaultMode": 0o644}},
@@ -479,7 +479,7 @@ def _active_checks(model):
 def render_manifests(model, slurm_configs, secret_material):
     """Every Kubernetes object of the cluster, as plain dicts, in apply order (see KIND_ORDER).
 
-    slurm_configs: file name -> text (render_slurm.render_slurm_configs); slurmdbd.conf goes to its own ConfigMap.
+    slurm_configs: file name -> text (slurm_conf.render_slurm_configs); slurmdbd.conf goes to its own ConfigMap.
     secret_material: Secret name -> {key: bytes} (secrets.ensure_secret_material); each becomes an Opaque Secret.
     Raises ValueError when an input lacks something the objects need, or when two objects would share a name.
     """

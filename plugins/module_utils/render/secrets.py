@@ -16,10 +16,10 @@ import secrets as _random
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (  # noqa: F401 (re-exported)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (
     accounting_db_secret_name, munge_secret_name, ssh_host_keys_secret_name)
 
-# Keys of the Secrets (the images and render_kube read them by these names).
+# Keys of the Secrets (the images and render/kube_objects.py read them by these names).
 MUNGE_KEY = "munge.key"
 MUNGE_KEY_BYTES = 1024
 SSH_HOST_KEY_TYPES = ("ed25519", "rsa", "ecdsa")

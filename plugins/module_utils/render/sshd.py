@@ -21,7 +21,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_syntax import comment, sshd_line, sshd_literal
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_syntax import (
+    comment, sshd_line, sshd_literal)
 
 SSHD_CONFIG = "sshd_config"
 
@@ -36,7 +37,7 @@ def render_sshd_config(chroot_dir, host_key_dir, authorized_keys_dir, port=22, l
     """The sshd_config text of a login node.
 
     chroot_dir: the jail as sshd sees it. host_key_dir: the directory of the host keys (host_key_paths).
-    authorized_keys_dir: one file per user name with the keys the cluster grants (render_kube: the ConfigMap).
+    authorized_keys_dir: one file per user name with the keys the cluster grants (kube_objects.py: the ConfigMap).
     listen_address / pid_file / set_env ({name: value}) / strict_modes / use_pam / notes (comment lines): what the
     local backend changes for a process on a shared host (see local/login.py render_login_sshd_config).
     keys_by_command: the cluster's keys are read by AuthorizedKeysCommand (cat, as nobody) instead of

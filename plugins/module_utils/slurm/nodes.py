@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.node_records import (  # noqa: F401 (NodeRecord...)
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.node_records import (
     HOLD_FLAGS, NodeRecord, SinfoGroupedOutput, SinfoReportedErrors, parse_scontrol_nodes, parse_sinfo_json,
     parse_squeue_nodes)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (

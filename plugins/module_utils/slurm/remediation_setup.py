@@ -43,7 +43,8 @@ def setting(params, option, default):
 
 def local_parts(params, model):
     from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
-    state_dir = params["state_dir"] or lb.default_state_dir(model.name)
+    from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import default_state_dir
+    state_dir = params["state_dir"] or default_state_dir(model.name)
     cluster = lb.LocalCluster(state_dir, model)
     slurm_conf = cluster.env()["SLURM_CONF"]
     if not os.path.exists(slurm_conf):

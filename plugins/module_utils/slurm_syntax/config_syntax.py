@@ -2,7 +2,7 @@
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a value may be so that the file it is written to reads it back as exactly that value, and the one writer of
-config lines that asserts it. spec.py checks the same rules at validation time, with the field path.
+config lines that asserts it. spec/fields.py checks the same rules at validation time, with the field path.
 
 Slurm's config files (slurm.conf, cgroup.conf, gres.conf, topology.conf, mpi.conf, slurmdbd.conf) are all read by
 s_p_parse_file (src/common/parse_config.c): a line is cut at the first `#` not escaped by a backslash, a trailing

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The SlurmCluster and NodeSet CustomResourceDefinitions, generated from the same schema spec.py validates with.
+"""The SlurmCluster and NodeSet CustomResourceDefinitions, generated from the same schema spec/validate.py validates
+with.
 
 `crds/*.yaml` in the collection are these objects written out (tests keep them in sync).
 """
@@ -11,7 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import CLUSTER_SPEC, NODESET_SPEC
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import CLUSTER_SPEC, NODESET_SPEC
 
 VERSION = "v1alpha1"
 

@@ -33,11 +33,6 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity impo
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.window import parse_start
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import (
     SpecError, SpecIssue, child_path, compile_pattern)
-# The spec's public names, for callers that know only spec.validate (the modules, crds.py, tests).
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import (  # noqa: F401 pylint: disable=unused-import
-    documents_from, load_documents)
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import (  # noqa: F401 pylint: disable=unused-import
-    CLUSTER_SPEC, DEFAULT_REGISTRY, DEFAULT_TAG, DNS_LABEL, NODESET_SPEC)
 
 
 def _prefixed(label, issues):
