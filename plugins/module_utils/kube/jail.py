@@ -32,6 +32,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.apply import 
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import CR_API_VERSION
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import LOGIN, WORKER
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import populate_job
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import live
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
 
 STATUS_FIELD_MANAGER = c.FIELD_MANAGER + "-jail"
 STARTED = "started"
@@ -243,8 +245,6 @@ class KubeJail(object):
 
 def model_from_cluster(client, name, namespace):
     """The ClusterModel of the SlurmCluster `name` and its NodeSets as they are in the cluster."""
-    from ansible_collections.soperator.slurm.plugins.module_utils.kube import live
-    from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
     docs = live.cluster_documents(client, name, namespace)
     if docs is None:
         raise JailKubeError("SlurmCluster %s/%s does not exist: apply the cluster first (soperator.slurm."

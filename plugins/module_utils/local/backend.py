@@ -48,6 +48,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     LocalTransport, SlurmError, SlurmRunner)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
+from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     check_path, CTLD_OFFSET, Layout, LocalClusterError, LOGIN_DAEMON, node_ports)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.login import require_jail_plugin
@@ -346,7 +347,6 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
     def _render(self, model):
         if self._renderer is not None:
             return self._renderer(model)
-        from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
         return render_slurm_configs(model)
 
     def _write_configs(self, model, base_port, changes):

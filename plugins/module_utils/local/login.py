@@ -27,6 +27,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.processes im
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _own_dir, _read_own_file, _saved_base, current_text)
 from ansible_collections.soperator.slurm.plugins.module_utils.node import safe_tree
+from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
+from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import ssh_host_keys_secret_name
 
 
@@ -62,7 +64,6 @@ def render_login_sshd_config(jail_dir, lay, base_port):
     """The login nodes' sshd_config (render/sshd.py, as on Kubernetes) with this cluster's local paths: it listens on
     127.0.0.1:<base_port + LOGIN_OFFSET>, host keys and authorized keys live under state_dir, sessions get
     SLURM_CONF (the cluster's slurm.conf, bound into the jail at the same path)."""
-    from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
     notes = ["local backend: the login node of the local cluster in %s (LocalCluster)." % lay.state_dir]
     strict = not unsafe_path_components(lay.authorized_keys)
     if not strict:
@@ -204,7 +205,6 @@ class LocalLogin(object):
                 raise LocalClusterError("the login sshd cannot chroot into %s: not so: %s (owned by root, not "
                                         "writable by group or others)" % (jail, ", ".join(bad)))
             actions.append("the jail %s does not exist yet; it must when the cluster starts" % jail)
-        from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
         if not all(os.path.exists(os.path.join(lay.ssh_host_keys, k)) for k in s.SSH_HOST_KEY_FILES):
             actions.append("would generate the login's SSH host keys")
         if current_text(os.path.join(lay.authorized_keys, LOGIN_USER)) != self._root_keys(model):
@@ -267,7 +267,6 @@ class LocalLogin(object):
 
     def _ensure_host_keys(self, model, changes):
         """The login's SSH host keys: generated once (secrets.py, as the Kubernetes Secret), then kept."""
-        from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
         lay = self.layout
         name = ssh_host_keys_secret_name(model)
         existing = {}

@@ -13,6 +13,8 @@ import base64
 import json
 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import doc_label
+from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects
+from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError, SpecIssue, child_path
 
 # The API server refuses a ConfigMap whose data and binaryData (keys and values) add up to more than 1 MiB
@@ -80,8 +82,6 @@ def check_kube_sizes(model, custom_resources=()):
     """SpecError when an object rendered for `model` (its custom resources `custom_resources`, and every object
     render_manifests gives but the Secrets, whose values we generate at a fixed size) is larger than Kubernetes
     stores. Generates no key: the Secrets are rendered with empty placeholders."""
-    from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects
-    from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
     objects = list(custom_resources) + [
         o for o in kube_objects.render_manifests(model, render_slurm_configs(model),
                                                  kube_objects.placeholder_secret_material(model))
