@@ -1,6 +1,6 @@
 """The status records the exporter reads besides Slurm: the health checks' last results (written by
 node/health_check.py and node/active_check.py, never through a link an untrusted user could place), the remediation
-record (slurm/remediation_record.py), and the metric families the exporter makes of them."""
+record (observe/remediation_record.py), and the metric families the exporter makes of them."""
 import json
 import os
 
@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ansible_collections.soperator.slurm.plugins.module_utils.node import active_check as ac
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import exporter, metrics, status
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation_record as rr
+from ansible_collections.soperator.slurm.plugins.module_utils.observe import remediation_record as rr
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.node_records import NodeRecord
 
 NOBODY = 65534

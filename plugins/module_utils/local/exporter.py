@@ -30,11 +30,11 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import 
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_file
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir, current_text
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check
-from ansible_collections.soperator.slurm.plugins.module_utils.observe import exporter, metrics, status
+from ansible_collections.soperator.slurm.plugins.module_utils.observe import (
+    exporter, metrics, remediation_record, status)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_files import observe_files
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import exporter_name
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import (
-    node_records, nodes, remediation_record, runner)
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import node_records, nodes, runner
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
 
 _PACKAGE = "ansible_collections.soperator.slurm.plugins.module_utils"

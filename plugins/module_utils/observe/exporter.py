@@ -148,7 +148,7 @@ def main(argv=None):
     parser.add_argument("--jail", help="the jail's path: its filesystem's size and free space are reported")
     parser.add_argument("--status-dir", help="where the health checks record their last results (health.json's "
                         "statusDir, as this process sees it)")
-    parser.add_argument("--remediation-record", help="the remediation record file (slurm/remediation_record.py)")
+    parser.add_argument("--remediation-record", help="the remediation record file (observe/remediation_record.py)")
     parser.add_argument("--scrape-timeout", type=_positive, default=10.0,
                         help="seconds: Prometheus' scrape timeout for this exporter; a scrape answers within it")
     args = parser.parse_args(argv)

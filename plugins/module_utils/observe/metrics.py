@@ -323,7 +323,7 @@ _OUTCOME = re.compile(r"^[a-z][a-z-]{0,31}$")     # slurm/remediation.py's node 
 
 
 def remediation_families(record):
-    """The remediation record (slurm/remediation_record.py): passes and their steps by result, the last pass."""
+    """The remediation record (observe/remediation_record.py): passes and their steps by result, the last pass."""
     runs = CounterMetricFamily("soperator_slurm_remediation_runs", "Remediation passes, by result (failure: a "
                                "node's remediation failed, or the pass could not run).", labels=["result"])
     for res, n in sorted(record["runs"].items()):

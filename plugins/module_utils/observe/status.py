@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the exporter reads besides Slurm: the status records the health checks leave (node/health_check.py,
 write_status: passive/<node>.json, active/<check>.json under the status directory) and the remediation record
-(slurm/remediation_record.py). Reading only; a file that is missing, too large, not a regular file or not a record
+(observe/remediation_record.py). Reading only; a file that is missing, too large, not a regular file or not a record
 is skipped and counted, never fatal to a scrape. Every name that becomes a label is checked here (node and check
 names as the spec allows them), and the exporter keeps only the nodes Slurm lists.
 """
@@ -18,7 +18,7 @@ import stat
 from collections import namedtuple
 
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation_record as rr
+from ansible_collections.soperator.slurm.plugins.module_utils.observe import remediation_record as rr
 
 # One check's last result on one node: kind passive / active, passed True / False, time in UNIX seconds.
 HealthResult = namedtuple("HealthResult", "kind node check passed time")

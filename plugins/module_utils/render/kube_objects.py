@@ -433,7 +433,7 @@ def _remediation_cron_job(model):
 
 
 def _remediation_status(model):
-    """The remediation record's ConfigMap (slurm/remediation_record.py). Rendered without data: the remediation run
+    """The remediation record's ConfigMap (observe/remediation_record.py). Rendered without data: the remediation run
     owns its one key (its own field manager), so a reconcile neither compares nor takes it back."""
     return kb.obj("ConfigMap", kb.meta(model, remediation_status_name(model), REMEDIATION))
 

@@ -17,7 +17,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.observe import ale
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_builders as kb
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import slurmctld_metrics
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import STATUS_DIR
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation_record import RECORD_KEY
+from ansible_collections.soperator.slurm.plugins.module_utils.observe.remediation_record import RECORD_KEY
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (
     controller_name, exporter_name, remediation_status_name, service_account_name)
 
@@ -28,7 +28,7 @@ EXPORTER_MODULE = "ansible_collections.soperator.slurm.plugins.module_utils.obse
 RUNNER_COLLECTIONS = "/usr/share/ansible/collections"
 RUNNER_UID = 1000
 JAIL_MOUNT = "/mnt/jail"
-# The remediation record's ConfigMap (slurm/remediation_record.py), mounted read-only.
+# The remediation record's ConfigMap (observe/remediation_record.py), mounted read-only.
 REMEDIATION_STATUS_MOUNT = "/var/lib/soperator/remediation"
 
 

@@ -45,7 +45,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner impor
 REPLACED, RECHECKED, RESUMED, LEFT_DRAINED = "replaced", "rechecked", "resumed", "left-drained"
 SKIPPED_FOREIGN, SKIPPED_BUSY, SKIPPED_SCALE_DOWN = "skipped-foreign", "skipped-busy", "skipped-scale-down"
 ACTIONS = (REPLACED, RECHECKED, RESUMED, LEFT_DRAINED, SKIPPED_FOREIGN, SKIPPED_BUSY, SKIPPED_SCALE_DOWN)
-# What a pass did, counted by step and result (the remediation record, slurm/remediation_record.py): a replacement
+# What a pass did, counted by step and result (the remediation record, observe/remediation_record.py): a replacement
 # that came back registered, a re-check whose checks pass, a resume that Slurm took count as success.
 REPLACE, RECHECK, RESUME = "replace", "recheck", "resume"
 SUCCESS, FAILURE = "success", "failure"

@@ -4,7 +4,7 @@
 """slurm_remediate's wiring: the runner, checker, replacer, event recorder and record store of a remediation pass
 for its target (a local cluster, or Kubernetes with either Slurm transport), the options that override the spec's
 remediation settings, and the result with its diff. The pass itself is slurm/remediation.py, the record it leaves
-for the exporter slurm/remediation_record.py."""
+for the exporter observe/remediation_record.py."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -18,7 +18,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.args import auth_p
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.pod_replace import KubeReplacer
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation_record as rr
+from ansible_collections.soperator.slurm.plugins.module_utils.observe import remediation_record as rr
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import (
     REMEDIATION, labels as component_labels)

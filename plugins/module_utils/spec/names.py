@@ -62,7 +62,7 @@ def remediation_name(model):
 
 
 def remediation_status_name(model):
-    """ConfigMap holding the remediation record (slurm/remediation_record.py)."""
+    """ConfigMap holding the remediation record (observe/remediation_record.py)."""
     return "%s-remediation-status" % model.name
 
 
