@@ -96,6 +96,14 @@ def test_no_layer_imports_a_higher_one():
     assert violations(modules()) == []
 
 
+def test_spec_and_render_import_nothing_of_slurm_ops():
+    """The Slurm syntax they need lives in slurm_syntax/; slurm/ is the orchestration above them."""
+    found = ["module_utils/%s.py:%d imports %s" % (module.replace(".", "/"), line, target)
+             for path, module in modules() if module.split(".")[0] in ("spec", "render")
+             for line, target in our_imports(path, module) if target.split(".")[0] == "slurm"]
+    assert found == []
+
+
 def test_every_module_is_in_a_layer():
     for _path, module in modules():
         if module and module.split(".")[0] != APART:
