@@ -29,6 +29,8 @@ except ImportError as e:  # the modules report it with missing_required_lib
     class ApiException(Exception):
         """Stands in for kubernetes' ApiException, which nothing raises without the client."""
 
+from ansible_collections.soperator.slurm.plugins.module_utils.retry import (
+    KUBE_CONFLICT_STATUS, KUBE_RETRIES, KUBE_RETRY_DELAY, KUBE_RETRY_STATUSES, Retry)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import API_GROUP
 
 CR_VERSION = "v1alpha1"
@@ -63,8 +65,6 @@ RESOURCES = {
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
-# Worth another try: the server or something in front of it is overloaded or restarting, or a write raced another.
-RETRY_STATUSES = frozenset([429, 500, 502, 503, 504])
 
 
 class KubeError(Exception):
@@ -133,7 +133,8 @@ def api_client_from_params(params):
 class KubeClient(object):
     """Every call the backend makes. Writes take dry_run (the server's dryRun=All). `calls` counts reads/writes."""
 
-    def __init__(self, api_client, field_manager, retries=3, retry_delay=1.0, timeout=30, sleep=time.sleep):
+    def __init__(self, api_client, field_manager, retries=KUBE_RETRIES, retry_delay=KUBE_RETRY_DELAY, timeout=30,
+                 sleep=time.sleep):
         self.api = api_client
         self.field_manager = field_manager
         self.retries = retries
@@ -150,15 +151,14 @@ class KubeClient(object):
             headers["Content-Type"] = content_type
         query = list((query or {}).items())
         dry = ("dryRun", "All") in query
-        attempt = 0
-        while True:
-            attempt += 1
+        error = None
+        for attempt in Retry(max(self.retries, 0), self.retry_delay, self.sleep):
             self.calls["reads" if method == "GET" else "dry_run_writes" if dry else "writes"] += 1
             try:
                 return self._send(method, path, query, headers, body)
             except ApiException as e:
                 message, reason = _status_message(e)
-                retriable = e.status in RETRY_STATUSES or (retry_conflict and e.status == 409)
+                retriable = e.status in KUBE_RETRY_STATUSES or (retry_conflict and e.status == KUBE_CONFLICT_STATUS)
                 error = KubeError("%s: %s %s: %s" % (what, e.status, reason or e.reason, message), status=e.status,
                                   reason=reason, attempts=attempt)
                 if e.status == 404:
@@ -167,11 +167,11 @@ class KubeClient(object):
                 # connection refused/reset, read timeout: the request may not have reached the server
                 retriable = True
                 error = KubeError("%s: %s" % (what, _connection_message(e)), attempts=attempt)
-            if not retriable or attempt > self.retries:
-                if attempt > 1:
-                    error.args = ("%s (gave up after %d attempts)" % (error.args[0], attempt),)
-                raise error
-            self.sleep(self.retry_delay * attempt)
+            if not retriable:
+                break
+        if error.attempts > 1:
+            error.args = ("%s (gave up after %d attempts)" % (error.args[0], error.attempts),)
+        raise error
 
     def _send(self, method, path, query, headers, body):
         """One request -> (decoded JSON body, HTTP status). Raises ApiException for a non-2xx answer."""

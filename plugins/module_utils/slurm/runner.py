@@ -31,6 +31,8 @@ import shlex
 import subprocess
 import time
 
+from ansible_collections.soperator.slurm.plugins.module_utils.retry import SLURM_RETRIES, SLURM_RETRY_DELAY, Retry
+
 # stderr (or kube exec error) texts of a controller that cannot be reached: worth a retry. Everything else fails at
 # once. From Slurm 22.05's slurm_errno.c / the client commands, and munge's client errors.
 UNAVAILABLE_PATTERNS = re.compile(
@@ -296,19 +298,19 @@ class SlurmRunner(object):
     ``timeout`` bounds each attempt; ``deadline`` (a time.monotonic() value, optional) bounds them all: an attempt gets
     at most the time left, and none starts once it has passed (the exporter's scrape, observe/exporter.py)."""
 
-    def __init__(self, transport, retries=3, retry_delay=2.0, timeout=60, sleep=time.sleep, deadline=None,
-                 clock=time.monotonic):
-        if retries < 0:
-            raise ValueError("retries must be >= 0")
+    def __init__(self, transport, retries=SLURM_RETRIES, retry_delay=SLURM_RETRY_DELAY, timeout=60, sleep=time.sleep,
+                 deadline=None, clock=time.monotonic):
+        self.retry = Retry(retries, retry_delay, sleep)
         self.transport = transport
-        self.retries = retries
-        self.retry_delay = retry_delay
         self.timeout = timeout
-        self.sleep = sleep
         self.deadline = deadline
         self.clock = clock
         self.history = []          # CommandResult of every command run, in order
         self.nodes_by_scontrol = False  # nodes.read_sinfo: this Slurm's sinfo --json lists groups, not nodes
+
+    @property
+    def retries(self):
+        return self.retry.retries
 
     @property
     def commands(self):
@@ -325,12 +327,10 @@ class SlurmRunner(object):
         check=False the caller gets the result whatever the exit code, unless the controller never answered.
         """
         argv = [str(a) for a in argv]
-        attempts = self.retries + 1
+        attempts = self.retry.attempts
         problem = None
         started = self.clock()
-        for attempt in range(1, attempts + 1):
-            if attempt > 1:
-                self.sleep(self.retry_delay * (attempt - 1))
+        for attempt in self.retry:
             timeout = self.timeout
             if self.deadline is not None:
                 timeout = min(timeout, self.deadline - self.clock())
