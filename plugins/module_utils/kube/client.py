@@ -16,6 +16,7 @@ __metaclass__ = type
 
 import json
 import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 try:
     from kubernetes.client.exceptions import ApiException
@@ -26,12 +27,15 @@ except ImportError as e:  # the modules report it with missing_required_lib
     HAS_KUBERNETES = False
     KUBERNETES_IMPORT_ERROR = e
 
-    class ApiException(Exception):
+    class ApiException(Exception):  # type: ignore[no-redef]
         """Stands in for kubernetes' ApiException, which nothing raises without the client."""
 
 from ansible_collections.soperator.slurm.plugins.module_utils.retry import (
     KUBE_CONFLICT_STATUS, KUBE_RETRIES, KUBE_RETRY_DELAY, KUBE_RETRY_STATUSES, Retry)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import API_GROUP
+
+# A Kubernetes object as the API sends and takes it (decoded JSON).
+KubeObject = Dict[str, Any]
 
 CR_VERSION = "v1alpha1"
 CR_API_VERSION = "%s/%s" % (API_GROUP, CR_VERSION)
@@ -70,7 +74,7 @@ MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 class KubeError(Exception):
     """A failed API call. `status` is the HTTP status (None for a connection error or timeout)."""
 
-    def __init__(self, msg, status=None, reason=None, attempts=1):
+    def __init__(self, msg: str, status: Optional[int] = None, reason: Optional[str] = None, attempts: int = 1) -> None:
         super(KubeError, self).__init__(msg)
         self.status = status
         self.reason = reason
@@ -81,16 +85,18 @@ class NotFound(KubeError):
     pass
 
 
-def describe(kind, name, namespace=None):
+def describe(kind: str, name: str, namespace: Optional[str] = None) -> str:
     return "%s %s/%s" % (kind, namespace, name) if namespace else "%s %s" % (kind, name)
 
 
-def object_key(obj):
+def object_key(obj: Mapping[str, Any]) -> Tuple[Any, Any, Any]:
+    """(kind, namespace, name) as the object states them (None where it does not)."""
     meta = obj.get("metadata") or {}
     return (obj.get("kind"), meta.get("namespace"), meta.get("name"))
 
 
-def resource_path(kind, namespace=None, name=None, subresource=None):
+def resource_path(kind: str, namespace: Optional[str] = None, name: Optional[str] = None,
+                  subresource: Optional[str] = None) -> str:
     try:
         api_version, plural, namespaced = RESOURCES[kind]
     except KeyError:
@@ -117,7 +123,7 @@ def _status_message(e):
     return (e.reason or "HTTP %s" % e.status), None
 
 
-def api_client_from_params(params):
+def api_client_from_params(params: Mapping[str, Any]) -> Any:
     """The kubernetes ApiClient of kubernetes.core's public get_api_client for its auth options (module params, else
     K8S_AUTH_* environment): the one place both the backend's client and the Slurm exec transport get theirs."""
     from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
@@ -133,8 +139,9 @@ def api_client_from_params(params):
 class KubeClient(object):
     """Every call the backend makes. Writes take dry_run (the server's dryRun=All). `calls` counts reads/writes."""
 
-    def __init__(self, api_client, field_manager, retries=KUBE_RETRIES, retry_delay=KUBE_RETRY_DELAY, timeout=30,
-                 sleep=time.sleep):
+    def __init__(self, api_client: Any, field_manager: str, retries: int = KUBE_RETRIES,
+                 retry_delay: float = KUBE_RETRY_DELAY, timeout: float = 30,
+                 sleep: Callable[[float], object] = time.sleep) -> None:
         self.api = api_client
         self.field_manager = field_manager
         self.retries = retries
@@ -196,7 +203,8 @@ class KubeClient(object):
 
     # --- reads -----------------------------------------------------------------------------------------------
 
-    def get(self, kind, name, namespace=None, subresource=None):
+    def get(self, kind: str, name: str, namespace: Optional[str] = None,
+            subresource: Optional[str] = None) -> Optional[KubeObject]:
         """The object, or None when it does not exist."""
         try:
             data, _status = self._call("GET", resource_path(kind, namespace, name, subresource),
@@ -205,7 +213,8 @@ class KubeClient(object):
         except NotFound:
             return None
 
-    def list(self, kind, namespace=None, label_selector=None):
+    def list(self, kind: str, namespace: Optional[str] = None,
+             label_selector: Optional[str] = None) -> List[KubeObject]:
         """Every object of a kind (in `namespace`, or cluster-wide) matching the selector; one request."""
         query = {"labelSelector": label_selector} if label_selector else {}
         what = "list %s%s" % (RESOURCES.get(kind, (None, kind))[1], " in %s" % namespace if namespace else "")
@@ -221,7 +230,7 @@ class KubeClient(object):
             item.setdefault("apiVersion", api_version)
         return items
 
-    def pod_log(self, namespace, name, tail_lines=50):
+    def pod_log(self, namespace: str, name: str, tail_lines: int = 50) -> str:
         """The last lines of a pod's log, or why it could not be read (it only adds detail to an error)."""
         path = resource_path("Pod", namespace, name, "log")
         # The API server negotiates the log's media type against its serializers (JSON, YAML, protobuf): a bare
@@ -254,7 +263,8 @@ class KubeClient(object):
 
     # --- writes ----------------------------------------------------------------------------------------------
 
-    def apply(self, obj, dry_run=False, force=True, subresource=None, field_manager=None):
+    def apply(self, obj: KubeObject, dry_run: bool = False, force: bool = True, subresource: Optional[str] = None,
+              field_manager: Optional[str] = None) -> Tuple[KubeObject, bool]:
         """Server-side apply under our field manager (or `field_manager`). Returns (object, created)."""
         kind, namespace, name = object_key(obj)
         query = {"fieldManager": field_manager or self.field_manager}
@@ -267,7 +277,7 @@ class KubeClient(object):
                                   body=json.dumps(obj), content_type=APPLY_CONTENT_TYPE, retry_conflict=True)
         return data, status == 201
 
-    def create(self, obj, dry_run=False):
+    def create(self, obj: KubeObject, dry_run: bool = False) -> KubeObject:
         kind, namespace, name = object_key(obj)
         query = {"fieldManager": self.field_manager}
         if dry_run:
@@ -284,13 +294,14 @@ class KubeClient(object):
             raise
         return data
 
-    def delete(self, kind, name, namespace=None, dry_run=False, propagation="Background", uid=None):
+    def delete(self, kind: str, name: str, namespace: Optional[str] = None, dry_run: bool = False,
+               propagation: str = "Background", uid: Optional[str] = None) -> bool:
         """Delete one object (with `uid`: only if it is still that one, else 409); False when it was already gone.
         propagation="Orphan" keeps its dependents (a StatefulSet's pods) and removes their owner reference."""
         query = {"propagationPolicy": propagation}
         if dry_run:
             query["dryRun"] = "All"
-        body = None
+        body: Optional[KubeObject] = None
         if uid:
             # The API server reads a DELETE's options from its body when there is one, and then ignores the query:
             # every option goes in the body (the query keeps them too, for the audit log's requestURI). Without

@@ -25,6 +25,7 @@ import errno
 import os
 import secrets
 import subprocess
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c, files, wait
 from ansible_collections.soperator.slurm.plugins.module_utils.local.accounting import LocalAccounting
@@ -47,6 +48,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import
     full_reason, read_sinfo, SCALE_DOWN_REASON, update_nodes_argv)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     LocalTransport, SlurmError, SlurmRunner)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import ClusterModel
 from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
@@ -85,41 +87,43 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
     root-owned directory not writable by group or others (so not below /tmp).
     """
 
-    def __init__(self, state_dir, model=None, base_port=None, user=None, timeout=60.0, drain_timeout=300.0,
-                 renderer=None, jail_dir=None, spank_chroot=None, login=True, login_authorized_keys=(),
-                 rollout_timeout=600.0):
+    def __init__(self, state_dir: str, model: Optional[ClusterModel] = None, base_port: Optional[int] = None,
+                 user: Optional[str] = None, timeout: float = 60.0, drain_timeout: float = 300.0,
+                 renderer: Optional[Callable[..., Any]] = None, jail_dir: Optional[str] = None,
+                 spank_chroot: Optional[str] = None, login: bool = True, login_authorized_keys: Iterable[str] = (),
+                 rollout_timeout: float = 600.0) -> None:
         self.layout = Layout(state_dir)
         self.model = model
         self.user = user or _current_user()
         self.timeout = float(timeout)
         self.drain_timeout = float(drain_timeout)
         self.rollout_timeout = float(rollout_timeout)
-        self.rollout_steps = []        # the last run's (or plan's) roll of slurmds, slurm/rollout.py's entries
+        self.rollout_steps: List[Any] = []        # the last run's (or plan's) roll of slurmds, slurm/rollout.py's entries
         self._renderer = renderer
         self._requested_base_port = base_port
         self.jail_dir = jail_dir
         self.spank_chroot = spank_chroot
         self.login = bool(login)
         self.login_authorized_keys = tuple(login_authorized_keys or ())
-        self._children = {}            # pid -> Popen of daemons this object started (reaped when they end)
-        self._notes = []               # what taking the state directory did (created, adopted), for changes
+        self._children: Dict[int, Any] = {}            # pid -> Popen of daemons this object started (reaped when they end)
+        self._notes: List[str] = []               # what taking the state directory did (created, adopted), for changes
 
     # --- public ------------------------------------------------------------------------------------------------
 
     @property
-    def state_dir(self):
+    def state_dir(self) -> str:
         return self.layout.state_dir
 
-    def env(self):
+    def env(self) -> Dict[str, str]:
         """Environment for Slurm clients of this cluster (merge it over os.environ)."""
         return {"SLURM_CONF": self.layout.slurm_conf}
 
-    def slurm(self, timeout=30):
+    def slurm(self, timeout: float = 30) -> SlurmRunner:
         """The collection's one Slurm runner (slurm/runner.py) for this cluster's clients; no retries: every
         caller here waits with its own bounded loop."""
         return SlurmRunner(LocalTransport(slurm_conf=self.layout.slurm_conf), retries=0, timeout=timeout)
 
-    def ensure_started(self, model=None):
+    def ensure_started(self, model: Optional[ClusterModel] = None) -> Dict[str, Any]:
         """Bring the cluster to `model` (or the one given before). Returns {'changed': bool, 'changes': [str]}.
 
         Nothing running and nothing differing -> no change and no restart. Raises LocalClusterError (with the tail
@@ -142,7 +146,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
                                         "again" % (e.filename or "below %s" % self.layout.state_dir, e.strerror,
                                                    self.layout.state_dir))
 
-    def check_inputs(self):
+    def check_inputs(self) -> None:
         """Before anything is written: refuse paths that would inject into the files they are written to, and a
         cluster the local slurmctld would refuse to start."""
         check_path("state_dir", self.layout.state_dir)
@@ -188,7 +192,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         self._ensure_exporter(model, changes)
         return {"changed": bool(changes), "changes": changes}
 
-    def scale(self, replicas):
+    def scale(self, replicas: Mapping[str, int]) -> Dict[str, Any]:
         """Set replicas of NodeSets ({name: count}) and converge. Returns like ensure_started()."""
         if self.model is None:
             raise LocalClusterError("scale needs a model: call ensure_started(model) first")
@@ -204,7 +208,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
             raise LocalClusterError("no such NodeSet: %s" % ", ".join(unknown))
         return self.ensure_started(dataclasses.replace(self.model, node_sets=tuple(node_sets)))
 
-    def stop(self, purge=False):
+    def stop(self, purge: bool = False) -> Dict[str, Any]:
         """Stop every process of this cluster (cancelling its jobs first); verify by pid that none is left.
 
         Only processes this cluster recorded (pid + start time) and their children are signalled, and only in a
@@ -212,7 +216,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         (configs, key, Slurm state, database) unless `purge`: then what the local backend created there is deleted,
         under the lock (purge_plan()). Returns {'changed': bool, 'stopped': [names]}.
         """
-        stopped = []
+        stopped: List[str] = []
         kind = self.ownership()
         if kind in ("absent", "empty"):
             # nothing of a cluster there (an empty folder without our marker is not ours to delete either)
@@ -247,7 +251,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         if alive:
             raise LocalClusterError("processes still running after stop: %s" % ", ".join(alive))
 
-    def status(self):
+    def status(self) -> Dict[str, Any]:
         """{'state_dir', 'processes': {name: {pid, running}}, 'nodes': [sinfo --json nodes] or None, 'env'}."""
         procs = {}
         for name, rec in sorted(self._records().items()):
@@ -261,7 +265,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         return {"state_dir": self.layout.state_dir, "processes": procs, "nodes": nodes, "env": self.env(),
                 "running": any(p["running"] for p in procs.values()), "login": self.login_address()}
 
-    def restart_node(self, node):
+    def restart_node(self, node: str) -> Dict[str, Any]:
         """Restart the slurmd of `node` with the command it was started with: what replacing a worker pod is on
         Kubernetes (remediation). Returns {'node', 'old_pid', 'new_pid'}. The node keeps its Slurm state (a drain
         stays); the caller waits for the new slurmd to register. The new slurmd reads the config files there are
@@ -290,7 +294,8 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
 
     # --- Slurm clients -----------------------------------------------------------------------------------------
 
-    def run(self, argv, timeout=None, check=True, stdin_text=None):
+    def run(self, argv: Sequence[str], timeout: Optional[float] = None, check: bool = True,
+            stdin_text: Optional[str] = None) -> "subprocess.CompletedProcess[str]":
         """Run a command (srun, sbatch...) as a client of this cluster, for callers and tests; the backend itself
         goes through slurm(). Returns CompletedProcess (text)."""
         env = dict(os.environ)
@@ -305,7 +310,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
                                                                (proc.stderr or proc.stdout).strip()))
         return proc
 
-    def sinfo_nodes(self):
+    def sinfo_nodes(self) -> List[Dict[str, Any]]:
         """Nodes sinfo lists (FUTURE nodes are not), as {name, state (lower case), state_flags, reason, partitions}."""
         try:
             records = read_sinfo(self.slurm())

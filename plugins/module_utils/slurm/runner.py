@@ -30,6 +30,7 @@ import re
 import shlex
 import subprocess
 import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeVar
 
 from ansible_collections.soperator.slurm.plugins.module_utils.retry import SLURM_RETRIES, SLURM_RETRY_DELAY, Retry
 
@@ -51,7 +52,7 @@ SLURM_TZ = "UTC0"
 class SlurmError(Exception):
     """Base of every failure of a Slurm operation. ``commands`` lists the commands run so far."""
 
-    def __init__(self, msg, commands=None, **details):
+    def __init__(self, msg: str, commands: Optional[Iterable[str]] = None, **details: Any) -> None:
         super(SlurmError, self).__init__(msg)
         self.msg = msg
         self.commands = list(commands or [])
@@ -77,7 +78,8 @@ class TransientError(Exception):
 class CommandResult(object):
     __slots__ = ("argv", "rc", "stdout", "stderr", "attempts", "seconds")
 
-    def __init__(self, argv, rc, stdout, stderr, attempts=1, seconds=0.0):
+    def __init__(self, argv: Iterable[str], rc: Optional[int], stdout: str, stderr: str, attempts: int = 1,
+                 seconds: float = 0.0) -> None:
         self.argv = list(argv)
         self.rc = rc
         self.stdout = stdout
@@ -86,11 +88,11 @@ class CommandResult(object):
         self.seconds = seconds
 
     @property
-    def cmd(self):
+    def cmd(self) -> str:
         return format_command(self.argv)
 
 
-def format_command(argv):
+def format_command(argv: Iterable[object]) -> str:
     """The argv as a copy-pasteable shell line (what the modules report)."""
     return " ".join(shlex.quote(str(a)) for a in argv)
 
@@ -100,7 +102,7 @@ def _secs(seconds):
     return "%.3g" % seconds if seconds < 100 else "%d" % seconds
 
 
-def looks_unavailable(text):
+def looks_unavailable(text: str) -> bool:
     return bool(text) and bool(UNAVAILABLE_PATTERNS.search(text))
 
 
@@ -109,7 +111,7 @@ class LocalTransport(object):
 
     name = "local"
 
-    def __init__(self, slurm_conf=None, environ=None):
+    def __init__(self, slurm_conf: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> None:
         self.slurm_conf = slurm_conf
         env = dict(os.environ if environ is None else environ)
         if slurm_conf:
@@ -119,10 +121,10 @@ class LocalTransport(object):
         env["TZ"] = SLURM_TZ
         self.env = env
 
-    def describe(self):
+    def describe(self) -> Dict[str, Any]:
         return {"transport": self.name, "slurm_conf": self.env.get("SLURM_CONF")}
 
-    def exec(self, argv, timeout):
+    def exec(self, argv: Sequence[str], timeout: float) -> Tuple[int, str, str]:
         conf = self.env.get("SLURM_CONF")
         if conf and not os.path.isfile(conf):
             # Slurm's clients retry a missing config for 60 s and then fail; say what is wrong instead.
@@ -202,7 +204,7 @@ POD_TIMEOUT_GRACE = 1
 POD_KILL_AFTER = 2
 
 
-def pod_time_limit(timeout):
+def pod_time_limit(timeout: float) -> List[str]:
     """The argv prefix that ends a command in the pod POD_TIMEOUT_GRACE seconds after `timeout`."""
     limit = ("%.3f" % (max(timeout, 0) + POD_TIMEOUT_GRACE)).rstrip("0").rstrip(".")
     return ["timeout", "--kill-after=%d" % POD_KILL_AFTER, limit]
@@ -213,8 +215,9 @@ class KubernetesTransport(object):
 
     name = "kubernetes"
 
-    def __init__(self, namespace, pod, container="slurmctld", slurm_conf=None, core_v1=None, core_v1_factory=None,
-                 stream_func=None):
+    def __init__(self, namespace: str, pod: str, container: str = "slurmctld", slurm_conf: Optional[str] = None,
+                 core_v1: Any = None, core_v1_factory: Optional[Callable[[], Any]] = None,
+                 stream_func: Optional[Callable[..., Any]] = None) -> None:
         self.namespace = namespace
         self.pod = pod
         self.container = container
@@ -223,12 +226,12 @@ class KubernetesTransport(object):
         self._core_v1_factory = core_v1_factory
         self._stream = stream_func
 
-    def describe(self):
+    def describe(self) -> Dict[str, Any]:
         return {"transport": self.name, "namespace": self.namespace, "pod": self.pod, "container": self.container,
                 "slurm_conf": self.slurm_conf}
 
     @property
-    def core_v1(self):
+    def core_v1(self) -> Any:
         if self._core_v1 is None:
             if self._core_v1_factory is None:
                 raise SlurmCommandError("no Kubernetes client configured for the kubernetes transport")
@@ -244,7 +247,7 @@ class KubernetesTransport(object):
             self._stream = stream
         return self._stream
 
-    def exec(self, argv, timeout):
+    def exec(self, argv: Sequence[str], timeout: float) -> Tuple[int, str, str]:
         command = ["env"] + (["SLURM_CONF=%s" % self.slurm_conf] if self.slurm_conf else []) + \
             ["LC_ALL=C", "TZ=%s" % SLURM_TZ] + list(argv)
         command = pod_time_limit(timeout) + command
@@ -292,41 +295,57 @@ class KubernetesTransport(object):
         return rc, stdout or "", stderr or ""
 
 
+class Transport(Protocol):
+    """What SlurmRunner runs commands through: LocalTransport, KubernetesTransport (and the tests' scripted ones)."""
+
+    def describe(self) -> Dict[str, Any]:
+        """Where commands run, as the modules report it: {"transport": ..., ...}."""
+
+    def exec(self, argv: Sequence[str], timeout: float) -> Tuple[int, str, str]:
+        """(rc, stdout, stderr) of argv, ended after `timeout` seconds; TransientError when a retry may help,
+        SlurmError when it would not."""
+
+
+T = TypeVar("T")
+
+
 class SlurmRunner(object):
     """Runs Slurm commands through a transport with bounded retries; remembers every command it ran.
 
     ``timeout`` bounds each attempt; ``deadline`` (a time.monotonic() value, optional) bounds them all: an attempt gets
     at most the time left, and none starts once it has passed (the exporter's scrape, observe/exporter.py)."""
 
-    def __init__(self, transport, retries=SLURM_RETRIES, retry_delay=SLURM_RETRY_DELAY, timeout=60, sleep=time.sleep,
-                 deadline=None, clock=time.monotonic):
+    def __init__(self, transport: Transport, retries: int = SLURM_RETRIES, retry_delay: float = SLURM_RETRY_DELAY,
+                 timeout: float = 60, sleep: Callable[[float], object] = time.sleep, deadline: Optional[float] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.retry = Retry(retries, retry_delay, sleep)
         self.transport = transport
         self.timeout = timeout
         self.deadline = deadline
         self.clock = clock
-        self.history = []          # CommandResult of every command run, in order
+        self.history: List[CommandResult] = []          # CommandResult of every command run, in order
         self.nodes_by_scontrol = False  # nodes.read_sinfo: this Slurm's sinfo --json lists groups, not nodes
 
     @property
-    def retries(self):
+    def retries(self) -> int:
         return self.retry.retries
 
     @property
-    def commands(self):
+    def commands(self) -> List[str]:
         return [r.cmd for r in self.history]
 
-    def describe(self):
+    def describe(self) -> Dict[str, Any]:
         return self.transport.describe()
 
-    def run(self, argv, parse=None, check=True):
+    def run(self, argv: Iterable[object], parse: Optional[Callable[[CommandResult], T]] = None,
+            check: bool = True) -> Tuple[CommandResult, Optional[T]]:
         """Run argv; return (CommandResult, parsed).
 
         ``parse(result)`` turns the output into a value; it may raise TransientError (retry) or SlurmError (fail now).
         With check=True a non-zero exit fails (after retries when the controller looks unavailable); with
         check=False the caller gets the result whatever the exit code, unless the controller never answered.
         """
-        argv = [str(a) for a in argv]
+        args = [str(a) for a in argv]
         attempts = self.retry.attempts
         problem = None
         started = self.clock()
@@ -340,14 +359,14 @@ class SlurmRunner(object):
                         "not run: no time left before the deadline"
                     break
             try:
-                rc, out, err = self.transport.exec(argv, timeout)
+                rc, out, err = self.transport.exec(args, timeout)
             except TransientError as e:
                 problem = str(e)
                 continue
             except SlurmError as e:
-                e.commands = self.commands + [format_command(argv)]
+                e.commands = self.commands + [format_command(args)]
                 raise
-            result = CommandResult(argv, rc, out, err, attempt, self.clock() - started)
+            result = CommandResult(args, rc, out, err, attempt, self.clock() - started)
             if rc != 0 and looks_unavailable(err + "\n" + out):
                 problem = (err or out).strip()
                 continue
@@ -366,10 +385,10 @@ class SlurmRunner(object):
                 raise
             self.history.append(result)
             return result, parsed
-        self.history.append(CommandResult(argv, None, "", problem or "", attempts, self.clock() - started))
+        self.history.append(CommandResult(args, None, "", problem or "", attempts, self.clock() - started))
         raise SlurmUnavailable(
             "the Slurm controller did not answer %s after %d attempt(s) over %.0fs (%s): %s"
-            % (format_command(argv), attempts, self.clock() - started, _where(self.transport), problem),
+            % (format_command(args), attempts, self.clock() - started, _where(self.transport), problem),
             self.commands)
 
 

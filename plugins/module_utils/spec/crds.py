@@ -11,6 +11,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from typing import Any, Dict, List
+
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import CLUSTER_SPEC, NODESET_SPEC
 
@@ -124,7 +126,7 @@ def _crd(kind, plural, short_names, spec_schema, status_schema, columns, subreso
     }
 
 
-def slurm_cluster_crd():
+def slurm_cluster_crd() -> Dict[str, Any]:
     return _crd("SlurmCluster", "slurmclusters", ["slurm"], CLUSTER_SPEC, _CLUSTER_STATUS, [
         _column("Phase", ".status.phase"),
         _column("Login", ".spec.login.replicas", "integer", "Login pods."),
@@ -133,7 +135,7 @@ def slurm_cluster_crd():
     ], {"status": {}})
 
 
-def node_set_crd():
+def node_set_crd() -> Dict[str, Any]:
     return _crd("NodeSet", "nodesets", ["slurmnodeset"], NODESET_SPEC, _NODESET_STATUS, [
         _column("Cluster", ".spec.clusterName"),
         _column("Replicas", ".spec.replicas", "integer", "Desired workers."),
@@ -152,6 +154,6 @@ def node_set_crd():
     })
 
 
-def crds():
+def crds() -> List[Dict[str, Any]]:
     """Both CRDs, in apply order."""
     return [slurm_cluster_crd(), node_set_crd()]

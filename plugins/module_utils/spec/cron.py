@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+from typing import Optional
 
 DESCRIPTORS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 # The CRD's pattern: the shape only (descriptor or five fields); the ranges are checked by schedule_problem.
@@ -71,7 +72,7 @@ def _field_problem(field, name, low, high, names):
     return None
 
 
-def schedule_problem(schedule):
+def schedule_problem(schedule: object) -> Optional[str]:
     """Why Kubernetes (robfig/cron ParseStandard) would refuse `schedule`, or None."""
     if not isinstance(schedule, str):
         return None                     # the type check reports it

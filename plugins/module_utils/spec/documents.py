@@ -9,6 +9,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from typing import Any, List, Optional, Sequence
+
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError, SpecIssue, child_path
 
 
@@ -17,7 +19,7 @@ def _printable_word(text):
     return isinstance(text, str) and text != "" and all(" " < ch <= "~" for ch in text)
 
 
-def documents_from(src=None, definition=None):
+def documents_from(src: Optional[str] = None, definition: Any = None) -> List[Any]:
     """A module's spec documents: from `src` (a YAML file, UTF-8; IOError/OSError when unreadable) or `definition`
     (YAML text, one document, or a list of them). SpecError when the spec is not valid YAML or exceeds the bounds
     below (see check_bounds)."""
@@ -70,7 +72,7 @@ def _read_spec_file(src):
     return text
 
 
-def doc_label(doc, index):
+def doc_label(doc: object, index: int) -> str:
     """How an error names a document: Kind/name when both are plain words, else document[index]."""
     kind = doc.get("kind") if isinstance(doc, dict) else None
     meta = doc.get("metadata") if isinstance(doc, dict) else None
@@ -117,7 +119,7 @@ def _bound_issue(doc, label):
     return None
 
 
-def check_bounds(documents):
+def check_bounds(documents: Sequence[Any]) -> None:
     """SpecError when a document nests deeper than MAX_DEPTH or expands beyond MAX_DOCUMENT_BYTES, naming the field
     where it first does. Specs from a file, from Ansible's definition and from live custom resources all pass here
     before validation, which recurses."""
@@ -205,7 +207,7 @@ def _bounded_loader():
     return BoundedLoader
 
 
-def load_documents(text, source=None):
+def load_documents(text: str, source: Optional[str] = None) -> List[Any]:
     """Parse a multi-document YAML spec (SlurmCluster + NodeSets); empty documents are skipped. `source`: the file
     it was read from, named in every error.
 
@@ -224,7 +226,7 @@ def load_documents(text, source=None):
             finally:
                 loader.dispose()
             nodes = [node for node in nodes if node is not None]
-            issues = []
+            issues: List[SpecIssue] = []
             for index, node in enumerate(nodes):
                 _yaml_issues(node, _yaml_label(node, index), "", issues, {})
             if issues:

@@ -22,6 +22,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+from typing import Optional
 
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _DOMAIN_COMPONENT = r"(?:[A-Za-z0-9]|[A-Za-z0-9][-A-Za-z0-9]*[A-Za-z0-9])"
@@ -52,7 +53,7 @@ def _name_length_problem(name):
     return None
 
 
-def image_problem(reference):
+def image_problem(reference: object) -> Optional[str]:
     """Why the kubelet would refuse `reference` beyond its pattern (the name's length, the digest), or None."""
     if not isinstance(reference, str) or not re.match(IMAGE_PATTERN[:-1] + r"\Z", reference):
         return None                     # the pattern reports it
@@ -69,7 +70,7 @@ def image_problem(reference):
     return _name_length_problem(name)
 
 
-def registry_problem(registry):
+def registry_problem(registry: object) -> Optional[str]:
     """Why <registry>/<component>:<tag> would be too long a name, or None."""
     if not isinstance(registry, str):
         return None

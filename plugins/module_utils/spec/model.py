@@ -11,7 +11,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
 
 API_GROUP = "slurm.soperator.dev"
 API_VERSION = API_GROUP + "/v1alpha1"
@@ -71,17 +71,18 @@ class UpdateStrategy:
     window_minutes: Optional[int] = None
 
     @property
-    def slurm_aware(self):
+    def slurm_aware(self) -> bool:
         """Rolled by us (slurmAware now, scheduled inside its window); onDelete is not."""
         return self.type in ("slurmAware", "scheduled")
 
     @property
-    def scheduled(self):
+    def scheduled(self) -> bool:
         return self.type == "scheduled"
 
     @property
-    def window_end(self):
-        return None if self.window_start is None else self.window_start + self.window_minutes * 60
+    def window_end(self) -> Optional[int]:
+        # validate.py gives a window's start and its length together
+        return None if self.window_start is None else self.window_start + cast(int, self.window_minutes) * 60
 
 
 @dataclass(frozen=True)
@@ -105,15 +106,15 @@ class NodeSet:
     update_strategy: UpdateStrategy = UpdateStrategy()     # spec.updateStrategy
 
     @property
-    def gpus(self):
+    def gpus(self) -> int:
         return sum(g.count for g in self.gres if g.name == "gpu")
 
-    def node_name(self, ordinal):
+    def node_name(self, ordinal: int) -> str:
         """Slurm node name == worker pod name: the pod's DNS name is what slurmctld dials."""
         return "%s-%d" % (self.name, ordinal)
 
     @property
-    def node_range(self):
+    def node_range(self) -> Optional[str]:
         """Every Slurm node this nodeset may ever have, as one hostlist expression."""
         if self.max_replicas == 0:
             return None
@@ -281,7 +282,7 @@ class Exporter:
     scrape_timeout: str                 # spec.observability.exporter.scrapeTimeout: see scrape_timeout_seconds
 
 
-def duration_seconds(text):
+def duration_seconds(text: str) -> int:
     """A spec duration ('30s', '2m': fields.py's pattern) in seconds."""
     return int(text[:-1]) * (60 if text.endswith("m") else 1)
 
@@ -306,7 +307,7 @@ class Observability:
     dashboards: Labelled
 
     @property
-    def scrape_timeout_seconds(self):
+    def scrape_timeout_seconds(self) -> int:
         """The one scrape timeout: the ServiceMonitor's, and the exporter's bound on a scrape. exporter.scrapeTimeout,
         or the interval when it is shorter (Prometheus refuses a timeout longer than the interval)."""
         return min(duration_seconds(self.exporter.scrape_timeout), duration_seconds(self.service_monitor.interval))
@@ -335,33 +336,35 @@ class ClusterModel:
     cluster_spec: dict = field(repr=False, compare=False, default_factory=dict)
     node_set_specs: Dict[str, dict] = field(repr=False, compare=False, default_factory=dict)
 
-    def node_set(self, name):
+    def node_set(self, name: str) -> NodeSet:
         for ns in self.node_sets:
             if ns.name == name:
                 return ns
         raise KeyError(name)
 
     @property
-    def worker_service(self):
+    def worker_service(self) -> str:
         """One headless Service governs every worker StatefulSet, so `gpu-3.<svc>` resolves for any nodeset."""
         return "%s-workers" % self.name
 
     @property
-    def controller_host(self):
+    def controller_host(self) -> str:
         return "%s-controller-0" % self.name
 
-    def dns_name(self, host, service):
+    def dns_name(self, host: str, service: str) -> str:
         return "%s.%s.%s.svc.%s" % (host, service, self.namespace, self.cluster_domain)
 
     @property
-    def total_workers(self):
+    def total_workers(self) -> int:
         return sum(ns.replicas for ns in self.node_sets)
 
 
-def switch_cycles(children):
+def switch_cycles(children: Mapping[str, Sequence[str]]) -> List[List[str]]:
     """Every cycle of a switch tree {switch: [child switches]}, each as [a, b, ..., a], found once: a switch that is
     its own ancestor makes topology/tree loop (spec reports them with field paths; render refuses them)."""
-    cycles, done, reported = [], set(), set()
+    cycles: List[List[str]] = []
+    done: Set[str] = set()
+    reported: Set[str] = set()
 
     def visit(name, path):
         if name in path:

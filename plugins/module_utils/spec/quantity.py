@@ -10,6 +10,7 @@ __metaclass__ = type
 import re
 from decimal import (Context, Decimal, DecimalException, InvalidOperation, Overflow, ROUND_CEILING, ROUND_FLOOR,
                      Underflow, localcontext)
+from typing import Union
 
 try:
     from kubernetes.utils import parse_quantity as k8s_parse_quantity
@@ -45,7 +46,7 @@ def _short(value):
     return text if len(text) <= 40 else text[:30] + "...' (%d characters)" % len(value)
 
 
-def is_quantity(value):
+def is_quantity(value: object) -> bool:
     """A quantity parse_quantity reads (the grammar and the bounds)."""
     try:
         parse_quantity(value)
@@ -54,7 +55,7 @@ def is_quantity(value):
     return True
 
 
-def parse_quantity(value):
+def parse_quantity(value: object) -> Decimal:
     """Return the exact value of a Kubernetes quantity as a Decimal. Raises QuantityError (and nothing else)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise QuantityError("%r is not a quantity (expected a number or a string like '16Gi' or '500m')" % (value,))
@@ -86,13 +87,13 @@ def parse_quantity(value):
     return result
 
 
-def to_mib(value, rounding="floor"):
+def to_mib(value: Union[int, str], rounding: str = "floor") -> int:
     """Bytes quantity -> whole MiB (Slurm's RealMemory unit). Floor by default: never promise memory we lack."""
     mib = parse_quantity(value) / MIB
     return int(mib.to_integral_value(rounding=ROUND_FLOOR if rounding == "floor" else ROUND_CEILING))
 
 
-def to_cpus(value):
+def to_cpus(value: Union[int, str]) -> int:
     """CPU quantity -> whole CPUs; Slurm cannot schedule fractions of a CPU, so "500m" is an error."""
     cpus = parse_quantity(value)
     if cpus != cpus.to_integral_value():

@@ -14,11 +14,15 @@ __metaclass__ = type
 import copy
 import math
 import re
+from typing import Any, Callable, Dict, Iterable, List, Optional, Pattern, Tuple, Union, cast
 
 _MISSING = object()
+# A field check: value -> why it is wrong, or None; a map's entry check: map -> [(key, why)].
+Check = Callable[[Any], Optional[str]]
+EntryCheck = Callable[[Dict[str, Any]], List[Tuple[str, str]]]
 
 
-def compile_pattern(pattern):
+def compile_pattern(pattern: str) -> Pattern[str]:
     r"""A schema pattern as Python must run it to agree with the API server.
 
     Patterns are written `^...$` for both. Kubernetes runs them with Go's regexp, where `$` is the end of the text;
@@ -42,7 +46,7 @@ class SpecIssue:
 
     __slots__ = ("path", "message")
 
-    def __init__(self, path, message):
+    def __init__(self, path: str, message: str) -> None:
         self.path = path
         self.message = message
 
@@ -62,14 +66,14 @@ class SpecIssue:
 class SpecError(ValueError):
     """Raised with every issue of a spec at once."""
 
-    def __init__(self, issues):
+    def __init__(self, issues: Iterable[SpecIssue]) -> None:
         self.issues = list(issues)
         lines = [str(i) for i in self.issues]
         super(SpecError, self).__init__(
             "invalid spec (%d error%s):\n  %s" % (len(lines), "" if len(lines) == 1 else "s", "\n  ".join(lines)))
 
 
-def child_path(path, key):
+def child_path(path: str, key: Union[int, str]) -> str:
     """`spec.login` + `replicas` -> `spec.login.replicas`; odd keys are quoted like kubectl explain does."""
     if isinstance(key, int):
         return "%s[%d]" % (path, key)
@@ -100,10 +104,14 @@ def _type_name(value):
 class Node:
     """A schema node. Build them with the helpers below (Str, Int, Obj, ...), not directly."""
 
-    def __init__(self, kind, description="", default=_MISSING, enum=None, minimum=None, maximum=None,
-                 pattern=None, pattern_help=None, max_length=None, properties=None, required=(), items=None,
-                 values=None, min_items=None, unique_key=None, optional=False, checks=(), cel=(),
-                 openapi_extra=None, keys=None, entry_checks=()):
+    def __init__(self, kind: str, description: str = "", default: Any = _MISSING, enum: Optional[Iterable[Any]] = None,
+                 minimum: Optional[float] = None, maximum: Optional[float] = None, pattern: Optional[str] = None,
+                 pattern_help: Optional[str] = None, max_length: Optional[int] = None,
+                 properties: Optional[Dict[str, "Node"]] = None, required: Iterable[str] = (),
+                 items: Optional["Node"] = None, values: Optional["Node"] = None, min_items: Optional[int] = None,
+                 unique_key: Optional[str] = None, optional: bool = False, checks: Iterable[Check] = (),
+                 cel: Iterable[Tuple[str, str]] = (), openapi_extra: Optional[Dict[str, Any]] = None,
+                 keys: Optional["Node"] = None, entry_checks: Iterable[EntryCheck] = ()) -> None:
         self.kind = kind
         self.description = description
         self.default = default
@@ -129,7 +137,7 @@ class Node:
 
     # ---- validation + defaulting -------------------------------------------------------------------------------
 
-    def validate(self, value, path, issues):
+    def validate(self, value: Any, path: str, issues: List[SpecIssue]) -> Any:
         """Return `value` with defaults filled in; append a SpecIssue for every rule it breaks."""
         checker = getattr(self, "_check_" + self.kind)
         result = checker(value, path, issues)
@@ -261,8 +269,8 @@ class Node:
 
     # ---- OpenAPI v3 (structural schema for a CRD) ------------------------------------------------------------
 
-    def openapi(self):
-        out = {}
+    def openapi(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
         if self.description:
             out["description"] = self.description
         kind = self.kind
@@ -278,10 +286,10 @@ class Node:
                 out["required"] = list(self.required)
         elif kind == "map":
             out["type"] = "object"
-            out["additionalProperties"] = self.values.openapi()
+            out["additionalProperties"] = cast(Node, self.values).openapi()     # Map() always sets it
         elif kind == "array":
             out["type"] = "array"
-            out["items"] = self.items.openapi()
+            out["items"] = cast(Node, self.items).openapi()     # Arr() always sets it
             if self.min_items is not None:
                 out["minItems"] = self.min_items
             if self.unique_key:
@@ -317,38 +325,38 @@ class Node:
 
 # ---- builders --------------------------------------------------------------------------------------------------
 
-def Str(description="", **kw):
+def Str(description: str = "", **kw: Any) -> Node:
     return Node("string", description, **kw)
 
 
-def Int(description="", **kw):
+def Int(description: str = "", **kw: Any) -> Node:
     return Node("integer", description, **kw)
 
 
-def Num(description="", **kw):
+def Num(description: str = "", **kw: Any) -> Node:
     return Node("number", description, **kw)
 
 
-def Bool(description="", **kw):
+def Bool(description: str = "", **kw: Any) -> Node:
     return Node("boolean", description, **kw)
 
 
-def IntOrStr(description="", **kw):
+def IntOrStr(description: str = "", **kw: Any) -> Node:
     return Node("int_or_string", description, **kw)
 
 
-def Obj(description="", properties=None, **kw):
+def Obj(description: str = "", properties: Optional[Dict[str, Node]] = None, **kw: Any) -> Node:
     return Node("object", description, properties=properties, **kw)
 
 
-def Arr(items, description="", **kw):
+def Arr(items: Node, description: str = "", **kw: Any) -> Node:
     return Node("array", description, items=items, **kw)
 
 
-def Map(values, description="", **kw):
+def Map(values: Node, description: str = "", **kw: Any) -> Node:
     return Node("map", description, values=values, **kw)
 
 
-def AnyObj(description="", **kw):
+def AnyObj(description: str = "", **kw: Any) -> Node:
     """A Kubernetes object we pass through untouched (affinity, securityContext, ...)."""
     return Node("any_object", description, **kw)

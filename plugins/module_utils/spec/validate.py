@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import copy
 from types import SimpleNamespace
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names as n
@@ -39,7 +40,7 @@ def _prefixed(label, issues):
     return [SpecIssue("%s %s" % (label, i.path) if i.path else label, i.message) for i in issues]
 
 
-def validate_documents(documents):
+def validate_documents(documents: Any) -> Tuple[Optional[Dict[str, Any]], List[Tuple[str, Dict[str, Any]]], List[SpecIssue]]:
     """Validate + default every document. Returns (cluster_doc, [nodeset_doc], issues)."""
     issues = []
     cluster, node_sets = None, []
@@ -49,7 +50,7 @@ def validate_documents(documents):
         label = doc_label(doc, index)
         kind = doc.get("kind") if isinstance(doc, dict) else None
         if kind == "SlurmCluster":
-            doc_issues = []
+            doc_issues: List[SpecIssue] = []
             validated = CLUSTER_DOCUMENT.validate(doc, "", doc_issues)
             issues.extend(_prefixed(label, doc_issues))
             if cluster is not None:
@@ -233,7 +234,8 @@ def _nodeset_resource_checks(label, spec):
     return issues
 
 
-def slurm_cpu_layout(cpus, sockets, cores, threads):
+def slurm_cpu_layout(cpus: int, sockets: Optional[int], cores: Optional[int],
+                     threads: Optional[int]) -> Tuple[int, int, int]:
     """(sockets, cores, threads) as slurm.conf's reader completes a node line (_parse_nodename in read_config.c):
     cores and threads default to 1; missing sockets are CPUs / (cores x threads) when that divides, else 1."""
     cores, threads = cores or 1, threads or 1
@@ -445,13 +447,13 @@ def _observability(obs):
         dashboards=m.Labelled(boards["enabled"], dict(boards["labels"])))
 
 
-def check_documents(documents):
+def check_documents(documents: Any) -> List[SpecIssue]:
     """Every issue of a spec (empty list when it is valid)."""
     cluster, node_sets, issues = validate_documents(documents)
     return issues + _cross_checks(cluster, node_sets)
 
 
-def build_model(documents):
+def build_model(documents: Any) -> m.ClusterModel:
     """Validated, defaulted ClusterModel from a SlurmCluster and its NodeSets. Raises SpecError with every issue."""
     cluster, node_sets, issues = validate_documents(documents)
     issues += _cross_checks(cluster, node_sets)

@@ -12,13 +12,14 @@ __metaclass__ = type
 import calendar
 import re
 import time
+from typing import Optional
 
 START_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}(:[0-9]{2})?(Z|[+-][0-9]{2}:[0-9]{2})$"
 START_HELP = "is not an RFC 3339 time with its offset, like 2026-11-28T02:00:00Z or 2026-11-28T03:00:00+01:00"
 _START = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2}))?(Z|([+-])(\d{2}):(\d{2}))$")
 
 
-def parse_start(text):
+def parse_start(text: str) -> int:
     """-> seconds since the epoch; ValueError (saying why) for anything else than a valid RFC 3339 time."""
     found = _START.match(text or "")
     if not found:
@@ -37,7 +38,7 @@ def parse_start(text):
     return calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) - offset
 
 
-def start_problem(text):
+def start_problem(text: str) -> Optional[str]:
     """A field check: None, or why `text` is no window start (its pattern, START_PATTERN, reports the format)."""
     if not _START.match(text or ""):
         return None
@@ -48,11 +49,11 @@ def start_problem(text):
     return None
 
 
-def utc_text(epoch):
+def utc_text(epoch: float) -> str:
     """A time as Slurm reads and prints it under TZ=UTC0 (slurm/runner.py SLURM_TZ): 2026-11-28T02:00:00."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
 
 
-def parse_utc_text(text):
+def parse_utc_text(text: str) -> int:
     """The inverse of utc_text (a reservation's StartTime/EndTime read back); ValueError otherwise."""
     return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
