@@ -28,6 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
 
@@ -109,8 +111,8 @@ def main():
     config = dict(item.split("=", 1) for item in args.slurm_config)
     for name in ("munged", "slurmctld", "slurmd", "scontrol", "sinfo", "sdiag"):
         try:
-            lb.find_binary(name)
-        except lb.LocalClusterError as e:
+            find_binary(name)
+        except LocalClusterError as e:
             raise SystemExit("bench_registration needs real Slurm: %s" % e)
     state_dir = tempfile.mkdtemp(prefix="sop-storm-", dir="/tmp")
     os.chmod(state_dir, 0o755)

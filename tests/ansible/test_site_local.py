@@ -14,26 +14,13 @@ import pytest
 import yaml
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
+from requires import SLURM, skip_without
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = os.path.join(ROOT, "examples", "small-cpu.yml")
-REQUIRED = ("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel", "srun", "sbatch")
 CONVERGE = "soperator.slurm.cluster : Converge the local Slurm cluster"
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not installed")
-
-
-def _skip_without_slurm():
-    missing = []
-    for name in REQUIRED:
-        try:
-            find_binary(name)
-        except LocalClusterError as e:
-            missing.append(str(e))
-    if missing:
-        pytest.skip("real Slurm needed: " + "; ".join(missing))
 
 
 def playbook(name, *args, expect_rc=0):
@@ -49,7 +36,7 @@ def playbook(name, *args, expect_rc=0):
 
 @pytest.fixture
 def state_dir():
-    _skip_without_slurm()
+    skip_without(SLURM)
     path = tempfile.mkdtemp(prefix="sop-site-", dir="/tmp")
     os.chmod(path, 0o755)
     yield path

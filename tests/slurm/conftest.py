@@ -11,9 +11,10 @@ import tempfile
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
-from local_helpers import ACCOUNTING, DRAIN_TIMEOUT, REQUIRED, TIMEOUT, load_model, skip_without
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import ports_needed
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import find_free_base_port
+from local_helpers import DRAIN_TIMEOUT, TIMEOUT, load_model
+from requires import ACCOUNTING, SLURM, skip_without
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def local_cluster(tmp_path):
     def make(spec_or_path=None, model=None, start=True, **kwargs):
         if model is None:
             model = load_model(spec_or_path)
-        skip_without(REQUIRED + (ACCOUNTING if model.accounting.enabled else ()))
+        skip_without(SLURM + (ACCOUNTING if model.accounting.enabled else ()))
         # A short path under /tmp, not tmp_path itself: slurmstepd's unix sockets live in the spool directory and
         # sun_path holds 108 bytes. tmp_path/state points at it while the test runs.
         state = tempfile.mkdtemp(prefix="sop-", dir="/tmp")

@@ -1,38 +1,42 @@
-"""What the tests against real Slurm daemons (the local backend) share besides fixtures: the binaries they need,
-their bounded waits, loading a spec, and checking slurmctld's view of a cluster's nodes. A module of its own, not
-conftest.py: test files import it by name, and under one pytest session several folders have a conftest.
+"""What the tests against real Slurm daemons (the local backend) share besides fixtures: their bounded waits (on
+tests/waiting.py's), a job's state, loading a spec, and checking slurmctld's view of a cluster's nodes (the binaries
+they need: tests/requires.py). A module of its own, not conftest.py: test files import it by name, and under one
+pytest session several folders have a conftest.
 """
 import json
 import os
 
-import pytest
-
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
+
+from waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")
-# Daemons and clients every local cluster needs; accounting adds slurmdbd and MariaDB (checked per spec).
-REQUIRED = ("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel", "srun", "sbatch")
-ACCOUNTING = ("slurmdbd", "mariadbd", "mariadb-install-db", "mariadb", "sacctmgr", "sacct")
 # Bounded waits: daemon start/stop, and jobs on a node being removed.
 TIMEOUT = float(os.environ.get("SOPERATOR_TEST_TIMEOUT", "60"))
 DRAIN_TIMEOUT = float(os.environ.get("SOPERATOR_TEST_DRAIN_TIMEOUT", "60"))
+# A job to start or to end.
+JOB_WAIT = 60
+# The states a job ends in.
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
 
-def skip_without(binaries):
-    missing = []
-    for name in binaries:
-        try:
-            find_binary(name)
-        except LocalClusterError as e:
-            missing.append(str(e))
-    if missing:
-        pytest.skip("real Slurm needed: " + "; ".join(missing))
+def job_state(cluster, job_id):
+    """A job's JobState, as slurmctld says it."""
+    out = cluster.run(["scontrol", "show", "job", "-o", str(job_id)], timeout=30).stdout
+    for word in out.split():
+        if word.startswith("JobState="):
+            return word.split("=", 1)[1]
+    raise AssertionError("no JobState in %r" % out)
+
+
+def wait_job(cluster, job_id, states=ENDED, timeout=JOB_WAIT):
+    """The job's state once it is one of `states` (by default: ended); the test fails after `timeout` seconds."""
+    return wait_for(lambda: job_state(cluster, job_id), "job %s to be %s" % (job_id, " or ".join(states)), timeout,
+                    poll=0.3, done=lambda state: state in states)
 
 
 def load_model(spec_or_path):

@@ -18,11 +18,11 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax impor
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_syntax import slurm_line, slurm_word
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 from ci_skips import environmental
-from local_helpers import skip_without
 from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_keys_data import KEYS
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
+from requires import skip_without
 
 BASE = [{"apiVersion": "slurm.soperator.dev/v1alpha1", "kind": "SlurmCluster",
          "metadata": {"name": "demo", "namespace": "hpc"}, "spec": {"jail": {"volume": {"size": "1Gi"}}}},

@@ -14,6 +14,8 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils.node import active_check, health_check
 
+import waiting
+
 INTERVAL = 5
 # slurmd runs the program at the next interval tick after the fault appears: two intervals and a margin.
 WAIT = 2 * INTERVAL + 20
@@ -75,14 +77,8 @@ def node(cluster, name):
 
 
 def wait_for(predicate, timeout=WAIT, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
-        time.sleep(0.5)
+    """tests/waiting.py's, with this file's bound (the exporter's tests share it)."""
+    return waiting.wait_for(predicate, what, timeout)
 
 
 def drained_with(cluster, name, reason_start):

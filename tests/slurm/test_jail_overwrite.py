@@ -19,6 +19,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local import jail_
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as nj
 
 from jail_helpers import ROOT, make_jail, mounts_under
+from requires import missing_programs
 from test_login import SMALL, keys, plugin, ssh  # noqa: F401 (fixtures) pylint: disable=unused-import
 
 NEW_MARKER = "the replaced jail\n"
@@ -35,9 +36,9 @@ def sources(plugin):
     """(parent folder below /var/lib, tarball of the test jail, tarball of the same jail with another marker)."""
     if os.getuid() != 0:
         pytest.skip("the login sshd and the chroot SPANK plugin need root")
-    for program in ("sshd", "ssh", "ssh-keygen", "unshare"):
-        if shutil.which(program) is None and shutil.which(program, path="/usr/sbin:/sbin") is None:
-            pytest.skip("the jail tests need %s (Debian: openssh-server, openssh-client, util-linux)" % program)
+    missing = missing_programs(("sshd", "ssh", "ssh-keygen", "unshare"))
+    if missing:
+        pytest.skip("the jail tests need %s (Debian: openssh-server, openssh-client, util-linux)" % ", ".join(missing))
     parent = tempfile.mkdtemp(prefix="soperator-test-", dir="/var/lib")
     try:
         tree = os.path.join(parent, "tree")

@@ -2,7 +2,6 @@
 slurmctld, and stops without leaving a process behind."""
 import os
 import socket
-import time
 
 import pytest
 
@@ -12,30 +11,14 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _pid_alive, find_binary
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
+from local_helpers import JOB_WAIT, job_state, wait_job
+from waiting import wait_for
+
 SMALL = "examples/small-cpu.yml"
-JOB_WAIT = 60
 
 
 def node_states(cluster):
     return dict((n["name"], n) for n in cluster.sinfo_nodes())
-
-
-def job_state(cluster, job_id):
-    out = cluster.run(["scontrol", "show", "job", "-o", str(job_id)], timeout=30).stdout
-    for word in out.split():
-        if word.startswith("JobState="):
-            return word.split("=", 1)[1]
-    raise AssertionError("no JobState in %r" % out)
-
-
-def wait_job(cluster, job_id, states, timeout=JOB_WAIT):
-    deadline = time.time() + timeout
-    while True:
-        state = job_state(cluster, job_id)
-        if state in states:
-            return state
-        assert time.time() < deadline, "job %s is %s after %ss, expected %s" % (job_id, state, timeout, states)
-        time.sleep(0.3)
 
 
 def sbatch(cluster, *args):
@@ -233,14 +216,10 @@ spec: {clusterName: acct, replicas: 2, maxReplicas: 2, resources: {cpu: "1", mem
 def _sacct(cluster, job_id, want, timeout=JOB_WAIT):
     """Wait (bounded) until sacct shows `want` (JobID, State, NodeList) for a job: slurmctld sends job records to
     slurmdbd asynchronously, and the record of a finished job is completed in steps."""
-    deadline = time.time() + timeout
-    while True:
-        out = cluster.run(["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "JobID,State,NodeList"],
-                          timeout=30).stdout.split()
-        if out and out[0].split("|") == want:
-            return
-        assert time.time() < deadline, "sacct shows %r for job %s after %ss, not %r" % (out, job_id, timeout, want)
-        time.sleep(1)
+    wait_for(lambda: cluster.run(["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "JobID,State,NodeList"],
+                                 timeout=30).stdout.split(),
+             "sacct to show %r for job %s" % (want, job_id), timeout, poll=1,
+             done=lambda out: bool(out) and out[0].split("|") == want)
 
 
 def test_accounting_records_finished_jobs(local_cluster, tmp_path):

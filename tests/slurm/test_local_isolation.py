@@ -25,16 +25,17 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 
-from local_helpers import DRAIN_TIMEOUT, REQUIRED, ROOT, TIMEOUT, load_model, skip_without
 from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     CTLD_OFFSET, LOOPBACK, LocalClusterError, MARKER, node_ports, ports_needed)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import PortClaims
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _pid_alive, _proc_start_time
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _saved_base, read_marker
+from local_helpers import DRAIN_TIMEOUT, JOB_WAIT, ROOT, TIMEOUT, job_state, load_model, wait_job
+from requires import SLURM, skip_without
+from waiting import wait_for
 
 SMALL = "examples/small-cpu.yml"
-JOB_WAIT = 60
 
 
 def snapshot(root, skip=("log", "run", "ctld", "spool", "db")):
@@ -70,16 +71,8 @@ def nodes(cluster):
     return dict((n["name"], n) for n in cluster.sinfo_nodes())
 
 
-def job_state(cluster, job_id):
-    out = cluster.run(["scontrol", "show", "job", "-o", str(job_id)], timeout=30).stdout
-    return [w.split("=", 1)[1] for w in out.split() if w.startswith("JobState=")][0]
-
-
 def wait_running(cluster, job):
-    deadline = time.time() + JOB_WAIT
-    while job_state(cluster, job) != "RUNNING":
-        assert time.time() < deadline, "job %s is %s after %ss" % (job, job_state(cluster, job), JOB_WAIT)
-        time.sleep(0.3)
+    wait_job(cluster, job, ("RUNNING",))
 
 
 def playbook(name, *args):
@@ -95,7 +88,7 @@ def playbook(name, *args):
 @pytest.fixture
 def parent():
     """A folder holding clusters (a/ and b/): every cluster made in it is stopped by pid and purged at the end."""
-    skip_without(REQUIRED)
+    skip_without(SLURM)
     path = tempfile.mkdtemp(prefix="sop-p-", dir="/tmp")
     os.chmod(path, 0o755)
     made = []
@@ -128,10 +121,8 @@ def decoy(tmp_path):
         binary = tmp_path / "slurmd"
         shutil.copy("/bin/sh", str(binary))
         proc = subprocess.Popen([str(binary), "-c", "sleep 300; : %s" % folder], cwd=folder, start_new_session=True)
-        deadline = time.time() + 10
-        while open("/proc/%d/comm" % proc.pid).read().strip() != "slurmd":     # exec'd
-            assert time.time() < deadline
-            time.sleep(0.05)
+        wait_for(lambda: open("/proc/%d/comm" % proc.pid).read().strip(), "pid %d to exec slurmd" % proc.pid, 10,
+                 poll=0.05, done=lambda comm: comm == "slurmd")
         started.append(proc)
         return proc
 
@@ -207,10 +198,8 @@ def test_stop_without_slurmctld_stops_the_job_steps_it_left(local_cluster, tmp_p
     job = cluster.run(["sbatch", "--parsable", "-w", "cpu-0", "-o", "/dev/null", "--wrap",
                        "echo $$ > %s; exec sleep 600" % pid_file], timeout=30).stdout.strip()
     wait_running(cluster, job)
-    deadline = time.time() + JOB_WAIT
-    while not pid_file.exists() or not pid_file.read_text().strip():
-        assert time.time() < deadline
-        time.sleep(0.2)
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), "the job's pid in %s" % pid_file, JOB_WAIT,
+             poll=0.2)
     task = int(pid_file.read_text())
     task_start = _proc_start_time(task)
     # slurmctld gone (as after a crash): nothing can cancel the job, its slurmstepd outlives the slurmds

@@ -11,7 +11,8 @@ import pytest
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 from ansible_collections.soperator.slurm.plugins.module_utils.local import operations
 
-from local_helpers import REQUIRED, TIMEOUT, load_model, skip_without
+from local_helpers import TIMEOUT, load_model
+from requires import SLURM, skip_without
 
 SMALL = "examples/small-cpu.yml"
 DAEMONS = ["munged", "slurmctld", "slurmd-cpu-0", "slurmd-cpu-1"]
@@ -19,7 +20,7 @@ DAEMONS = ["munged", "slurmctld", "slurmd-cpu-0", "slurmd-cpu-1"]
 
 @pytest.fixture
 def state_dir():
-    skip_without(REQUIRED)
+    skip_without(SLURM)
     state = tempfile.mkdtemp(prefix="sop-logs-", dir="/tmp")   # short: slurmstepd's sockets live below it
     os.chmod(state, 0o755)
     yield state

@@ -6,14 +6,15 @@ import os
 import secrets
 import subprocess
 import tempfile
-import time
 
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import files
 
-from local_helpers import TIMEOUT, skip_without
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
+from local_helpers import TIMEOUT
+from requires import skip_without
+from waiting import wait_for
 
 SMALL = "examples/small-cpu.yml"
 JOB_WAIT = 60
@@ -36,10 +37,10 @@ def decodes_with_key(cred, key_file, tmp_path):
                              "--seed-file=%s" % os.path.join(work, "seed")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while not os.path.exists(sock):
-            assert proc.poll() is None and time.monotonic() < deadline, "the test's munged did not start"
-            time.sleep(0.1)
+        # (or its end: then at once)
+        wait_for(lambda: os.path.exists(sock) or proc.poll() is not None, "the test's munged to start", TIMEOUT,
+                 poll=0.1)
+        assert os.path.exists(sock), "the test's munged did not start: exit %s" % proc.poll()
         out = subprocess.run([find_binary("unmunge"), "--socket=%s" % sock], input=cred, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, timeout=30, check=False)
         return out.returncode == 0

@@ -9,8 +9,8 @@ import yaml
 
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import rollout as slurm_rollout
 
-from local_helpers import ROOT, load_model
-from test_local_backend import SMALL, job_state, node_states, sbatch, wait_job
+from local_helpers import ROOT, job_state, load_model, wait_job
+from test_local_backend import SMALL, node_states, sbatch
 
 NODES = ("cpu-0", "cpu-1", "cpu-2")
 UPGRADE = "soperator: upgrade"

@@ -15,7 +15,8 @@ import pytest
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 
 from ci_skips import environmental
-from local_helpers import DRAIN_TIMEOUT, REQUIRED, ROOT, TIMEOUT, load_model, skip_without
+from local_helpers import DRAIN_TIMEOUT, ROOT, TIMEOUT, load_model
+from requires import SLURM, skip_without
 from test_local_munge_key import SMALL, srun_on
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError, ports_needed
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import find_free_base_port
@@ -26,7 +27,7 @@ def small_fs():
     """A 24 MiB tmpfs mounted on a fresh folder under /tmp (short: slurmstepd's socket paths), unmounted after."""
     if os.geteuid() != 0:
         pytest.skip(environmental("mounting a filesystem needs root"))
-    skip_without(REQUIRED)
+    skip_without(SLURM)
     mnt = tempfile.mkdtemp(prefix="sop-fs-", dir="/tmp")
     os.chmod(mnt, 0o755)
     try:

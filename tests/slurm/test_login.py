@@ -6,12 +6,10 @@ jail (the chroot SPANK plugin), so a job submitted from the login node writes it
 """
 import json
 import os
-import re
 import shutil
 import subprocess
 import tarfile
 import tempfile
-import time
 
 import pytest
 
@@ -21,20 +19,17 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec import valida
 from jail_helpers import MARKER, ROOT, build_plugin, make_jail, mounts_under
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LOGIN_DAEMON, LocalClusterError
 from ansible_collections.soperator.slurm.plugins.module_utils.local.login import _jail_mount_point
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _pid_alive, find_binary
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _pid_alive
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
+from local_helpers import wait_job
+from requires import missing_programs, skip_without
 
 SMALL = "examples/small-cpu.yml"
-JOB_WAIT = 60
 SSH_TIMEOUT = 60
 
 
 def _require_slurm():
-    for name in ("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel", "sbatch"):
-        try:
-            find_binary(name)
-        except LocalClusterError as e:
-            pytest.skip("real Slurm needed: %s" % e)
+    skip_without(("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel", "sbatch"))
 
 
 def load_model():
@@ -43,7 +38,7 @@ def load_model():
 
 
 def _require(*programs):
-    missing = [p for p in programs if shutil.which(p) is None and shutil.which(p, path="/usr/sbin:/sbin") is None]
+    missing = missing_programs(programs)
     if missing:
         pytest.skip("the login test needs %s (Debian: openssh-server, openssh-client, util-linux)"
                     % ", ".join(missing))
@@ -101,17 +96,6 @@ def host_key(cluster):
                          stderr=subprocess.DEVNULL, universal_newlines=True, timeout=30, check=True).stdout
     (line,) = [ln for ln in out.splitlines() if not ln.startswith("#")]
     return line.split()[1:3]
-
-
-def wait_job(cluster, job_id):
-    deadline = time.time() + JOB_WAIT
-    while True:
-        out = cluster.run(["scontrol", "show", "job", "-o", job_id], timeout=30).stdout
-        state = re.search(r"\bJobState=(\S+)", out).group(1)
-        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
-            return state
-        assert time.time() < deadline, "job %s is still %s after %ss" % (job_id, state, JOB_WAIT)
-        time.sleep(0.3)
 
 
 def test_ssh_with_a_key_lands_in_the_jail_and_sbatch_runs_a_job(login, jail, keys):

@@ -7,7 +7,6 @@ while a job runs on it. Only cpu-0 is ever replaced (its slurmd restarted) and, 
 import os
 import shutil
 import sys
-import time
 
 import pytest
 import yaml
@@ -15,6 +14,7 @@ import yaml
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
 
 import ansible_run
+from waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEALTH_CHECK = os.path.join(ROOT, "plugins", "module_utils", "node", "health_check.py")
@@ -71,10 +71,8 @@ def test_remediation_replaces_rechecks_and_resumes_only_our_idle_drains(local_cl
     health_program(cluster)
     run = cluster.run
     job = run(["sbatch", "--parsable", "-o", "/dev/null", "-w", "cpu-3", "--wrap", "sleep 600"]).stdout.strip()
-    deadline = time.monotonic() + BOUND
-    while run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() != "RUNNING":
-        assert time.monotonic() < deadline, "the job did not start"
-        time.sleep(0.5)
+    wait_for(lambda: run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip(), "job %s to run" % job, BOUND,
+             done=lambda state: state == "RUNNING")
     run(["scontrol", "update", "NodeName=cpu-0", "State=DRAIN", "Reason=soperator: health:fault injected"])
     run(["scontrol", "update", "NodeName=cpu-1", "State=DRAIN", "Reason=hw: bad dimm"])
     run(["scontrol", "update", "NodeName=cpu-2", "State=DRAIN", "Reason=soperator: scale-down"])

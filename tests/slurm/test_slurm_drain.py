@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from waiting import wait_for
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = "examples/small-cpu.yml"          # cpu-0, cpu-1 running; cpu-[2-3] FUTURE
 JOB_WAIT = 60
@@ -93,10 +95,8 @@ def after(result):
 def sbatch_sleep(cluster, node, seconds):
     job = cluster.run(["sbatch", "--parsable", "-w", node, "-o", "/dev/null", "--wrap", "sleep %d" % seconds],
                       timeout=30).stdout.strip().split(";")[0]
-    deadline = time.time() + JOB_WAIT
-    while cluster.run(["squeue", "-h", "-j", job, "-o", "%T"], timeout=30).stdout.strip() != "RUNNING":
-        assert time.time() < deadline, "job %s never started" % job
-        time.sleep(0.3)
+    wait_for(lambda: cluster.run(["squeue", "-h", "-j", job, "-o", "%T"], timeout=30).stdout.strip(),
+             "job %s to run" % job, JOB_WAIT, poll=0.3, done=lambda state: state == "RUNNING")
     return job
 
 
@@ -274,10 +274,7 @@ def test_controller_down_fails_after_bounded_retries(local_cluster):
     cluster = local_cluster(SMALL)
     pid = cluster.pid("slurmctld")
     os.kill(pid, signal.SIGTERM)
-    deadline = time.time() + 30
-    while cluster.pid("slurmctld"):
-        assert time.time() < deadline, "slurmctld did not stop"
-        time.sleep(0.2)
+    wait_for(lambda: not cluster.pid("slurmctld"), "slurmctld to stop", 30, poll=0.2)
 
     # Each attempt gives up after command_timeout (the Slurm client itself would wait ~9 s to connect).
     failed = drain(cluster, nodes="cpu-[0-1]", reason="x", retries=2, retry_delay=0.5, command_timeout=4,

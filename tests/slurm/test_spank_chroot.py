@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pytest
 
@@ -23,11 +22,11 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec import valida
 from jail_helpers import MARKER, PLUGIN_DIR, ROOT, build_plugin, make_jail, mounts_under
 from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
+from local_helpers import JOB_WAIT, wait_job
+from requires import skip_without
 
 SMALL = "examples/small-cpu.yml"
-JOB_WAIT = 60
 
 
 # ------------------------------------------------------------------------------------------------ building
@@ -58,23 +57,6 @@ def jailed(local_cluster, jail, plugin):
 
 def srun(cluster, *argv, **kwargs):
     return cluster.run(["srun", "--chdir=/"] + list(argv), timeout=JOB_WAIT, **kwargs)
-
-
-def job_state(cluster, job_id):
-    out = cluster.run(["scontrol", "show", "job", "-o", str(job_id)], timeout=30).stdout
-    m = re.search(r"\bJobState=(\S+)", out)
-    assert m, out
-    return m.group(1)
-
-
-def wait_job(cluster, job_id, timeout=JOB_WAIT):
-    deadline = time.time() + timeout
-    while True:
-        state = job_state(cluster, job_id)
-        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
-            return state
-        assert time.time() < deadline, "job %s is still %s after %ss" % (job_id, state, timeout)
-        time.sleep(0.3)
 
 
 def slurmd_logs(cluster):
@@ -151,11 +133,8 @@ def test_plugstack_jail_arguments_are_checked(kwargs, error):
 
 
 def test_local_cluster_refuses_a_missing_plugin(tmp_path):
-    for name in ("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel"):
-        try:
-            find_binary(name)              # checked before the plugin
-        except LocalClusterError as e:
-            pytest.skip("real Slurm needed: %s" % e)
+    # checked before the plugin
+    skip_without(("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel"))
     cluster = lb.LocalCluster(str(tmp_path / "state"), load_model(SMALL), jail_dir=str(tmp_path), login=False,
                               spank_chroot=str(tmp_path / "missing.so"))
     with pytest.raises(LocalClusterError, match="make spank"):

@@ -5,18 +5,7 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils import files, wait
 
-
-class FakeClock:
-    def __init__(self):
-        self.now = 100.0
-        self.sleeps = []
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.sleeps.append(seconds)
-        self.now += seconds
+from waiting import FakeClock
 
 
 def test_wait_until_returns_seconds_waited_on_the_injected_clock():
