@@ -9,11 +9,11 @@ daemons (tests/slurm's `local_cluster` fixture, host Slurm), which the modules r
   there is deleted at the end (state=absent, volumes purged; its cluster-scoped RBAC too) and then the namespace.
 - `Api`: the admin's clients of the real server, with small readers; `until`, a bounded wait.
 """
-import time
 import uuid
 
 
 from slurm_specs import SMALL, module, spec_docs
+from waiting import wait_for
 
 CR_GROUP, CR_VERSION = "slurm.soperator.dev", "v1alpha1"
 BOUND = 180     # seconds: the longest any wait of these tests may take before the test fails
@@ -24,14 +24,8 @@ def small_docs(namespace):
 
 
 def until(what, probe, timeout=BOUND, poll=0.5):
-    """probe()'s first true value, polled; fails the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "gave up after %ss waiting for %s" % (timeout, what)
-        time.sleep(poll)
+    """probe()'s first true value, polled; fails the test after `timeout` seconds (tests/waiting.py)."""
+    return wait_for(probe, what, timeout, poll=poll)
 
 
 class Api:

@@ -7,11 +7,11 @@ the operator's schemas."""
 import copy
 import glob
 import os
-import time
 
 import pytest
 
 from test_real_cluster import CLAIMS, docs, run  # noqa: F401 (the docs fixture) pylint: disable=unused-import
+from waiting import wait_for
 
 OBSERVED = {("Deployment", "small-exporter"), ("Service", "small-exporter"), ("ServiceAccount", "small-exporter"),
             ("Role", "small-exporter"), ("RoleBinding", "small-exporter"), ("ConfigMap", "small-dashboards")}
@@ -43,13 +43,10 @@ def test_the_exporter_applies_runs_and_is_pruned(observed, kubeconfig, real_clus
     api = config.new_client_from_config(config_file=kubeconfig)
     try:
         apps = client.AppsV1Api(api)
-        deadline = time.monotonic() + 120
-        while True:          # the Deployment controller, the scheduler and kwok: a Ready replica
-            status = apps.read_namespaced_deployment_status("small-exporter", namespace).status
-            if status.ready_replicas == 1:
-                break
-            assert time.monotonic() < deadline, "the exporter Deployment has no ready replica: %s" % status
-            time.sleep(1)
+        # the Deployment controller, the scheduler and kwok: a Ready replica
+        wait_for(lambda: apps.read_namespaced_deployment_status("small-exporter", namespace).status,
+                 "a ready replica of the exporter Deployment", 120, poll=1,
+                 done=lambda status: status.ready_replicas == 1)
         pods = client.CoreV1Api(api).list_namespaced_pod(
             namespace, label_selector="app.kubernetes.io/component=exporter").items
         assert len(pods) == 1 and pods[0].spec.node_name, pods
@@ -84,18 +81,15 @@ def test_service_monitors_and_rules_apply_to_the_operators_crds(observed, kubeco
     assert len(crds) == 3, "tools/k8s/build.sh copies the ServiceMonitor, PodMonitor and PrometheusRule CRDs"
     for path in crds:      # cluster-wide and kept: another run's objects may use them
         real_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", path)
-    deadline = time.monotonic() + 60
     for crd in ("servicemonitors", "podmonitors", "prometheusrules"):
         # (kubectl wait fails at once while a new CRD has no conditions yet; a get that fails - a busy machine's
-        # slow API server - is asked again until the deadline, which reports what it said)
-        while True:
-            got = real_cluster.kubectl("get", "crd", crd + ".monitoring.coreos.com", "-o",
-                                       'jsonpath={.status.conditions[?(@.type=="Established")].status}', check=False)
-            if got.returncode == 0 and got.stdout == "True":
-                break
-            assert time.monotonic() < deadline, "the %s CRD is not Established: rc %d %s%s" % (
-                crd, got.returncode, got.stdout, got.stderr)
-            time.sleep(0.5)
+        # slow API server - is asked again until the deadline, which reports what it said: the last
+        # CompletedProcess, its returncode, stdout and stderr)
+        wait_for(lambda name=crd: real_cluster.kubectl(
+            "get", "crd", name + ".monitoring.coreos.com", "-o",
+            'jsonpath={.status.conditions[?(@.type=="Established")].status}', check=False),
+            "the %s CRD to be Established" % crd, 60,
+            done=lambda got: got.returncode == 0 and got.stdout == "True")
     docs = observed
     docs[0]["spec"]["observability"].update(serviceMonitor={"enabled": True, "labels": {"release": "kube-prom"}},
                                             prometheusRule={"enabled": True})
