@@ -1,13 +1,7 @@
-"""The real-node tests' bounded wait: probe() -> (done, what it saw), polled every 2 s until done or `timeout`."""
-import time
+"""The real-node tests' bounded wait: probe() -> (done, what it saw), polled every 2 s until done or `timeout`
+(tests/waiting.py's); returns the probe's last answer."""
+from waiting import wait_for
 
 
-def wait(what, probe, timeout=180):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last and last[0]:
-            return last
-        time.sleep(2)
-    raise AssertionError("timed out after %ss waiting for %s (last: %s)" % (timeout, what, last))
+def wait(what, probe, timeout=180, poll=2):
+    return wait_for(probe, what, timeout, poll=poll, done=lambda last: bool(last and last[0]))

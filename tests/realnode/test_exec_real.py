@@ -6,7 +6,6 @@ What the emulator's exec tests checked of the emulator itself (its channel proto
 is not here: a real server is the judge of that now.
 """
 import json
-import time
 
 import pytest
 
@@ -14,6 +13,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import args as mod
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, SlurmCommandError, SlurmRunner, SlurmUnavailable, TransientError)
 from realnode_audit import Audit
+from waiting import wait_for
 
 NS = "exec-real"
 
@@ -31,10 +31,7 @@ def _status(node, name):
 
 
 def _until(what, probe, timeout=120):
-    deadline = time.monotonic() + timeout
-    while not probe():
-        assert time.monotonic() < deadline, "timed out after %ss waiting for %s" % (timeout, what)
-        time.sleep(0.5)
+    wait_for(probe, what, timeout)
 
 
 @pytest.fixture(scope="module")

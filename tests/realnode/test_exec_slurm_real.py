@@ -17,7 +17,6 @@ import json
 import os
 import re
 import subprocess
-import time
 
 import pytest
 import yaml
@@ -27,6 +26,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import args as mod
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import read_nodes
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation import KubeChecker
 from realnode_audit import Audit
+from realnode_wait import wait
 
 NS = "slurm-exec"
 CLUSTER = "ex"
@@ -87,13 +87,7 @@ def _params(node, **extra):
 
 
 def _until(what, probe, timeout=120):
-    deadline = time.monotonic() + timeout
-    while True:
-        last = probe()
-        if last[0]:
-            return last
-        assert time.monotonic() < deadline, "timed out after %ss waiting for %s (last: %s)" % (timeout, what, last)
-        time.sleep(1)
+    return wait(what, probe, timeout, poll=1)
 
 
 def _in_pod(node, pod, container, *argv):
