@@ -216,9 +216,10 @@ spec: {clusterName: acct, replicas: 2, maxReplicas: 2, resources: {cpu: "1", mem
 def _sacct(cluster, job_id, want, timeout=JOB_WAIT):
     """Wait (bounded) until sacct shows `want` (JobID, State, NodeList) for a job: slurmctld sends job records to
     slurmdbd asynchronously, and the record of a finished job is completed in steps."""
-    wait_for(lambda: cluster.run(["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "JobID,State,NodeList"],
-                                 timeout=30).stdout.split(),
-             "sacct to show %r for job %s" % (want, job_id), timeout, poll=1,
+    def shown():
+        return cluster.run(["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "JobID,State,NodeList"],
+                           timeout=30).stdout.split()
+    wait_for(shown, "sacct to show %r for job %s" % (want, job_id), timeout, poll=1,
              done=lambda out: bool(out) and out[0].split("|") == want)
 
 

@@ -71,8 +71,10 @@ def test_remediation_replaces_rechecks_and_resumes_only_our_idle_drains(local_cl
     health_program(cluster)
     run = cluster.run
     job = run(["sbatch", "--parsable", "-o", "/dev/null", "-w", "cpu-3", "--wrap", "sleep 600"]).stdout.strip()
-    wait_for(lambda: run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip(), "job %s to run" % job, BOUND,
-             done=lambda state: state == "RUNNING")
+
+    def job_state():
+        return run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
+    wait_for(job_state, "job %s to run" % job, BOUND, done=lambda state: state == "RUNNING")
     run(["scontrol", "update", "NodeName=cpu-0", "State=DRAIN", "Reason=soperator: health:fault injected"])
     run(["scontrol", "update", "NodeName=cpu-1", "State=DRAIN", "Reason=hw: bad dimm"])
     run(["scontrol", "update", "NodeName=cpu-2", "State=DRAIN", "Reason=soperator: scale-down"])

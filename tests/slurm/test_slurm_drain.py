@@ -95,8 +95,10 @@ def after(result):
 def sbatch_sleep(cluster, node, seconds):
     job = cluster.run(["sbatch", "--parsable", "-w", node, "-o", "/dev/null", "--wrap", "sleep %d" % seconds],
                       timeout=30).stdout.strip().split(";")[0]
-    wait_for(lambda: cluster.run(["squeue", "-h", "-j", job, "-o", "%T"], timeout=30).stdout.strip(),
-             "job %s to run" % job, JOB_WAIT, poll=0.3, done=lambda state: state == "RUNNING")
+
+    def job_state():
+        return cluster.run(["squeue", "-h", "-j", job, "-o", "%T"], timeout=30).stdout.strip()
+    wait_for(job_state, "job %s to run" % job, JOB_WAIT, poll=0.3, done=lambda state: state == "RUNNING")
     return job
 
 
