@@ -19,7 +19,6 @@ import socket
 import subprocess
 import tempfile
 import threading
-import time
 
 import pytest
 
@@ -205,8 +204,7 @@ def test_stop_without_slurmctld_stops_the_job_steps_it_left(local_cluster, tmp_p
     # slurmctld gone (as after a crash): nothing can cancel the job, its slurmstepd outlives the slurmds
     ctld, start = ctld_identity(cluster)
     os.kill(ctld, 9)
-    while _pid_alive(ctld, start):
-        time.sleep(0.05)
+    wait_for(lambda: not _pid_alive(ctld, start), "slurmctld[%d] to end after SIGKILL" % ctld, TIMEOUT, poll=0.05)
     steps = [pid for pid, name in cluster.leftover_processes() if name == "slurmstepd"]
     assert steps
     stopped = cluster.stop()["stopped"]
