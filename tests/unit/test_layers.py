@@ -12,7 +12,7 @@ PACKAGE = "ansible_collections.soperator.slurm.plugins.module_utils"
 # Bottom to top. The Slurm ops sit below the backends: kube/ and local/ drive them (drain, remove, remediate, roll)
 # and hand them what differs (a runner's transport, a replacer), so they never import a backend.
 LAYERS = (
-    ("base", ("slurm_syntax", "constants", "files", "wait")),
+    ("base", ("slurm_syntax", "constants", "files", "wait", "retry")),
     ("spec", ("spec",)),
     ("slurm ops", ("slurm",)),
     ("observe", ("observe",)),

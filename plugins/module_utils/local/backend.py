@@ -273,7 +273,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         with self._locked():
             return self.restart_node_locked(node, slurm_digest(self._etc_configs()))
 
-    def restart_node_locked(self, node, digest):
+    def restart_node_locked(self, node: str, digest: str) -> Dict[str, Any]:
         """restart_node's work for a caller that holds the state directory's lock already (a rollout inside a run);
         the new slurmd recorded with `digest`."""
         name = "slurmd-%s" % node
