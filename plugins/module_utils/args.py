@@ -1,12 +1,13 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Shared argument specs: how a module reaches Slurm (documented by the soperator.slurm.slurm_connection fragment,
-plus kubernetes.core.k8s_auth_options for the Kubernetes transport).
+"""The shared argument specs, all of them, and how a module reaches Slurm with them.
 
-    argument_spec = dict(my_options, **slurm_connection_argument_spec())
-    module = AnsibleModule(argument_spec, required_if=SLURM_CONNECTION_REQUIRED_IF, ...)
+    module = SoperatorModule(my_options, shared=(SLURM_CONNECTION_SPEC, AUTH_ARG_SPEC), ...)   # module_base.py
     runner = runner_from_params(module.params)
+
+The specs are documented by the doc fragments: soperator.slurm.slurm_connection (SLURM_CONNECTION_SPEC),
+soperator.slurm.kube_target (KUBE_TARGET_SPEC, KUBE_API_SPEC) and kubernetes.core.k8s_auth_options (AUTH_ARG_SPEC).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -17,11 +18,14 @@ import copy
 
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, LocalTransport, SlurmCommandError, SlurmRunner)
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 
 try:
     from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-except ImportError:  # pragma: no cover - kubernetes.core is a dependency of this collection
+    HAS_KUBERNETES_CORE = True
+except ImportError:  # a dependency of this collection; module_base fails clearly where a module needs it
     AUTH_ARG_SPEC = {}
+    HAS_KUBERNETES_CORE = False
 
 CONTROLLER_CONTAINER = "slurmctld"
 
@@ -40,6 +44,31 @@ SLURM_CONNECTION_REQUIRED_IF = [("transport", "kubernetes", ("namespace", "clust
 
 TARGETS = ["kubernetes", "local"]
 
+# How API requests are retried and bounded (doc fragment soperator.slurm.kube_target.api).
+KUBE_API_SPEC = dict(
+    api_retries=dict(type="int", default=3),
+    api_timeout=dict(type="int", default=30),
+)
+
+# The Kubernetes target of slurm_cluster and slurm_nodeset (doc fragment soperator.slurm.kube_target).
+KUBE_TARGET_SPEC = dict(
+    wait=dict(type="bool", default=False),
+    create_namespace=dict(type="bool", default=True),
+    purge_volumes=dict(type="bool", default=False),
+    recreate_statefulsets=dict(type="bool", default=False),
+    drain_timeout=dict(type="int", default=3600),
+    force=dict(type="bool", default=False),
+    reconfigure=dict(type="bool", default=True),
+    wait_sleep=dict(type="float", default=2.0),
+    slurm_transport=dict(type="str", choices=["kubernetes", "local"], default="kubernetes"),
+    slurm_conf=dict(type="path"),
+    rollout_timeout=dict(type="int", default=600),
+    health_check_program=dict(type="path"),
+    allow_unversioned_images=dict(type="bool", default=False),
+    backup_size=dict(type="str"),
+    backup_storage_class=dict(type="str"),
+)
+
 # The spec documents a module reads: inline (definition) or from a YAML file (src); module_support reads either.
 SPEC_SOURCE_SPEC = dict(
     definition=dict(type="raw"),
@@ -47,18 +76,21 @@ SPEC_SOURCE_SPEC = dict(
 )
 
 
+def merged_spec(options, *shared):
+    """`options` (the module's own) plus a fresh copy of each shared spec: callers may change the result. An option
+    defined twice is a bug: refused."""
+    spec = copy.deepcopy(options)
+    for part in shared:
+        twice = set(spec) & set(part)
+        if twice:
+            raise ValueError("options defined twice: %s" % ", ".join(sorted(twice)))
+        spec.update(copy.deepcopy(part))
+    return spec
+
+
 def slurm_connection_argument_spec():
-    """The connection options plus kubernetes.core's auth options (a fresh copy: callers may change it)."""
-    spec = copy.deepcopy(SLURM_CONNECTION_SPEC)
-    spec.update(copy.deepcopy(AUTH_ARG_SPEC))
-    return spec
-
-
-def spec_source_argument_spec(**options):
-    """`definition` and `src` (mutually exclusive where used) plus the module's own `options`."""
-    spec = copy.deepcopy(SPEC_SOURCE_SPEC)
-    spec.update(options)
-    return spec
+    """The connection options plus kubernetes.core's auth options."""
+    return merged_spec(SLURM_CONNECTION_SPEC, AUTH_ARG_SPEC)
 
 
 def auth_params(params):
@@ -107,22 +139,17 @@ def runner_from_params(params, sleep=None):
                        timeout=params.get("command_timeout") or 60, **kwargs)
 
 
-def require_positive(module, *names):
-    """fail_json naming the first option of `names` that is not > 0 (timeouts, sleeps)."""
+def require_positive(params, *names):
+    """SoperatorError naming the first option of `names` that is not > 0 (timeouts, sleeps)."""
     for name in names:
-        value = module.params[name]
+        value = params[name]
         if value is not None and value <= 0:
-            module.fail_json(msg="%s must be > 0, got %s" % (name, value))
+            raise SoperatorError("%s must be > 0, got %s" % (name, value))
 
 
-def require_non_negative(module, *names):
-    """fail_json naming the first option of `names` that is < 0 (a wait that may be 0: do not wait)."""
+def require_non_negative(params, *names):
+    """SoperatorError naming the first option of `names` that is < 0 (a wait that may be 0: do not wait)."""
     for name in names:
-        value = module.params[name]
+        value = params[name]
         if value is not None and value < 0:
-            module.fail_json(msg="%s must be >= 0, got %s" % (name, value))
-
-
-def fail_spec_error(module, error, **extra):
-    """A SpecError as the module's failure: the message and every issue with its field path."""
-    module.fail_json(msg=str(error), errors=[{"path": i.path, "message": i.message} for i in error.issues], **extra)
+            raise SoperatorError("%s must be >= 0, got %s" % (name, value))

@@ -14,8 +14,10 @@ import errno
 import os
 import stat
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 
-class UnsafeFile(Exception):
+
+class UnsafeFile(SoperatorError):
     """The path holds something we do not read or replace: a symlink, not a regular file, not ours, too large."""
 
 

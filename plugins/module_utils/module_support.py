@@ -1,13 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the modules repeat, written once: the checks of their options and how a spec reaches them.
+"""What the modules repeat, written once: the checks of their options and how a spec reaches them. Each raises a
+SoperatorError, which module_base.SoperatorModule.run turns into the module's failure.
 
-    ms.require_yaml(module)
-    ms.require_positive(module, "wait_timeout", "api_timeout")
-    model = ms.model_from_options(module)        # src / definition -> ClusterModel, or fail_json with the field paths
+    ms.require_yaml()
+    args.require_positive(module.params, "wait_timeout", "api_timeout")
+    model = ms.model_from_options(module.params)   # src / definition -> ClusterModel, or SpecError with field paths
 
-How a module reaches Slurm or Kubernetes (argument specs, runner, client) is args.py and kube/module.py.
+The shared argument specs and how a module reaches Slurm are args.py; the Kubernetes client and cluster kube/module.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,30 +17,28 @@ __metaclass__ = type
 
 from ansible.module_utils.basic import missing_required_lib
 
-# require_positive and fail_spec_error live in args.py (slurm_cluster imports them from there); the other modules
-# take every shared check from this file.
-from ansible_collections.soperator.slurm.plugins.module_utils.args import fail_spec_error, require_positive
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import HAS_YAML
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
 
-__all__ = ["fail_spec_error", "model_from_options", "require_positive", "require_yaml"]
 
-
-def require_yaml(module):
+def require_yaml():
     """Fail as Ansible does for a missing library when PyYAML is not installed (specs are YAML)."""
     if not HAS_YAML:
-        module.fail_json(msg=missing_required_lib("PyYAML"))
+        raise SoperatorError(missing_required_lib("PyYAML"))
 
 
-def model_from_options(module, src="src", definition="definition"):
-    """The ClusterModel of the module's `src` (a YAML file) or `definition` option. An unreadable file fails with
-    'cannot read src', a spec that does not validate with every issue and its field path."""
-    params = module.params
+def read_documents(params, src="src", definition="definition"):
+    """The spec documents of the `src` (a YAML file) or `definition` option; an unreadable file fails with
+    'cannot read src'."""
     try:
-        return build_model(documents_from(params[src], params[definition]))
-    except SpecError as e:
-        fail_spec_error(module, e)
+        return documents_from(params[src], params[definition])
     except (IOError, OSError) as e:
-        module.fail_json(msg="cannot read src %s: %s" % (params[src], e))
+        raise SoperatorError("cannot read src %s: %s" % (params[src], e))
+
+
+def model_from_options(params, src="src", definition="definition"):
+    """The ClusterModel of the `src` or `definition` option: SpecError (every issue with its field path) when the
+    spec does not validate."""
+    return build_model(read_documents(params, src, definition))

@@ -13,8 +13,10 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 
-class WaitTimeout(Exception):
+
+class WaitTimeout(SoperatorError):
     """`what` was not reached within `timeout` seconds; `last` is the probe's last description of what is missing."""
 
     def __init__(self, what, timeout, last):

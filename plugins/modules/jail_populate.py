@@ -274,19 +274,29 @@ requests:
   type: dict
 """
 
-import copy
-
-from ansible.module_utils.basic import AnsibleModule
-
+from ansible_collections.soperator.slurm.plugins.module_utils import args
 from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+from ansible_collections.soperator.slurm.plugins.module_utils.module_base import SoperatorModule
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail
 from ansible_collections.soperator.slurm.plugins.module_utils.local import jail_use
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import jail as jk
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
-from ansible_collections.soperator.slurm.plugins.module_utils import args
-from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
+
+OPTIONS = dict(
+    target=dict(type="str", required=True, choices=args.TARGETS),
+    overwrite=dict(type="str", choices=list(jail.OVERWRITE_MODES)),
+    force=dict(type="bool", default=False),
+    source=dict(type="path"),
+    oci_tag=dict(type="str"),
+    source_label=dict(type="str"),
+    jail_dir=dict(type="path"),
+    name=dict(type="str"),
+    namespace=dict(type="str", default="default"),
+    wait=dict(type="bool", default=True),
+    wait_timeout=dict(type="int", default=600),
+    timeout=dict(type="int", default=jail.DEFAULT_TIMEOUT),
+)
 
 
 def _diff(result):
@@ -300,37 +310,33 @@ def _local(module):
                                    force=params["force"], check_mode=module.check_mode,
                                    label=params["source_label"], oci_tag=params["oci_tag"],
                                    timeout=params["timeout"])
-    except (jail.JailError, LocalClusterError, OSError) as e:
-        module.fail_json(msg=str(e))
+    except (jail.JailError, OSError) as e:     # node/jail.py is standalone: its errors are no SoperatorError
+        raise SoperatorError(str(e))
     result["jail_dir"] = result.pop("jail")
     result["outcome"] = result.pop("action")    # "action" is the module's name in a task result
     if result["outcome"] == jail.REFUSED:
         result.pop("changed")
-        module.fail_json(msg=result["message"], **result)
+        raise SoperatorError(result["message"], **result)
     if module._diff:
         result["diff"] = _diff(result)
-    module.exit_json(**result)
+    return result
 
 
-def _model(module, client):
-    params = module.params
+def _model(params, client):
     if not params["name"]:
-        return ms.model_from_options(module)
-    try:
-        return jk.model_from_cluster(client, params["name"], params["namespace"])
-    except SpecError as e:
-        ms.fail_spec_error(module, e)
+        return ms.model_from_options(params)
+    return jk.model_from_cluster(client, params["name"], params["namespace"])
 
 
 def _kubernetes(module):
     params = module.params
     if not (params["name"] or params["src"] or params["definition"] is not None):
-        module.fail_json(msg="target=kubernetes needs the cluster: name (read from the cluster), src or definition")
-    ms.require_positive(module, "wait_timeout", "api_timeout")
+        raise SoperatorError("target=kubernetes needs the cluster: name (read from the cluster), src or definition")
+    args.require_positive(params, "wait_timeout", "api_timeout")
     kube = None
     try:
         client = km.make_client(params)
-        model = _model(module, client)
+        model = _model(params, client)
         kube = jk.KubeJail(client, model, overwrite=params["overwrite"], force=params["force"],
                            check_mode=module.check_mode, wait=params["wait"], wait_timeout=params["wait_timeout"],
                            timeout=params["timeout"])
@@ -341,40 +347,29 @@ def _kubernetes(module):
         partial["outcome"] = partial.pop("action", None)
         partial.pop("changed", None)
         partial.pop("message", None)
-        module.fail_json(msg=str(e), **partial)
+        raise SoperatorError(str(e), **partial)
     if module._diff:
         result["diff"] = _diff(result)
-    module.exit_json(**result)
+    return result
+
+
+def _run(module):
+    args.require_positive(module.params, "timeout")
+    if module.params["target"] == "local":
+        return _local(module)
+    ms.require_yaml()
+    return _kubernetes(module)
 
 
 def main():
-    argument_spec = args.spec_source_argument_spec(
-        target=dict(type="str", required=True, choices=args.TARGETS),
-        overwrite=dict(type="str", choices=list(jail.OVERWRITE_MODES)),
-        force=dict(type="bool", default=False),
-        source=dict(type="path"),
-        oci_tag=dict(type="str"),
-        source_label=dict(type="str"),
-        jail_dir=dict(type="path"),
-        name=dict(type="str"),
-        namespace=dict(type="str", default="default"),
-        wait=dict(type="bool", default=True),
-        wait_timeout=dict(type="int", default=600),
-        timeout=dict(type="int", default=jail.DEFAULT_TIMEOUT),
-    )
-    argument_spec.update(copy.deepcopy(km.KUBE_API_SPEC))
-    argument_spec.update(AUTH_ARG_SPEC)
-    module = AnsibleModule(
-        argument_spec=argument_spec,
+    module = SoperatorModule(
+        OPTIONS, shared=(args.SPEC_SOURCE_SPEC, args.KUBE_API_SPEC, args.AUTH_ARG_SPEC),
+        uses_kubernetes=lambda p: p["target"] == "kubernetes",
         mutually_exclusive=[("definition", "src", "name")],
         required_if=[("target", "local", ("source", "jail_dir"))],
         supports_check_mode=True,
     )
-    ms.require_positive(module, "timeout")
-    if module.params["target"] == "local":
-        _local(module)
-    ms.require_yaml(module)
-    _kubernetes(module)
+    module.run(_run)
 
 
 if __name__ == "__main__":

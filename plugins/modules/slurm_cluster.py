@@ -549,53 +549,49 @@ errors:
 """
 
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from operator import methodcaller
 
 from ansible_collections.soperator.slurm.plugins.module_utils import args
-from ansible_collections.soperator.slurm.plugins.module_utils.args import fail_spec_error, require_positive
+from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.local import operations as local_ops
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.module_base import SoperatorModule
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import (
     RenderDestError, read_secret_material, render_cluster, write_rendered)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_limits import check_kube_sizes
-from ansible_collections.soperator.slurm.plugins.module_utils.render.yaml_dump import HAS_YAML
 
-
-def _documents(module):
-    try:
-        return documents_from(module.params["src"], module.params["definition"])
-    except (IOError, OSError) as e:
-        module.fail_json(msg="cannot read src %s: %s" % (module.params["src"], e))
-
-
-def _model(module):
-    try:
-        return build_model(_documents(module))
-    except SpecError as e:
-        fail_spec_error(module, e)
+OPTIONS = dict(
+    state=dict(type="str", required=True, choices=["rendered", "present", "absent"]),
+    target=dict(type="str", choices=args.TARGETS),
+    dest=dict(type="path"),
+    state_dir=dict(type="path"),
+    purge=dict(type="bool", default=False),
+    wait_timeout=dict(type="int", default=300),
+    jail_dir=dict(type="path"),
+    spank_chroot=dict(type="path"),
+    login=dict(type="bool", default=True),
+    login_authorized_keys=dict(type="list", elements="str", default=[], no_log=False),
+    install_crds=dict(type="bool", default=True),
+    manage_rbac=dict(type="bool", default=True),
+)
 
 
 def _rendered(module):
-    model = _model(module)
-    try:
-        check_kube_sizes(model)                 # the manifests are for Kubernetes: what it would refuse is not written
-    except SpecError as e:
-        fail_spec_error(module, e)
+    model = ms.model_from_options(module.params)
+    check_kube_sizes(model)                     # the manifests are for Kubernetes: what it would refuse is not written
     dest = module.params["dest"]
     try:
         rendered = render_cluster(model, read_secret_material(dest))
         files, diffs = write_rendered(dest, rendered, check_mode=module.check_mode)
     except RenderDestError as e:
-        module.fail_json(msg="dest: %s" % e)
+        raise SoperatorError("dest: %s" % e)
     changed = any(f["action"] != "unchanged" for f in files)
     result = dict(changed=changed, files=files, cluster=local_ops.cluster_summary(model),
                   generated_secrets=sorted(rendered.generated_secrets) if changed else [])
     if module._diff:
         result["diff"] = diffs
-    module.exit_json(**result)
+    return result
 
 
 # --------------------------------------------------------------------------------------------- target=local
@@ -604,14 +600,11 @@ def _local(module):
     params = module.params
     model = None
     if params["src"] or params["definition"] is not None:
-        model = _model(module)
+        model = ms.model_from_options(params)
     elif params["state"] == "present" or not params["state_dir"]:
-        module.fail_json(msg="state=%s needs the cluster: pass src or definition%s"
-                         % (params["state"], "" if params["state"] == "present" else " (or state_dir)"))
-    try:
-        module.exit_json(**local_ops.run(model, params, check_mode=module.check_mode, diff=module._diff))
-    except local_ops.LocalOperationError as e:
-        module.fail_json(msg=str(e), **e.result)
+        raise SoperatorError("state=%s needs the cluster: pass src or definition%s"
+                             % (params["state"], "" if params["state"] == "present" else " (or state_dir)"))
+    return local_ops.run(model, params, check_mode=module.check_mode, diff=module._diff)
 
 
 # --------------------------------------------------------------------------------------------- target=kubernetes
@@ -619,51 +612,35 @@ def _local(module):
 def _kubernetes(module):
     params = module.params
     if not params["src"] and params["definition"] is None:
-        module.fail_json(msg="target=kubernetes needs the cluster: pass src or definition")
-    model = _model(module)
-    require_positive(module, "drain_timeout", "api_timeout", "wait_sleep")
-    args.require_non_negative(module, "rollout_timeout")
-    extra = {"cluster": local_ops.cluster_summary(model)}
-    try:
-        cluster = km.make_cluster(module, model)
-    except km.KubeError as e:
-        module.fail_json(msg=str(e), **extra)
-    if params["state"] == "present":
-        km.run(module, cluster, lambda kc: kc.present(), extra)
-    km.run(module, cluster, lambda kc: kc.absent(), extra)
+        raise SoperatorError("target=kubernetes needs the cluster: pass src or definition")
+    model = ms.model_from_options(params)
+    args.require_positive(params, "drain_timeout", "api_timeout", "wait_sleep")
+    args.require_non_negative(params, "rollout_timeout")
+    present_or_absent = methodcaller(params["state"])
+    return km.result_of(module, lambda: km.make_cluster(module, model), present_or_absent,
+                        {"cluster": local_ops.cluster_summary(model)})
+
+
+def _run(module):
+    ms.require_yaml()
+    args.require_positive(module.params, "wait_timeout")
+    if module.params["state"] == "rendered":
+        return _rendered(module)
+    if module.params["target"] == "kubernetes":
+        return _kubernetes(module)
+    return _local(module)
 
 
 def main():
-    argument_spec = args.spec_source_argument_spec(
-        state=dict(type="str", required=True, choices=["rendered", "present", "absent"]),
-        target=dict(type="str", choices=args.TARGETS),
-        dest=dict(type="path"),
-        state_dir=dict(type="path"),
-        purge=dict(type="bool", default=False),
-        wait_timeout=dict(type="int", default=300),
-        jail_dir=dict(type="path"),
-        spank_chroot=dict(type="path"),
-        login=dict(type="bool", default=True),
-        login_authorized_keys=dict(type="list", elements="str", default=[], no_log=False),
-        install_crds=dict(type="bool", default=True),
-        manage_rbac=dict(type="bool", default=True),
-    )
-    argument_spec.update(km.kube_target_argument_spec())
-    module = AnsibleModule(
-        argument_spec=argument_spec,
+    module = SoperatorModule(
+        OPTIONS, shared=(args.SPEC_SOURCE_SPEC, args.KUBE_TARGET_SPEC, args.KUBE_API_SPEC, args.AUTH_ARG_SPEC),
+        uses_kubernetes=lambda p: p["state"] != "rendered" and p["target"] == "kubernetes",
         mutually_exclusive=[("definition", "src")],
         required_if=[("state", "rendered", ("dest",)), ("state", "rendered", ("definition", "src"), True),
                      ("state", "present", ("target",)), ("state", "absent", ("target",))],
         supports_check_mode=True,
     )
-    if not HAS_YAML:
-        module.fail_json(msg=missing_required_lib("PyYAML"))
-    require_positive(module, "wait_timeout")
-    if module.params["state"] == "rendered":
-        _rendered(module)
-    if module.params["target"] == "kubernetes":
-        _kubernetes(module)
-    _local(module)
+    module.run(_run)
 
 
 if __name__ == "__main__":

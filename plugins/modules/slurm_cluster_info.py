@@ -71,31 +71,29 @@ node_sets:
   sample: [cpu, gpu]
 """
 
-import copy
-
-from ansible.module_utils.basic import AnsibleModule
-
+from ansible_collections.soperator.slurm.plugins.module_utils import args
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import live
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
-from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
+from ansible_collections.soperator.slurm.plugins.module_utils.module_base import SoperatorModule
+
+OPTIONS = dict(name=dict(type="str", required=True), namespace=dict(type="str", required=True))
+
+
+def _run(module):
+    params = module.params
+    cluster, node_sets = live.read_cluster(km.make_client(params), params["name"], params["namespace"])
+    if cluster is None:
+        raise SoperatorError("SlurmCluster %s/%s does not exist" % (params["namespace"], params["name"]))
+    node_sets.sort(key=lambda o: o["metadata"]["name"])
+    return dict(changed=False, definition=[live.spec_document(o) for o in [cluster] + node_sets],
+                node_sets=[o["metadata"]["name"] for o in node_sets])
 
 
 def main():
-    spec = dict(name=dict(type="str", required=True), namespace=dict(type="str", required=True))
-    spec.update(copy.deepcopy(km.KUBE_API_SPEC))
-    spec.update(AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
-    params = module.params
-    try:
-        cluster, node_sets = live.read_cluster(km.make_client(params), params["name"], params["namespace"])
-    except KubeError as e:
-        module.fail_json(msg=str(e))
-    if cluster is None:
-        module.fail_json(msg="SlurmCluster %s/%s does not exist" % (params["namespace"], params["name"]))
-    node_sets.sort(key=lambda o: o["metadata"]["name"])
-    module.exit_json(changed=False, definition=[live.spec_document(o) for o in [cluster] + node_sets],
-                     node_sets=[o["metadata"]["name"] for o in node_sets])
+    module = SoperatorModule(OPTIONS, shared=(args.KUBE_API_SPEC, args.AUTH_ARG_SPEC),
+                             uses_kubernetes=lambda p: True, supports_check_mode=True)
+    module.run(_run)
 
 
 if __name__ == "__main__":

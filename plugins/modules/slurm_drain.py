@@ -200,28 +200,28 @@ transport:
   sample: {"transport": "kubernetes", "namespace": "slurm", "pod": "demo-controller-0", "container": "slurmctld"}
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.soperator.slurm.plugins.module_utils.args import (
-    SLURM_CONNECTION_REQUIRED_IF, runner_from_params, slurm_connection_argument_spec)
+from ansible_collections.soperator.slurm.plugins.module_utils import args
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+from ansible_collections.soperator.slurm.plugins.module_utils.module_base import SoperatorModule
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     DEFAULT_REASON_PREFIX, STATES, check_nodes_option, set_state)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 
+OPTIONS = dict(
+    nodes=dict(type="raw", required=True),
+    state=dict(type="str", choices=list(STATES), default="drained"),
+    reason=dict(type="str"),
+    reason_prefix=dict(type="str", default=DEFAULT_REASON_PREFIX),
+    force=dict(type="bool", default=False),
+    wait=dict(type="bool", default=False),
+    timeout=dict(type="int", default=600, aliases=["wait_timeout"]),
+    wait_sleep=dict(type="float", default=2.0),
+)
+SHARED = (args.SLURM_CONNECTION_SPEC, args.AUTH_ARG_SPEC)
+
 
 def argument_spec():
-    spec = dict(
-        nodes=dict(type="raw", required=True),
-        state=dict(type="str", choices=list(STATES), default="drained"),
-        reason=dict(type="str"),
-        reason_prefix=dict(type="str", default=DEFAULT_REASON_PREFIX),
-        force=dict(type="bool", default=False),
-        wait=dict(type="bool", default=False),
-        timeout=dict(type="int", default=600, aliases=["wait_timeout"]),
-        wait_sleep=dict(type="float", default=2.0),
-    )
-    spec.update(slurm_connection_argument_spec())
-    return spec
+    return args.merged_spec(OPTIONS, *SHARED)
 
 
 def run_module(params, check_mode=False, sleep=None):
@@ -229,7 +229,7 @@ def run_module(params, check_mode=False, sleep=None):
     result = {"changed": False, "nodes": [], "skipped_nodes": [], "commands": [], "queries": []}
     runner = None
     try:
-        runner = runner_from_params(params, sleep=sleep)
+        runner = args.runner_from_params(params, sleep=sleep)
         result["transport"] = runner.describe()
         nodes = params["nodes"]
         check_nodes_option(nodes)
@@ -251,20 +251,24 @@ def run_module(params, check_mode=False, sleep=None):
         return False, result
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=argument_spec(),
-        required_if=[("state", "drained", ("reason",))] + SLURM_CONNECTION_REQUIRED_IF,
-        supports_check_mode=True,
-    )
+def _run(module):
     ok, result = run_module(module.params, check_mode=module.check_mode)
     for warning in result.pop("warnings", []):
         module.warn(warning)
     if not ok:
         # Updates that ran (or may have: the controller stopped answering) before the failure count as a change.
         result["changed"] = bool(result.get("commands")) and not module.check_mode
-        module.fail_json(**result)
-    module.exit_json(**result)
+        raise SoperatorError(result.pop("msg"), **result)
+    return result
+
+
+def main():
+    module = SoperatorModule(
+        OPTIONS, shared=SHARED, uses_kubernetes=lambda p: p["transport"] == "kubernetes",
+        required_if=[("state", "drained", ("reason",))] + args.SLURM_CONNECTION_REQUIRED_IF,
+        supports_check_mode=True,
+    )
+    module.run(_run)
 
 
 if __name__ == "__main__":

@@ -186,36 +186,40 @@ transport:
   sample: {"transport": "local", "slurm_conf": "/etc/slurm/slurm.conf"}
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.soperator.slurm.plugins.module_utils.args import (
-    SLURM_CONNECTION_REQUIRED_IF, runner_from_params, slurm_connection_argument_spec)
+from ansible_collections.soperator.slurm.plugins.module_utils import args
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+from ansible_collections.soperator.slurm.plugins.module_utils.module_base import SoperatorModule
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     DEFAULT_REASON_PREFIX, check_nodes_option, node_info)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 
+OPTIONS = dict(
+    nodes=dict(type="raw"),
+    include_future=dict(type="bool", default=False),
+    jobs=dict(type="bool", default=True),
+    reason_prefix=dict(type="str", default=DEFAULT_REASON_PREFIX),
+)
 
-def main():
-    argument_spec = dict(
-        nodes=dict(type="raw"),
-        include_future=dict(type="bool", default=False),
-        jobs=dict(type="bool", default=True),
-        reason_prefix=dict(type="str", default=DEFAULT_REASON_PREFIX),
-    )
-    argument_spec.update(slurm_connection_argument_spec())
-    module = AnsibleModule(argument_spec=argument_spec, required_if=SLURM_CONNECTION_REQUIRED_IF,
-                           supports_check_mode=True)
-    nodes = module.params["nodes"]
+
+def _run(module):
+    params = module.params
     runner = None
     try:
-        check_nodes_option(nodes, optional=True)
-        runner = runner_from_params(module.params)
-        records = node_info(runner, nodes=nodes, jobs=module.params["jobs"],
-                            include_future=module.params["include_future"], prefix=module.params["reason_prefix"])
-    except SlurmError as e:
-        module.fail_json(msg=e.msg, queries=runner.commands if runner else [],
-                         transport=runner.describe() if runner else {})
-    module.exit_json(changed=False, nodes=records, queries=runner.commands, transport=runner.describe())
+        check_nodes_option(params["nodes"], optional=True)
+        runner = args.runner_from_params(params)
+        records = node_info(runner, nodes=params["nodes"], jobs=params["jobs"],
+                            include_future=params["include_future"], prefix=params["reason_prefix"])
+    except SlurmError as e:     # with the queries that ran
+        raise SoperatorError(e.msg, queries=runner.commands if runner else [],
+                             transport=runner.describe() if runner else {})
+    return dict(changed=False, nodes=records, queries=runner.commands, transport=runner.describe())
+
+
+def main():
+    module = SoperatorModule(OPTIONS, shared=(args.SLURM_CONNECTION_SPEC, args.AUTH_ARG_SPEC),
+                             uses_kubernetes=lambda p: p["transport"] == "kubernetes",
+                             required_if=args.SLURM_CONNECTION_REQUIRED_IF, supports_check_mode=True)
+    module.run(_run)
 
 
 if __name__ == "__main__":

@@ -197,41 +197,40 @@ errors:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.soperator.slurm.plugins.module_utils import args
 from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import nodeset
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
+from ansible_collections.soperator.slurm.plugins.module_utils.module_base import SoperatorModule
+
+OPTIONS = dict(
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    name=dict(type="str"),
+    namespace=dict(type="str"),
+    cluster_name=dict(type="str"),
+    replicas=dict(type="int"),
+    wait_timeout=dict(type="int", default=300),
+)
+
+
+def _run(module):
+    ms.require_yaml()
+    args.require_positive(module.params, "wait_timeout", "drain_timeout", "api_timeout", "wait_sleep")
+    args.require_non_negative(module.params, "rollout_timeout")
+    change = nodeset.prepare(module.params, km.make_client)
+    # The NodeSet CR may lack our labels (created by hand); it is ours to update or delete all the same.
+    extra_live = [change.current] if change.current is not None else []
+    return km.result_of(
+        module, lambda: km.make_cluster(module, change.model, change.client),
+        lambda kc: kc.present(desired_filter=change.affected, prune_filter=change.ours, extra_live=extra_live),
+        {"node_set": change.summary})
 
 
 def main():
-    argument_spec = args.spec_source_argument_spec(
-        state=dict(type="str", choices=["present", "absent"], default="present"),
-        name=dict(type="str"),
-        namespace=dict(type="str"),
-        cluster_name=dict(type="str"),
-        replicas=dict(type="int"),
-        wait_timeout=dict(type="int", default=300),
-    )
-    argument_spec.update(km.kube_target_argument_spec())
-    module = AnsibleModule(argument_spec=argument_spec, mutually_exclusive=[("definition", "src")],
-                           supports_check_mode=True)
-    ms.require_yaml(module)
-    ms.require_positive(module, "wait_timeout", "drain_timeout", "api_timeout", "wait_sleep")
-    args.require_non_negative(module, "rollout_timeout")
-    try:
-        change = nodeset.prepare(module.params, km.make_client)
-    except SpecError as e:
-        ms.fail_spec_error(module, e)
-    except (nodeset.NodeSetError, km.KubeError) as e:
-        module.fail_json(msg=str(e))
-    # The NodeSet CR may lack our labels (created by hand); it is ours to update or delete all the same.
-    extra_live = [change.current] if change.current is not None else []
-    cluster = km.make_cluster(module, change.model, change.client)
-    km.run(module, cluster, lambda kc: kc.present(desired_filter=change.affected, prune_filter=change.ours,
-                                                  extra_live=extra_live), {"node_set": change.summary})
+    module = SoperatorModule(
+        OPTIONS, shared=(args.SPEC_SOURCE_SPEC, args.KUBE_TARGET_SPEC, args.KUBE_API_SPEC, args.AUTH_ARG_SPEC),
+        uses_kubernetes=lambda p: True, mutually_exclusive=[("definition", "src")], supports_check_mode=True)
+    module.run(_run)
 
 
 if __name__ == "__main__":

@@ -224,53 +224,47 @@ queries:
   elements: str
 """
 
-import copy
-
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
 from ansible_collections.soperator.slurm.plugins.module_utils import args
-from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.module import KUBE_API_SPEC, KUBE_TARGET_SPEC
+from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+from ansible_collections.soperator.slurm.plugins.module_utils.module_base import SoperatorModule
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation_setup as setup
 
-
-def argument_spec():
-    spec = args.spec_source_argument_spec(
-        target=dict(type="str", required=True, choices=args.TARGETS),
-        state_dir=dict(type="path"),
-        reason_prefix=dict(type="str"),
-        replace_drained_nodes=dict(type="bool"),
-        cordon_kubernetes_node=dict(type="bool"),
-        health_check_program=dict(type="path"),
-        check_timeout=dict(type="int", default=60),
-        register_timeout=dict(type="int", default=300),
-        wait_sleep=dict(type="float", default=2.0),
-        events=dict(type="bool", default=True),
-    )
-    for name in ("slurm_transport", "slurm_conf"):
-        spec[name] = copy.deepcopy(KUBE_TARGET_SPEC[name])
-    spec.update(copy.deepcopy(KUBE_API_SPEC))
-    spec.update(copy.deepcopy(AUTH_ARG_SPEC))
-    return spec
+OPTIONS = dict(
+    target=dict(type="str", required=True, choices=args.TARGETS),
+    state_dir=dict(type="path"),
+    reason_prefix=dict(type="str"),
+    replace_drained_nodes=dict(type="bool"),
+    cordon_kubernetes_node=dict(type="bool"),
+    health_check_program=dict(type="path"),
+    check_timeout=dict(type="int", default=60),
+    register_timeout=dict(type="int", default=300),
+    wait_sleep=dict(type="float", default=2.0),
+    events=dict(type="bool", default=True),
+)
+# How the Slurm commands are run, as slurm_cluster's Kubernetes target does.
+SLURM_ACCESS = dict((name, args.KUBE_TARGET_SPEC[name]) for name in ("slurm_transport", "slurm_conf"))
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), mutually_exclusive=[("definition", "src")],
-                           required_one_of=[("definition", "src")], supports_check_mode=True)
-    ms.require_yaml(module)
-    ms.require_positive(module, "check_timeout", "register_timeout", "api_timeout")
-    model = ms.model_from_options(module)
-    try:
-        result = setup.remediate(module.params, model, check_mode=module.check_mode)
-    except setup.RemediationFailed as e:
-        module.fail_json(msg=str(e), **e.result)
+def _run(module):
+    ms.require_yaml()
+    args.require_positive(module.params, "check_timeout", "register_timeout", "api_timeout")
+    model = ms.model_from_options(module.params)
+    result = setup.remediate(module.params, model, check_mode=module.check_mode)
     if module._diff:
         result["diff"] = setup.diff(result["nodes"])
     if result["errors"]:
         failures = "; ".join(result["errors"])
-        module.fail_json(msg="remediation of %d node(s) failed: %s" % (len(result["errors"]), failures), **result)
-    module.exit_json(**result)
+        raise SoperatorError("remediation of %d node(s) failed: %s" % (len(result["errors"]), failures), **result)
+    return result
+
+
+def main():
+    module = SoperatorModule(
+        OPTIONS, shared=(args.SPEC_SOURCE_SPEC, SLURM_ACCESS, args.KUBE_API_SPEC, args.AUTH_ARG_SPEC),
+        uses_kubernetes=lambda p: p["target"] == "kubernetes", mutually_exclusive=[("definition", "src")],
+        required_one_of=[("definition", "src")], supports_check_mode=True)
+    module.run(_run)
 
 
 if __name__ == "__main__":

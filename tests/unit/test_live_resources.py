@@ -5,7 +5,9 @@ import os
 
 import pytest
 
+from ansible_collections.soperator.slurm.plugins.module_utils import args
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import live
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import nodeset
@@ -138,31 +140,23 @@ def test_nodeset_absent_summary_and_refusals():
         nodeset.prepare(params(definition=bad), lambda p: client)
 
 
-class FakeModule(object):
-    def __init__(self, **params):
-        self.params = params
-
-    def fail_json(self, **result):
-        raise AssertionError(result)
-
-
 def test_require_positive_names_the_option():
-    ms.require_positive(FakeModule(a=1, b=None), "a", "b")
-    with pytest.raises(AssertionError, match="b must be > 0, got 0"):
-        ms.require_positive(FakeModule(a=1, b=0), "a", "b")
+    args.require_positive(dict(a=1, b=None), "a", "b")
+    with pytest.raises(SoperatorError, match="b must be > 0, got 0"):
+        args.require_positive(dict(a=1, b=0), "a", "b")
 
 
 def test_model_from_options_fails_with_field_paths_or_the_unreadable_src(tmp_path):
-    assert ms.model_from_options(FakeModule(src=EXAMPLE, definition=None)).name == "small"
+    assert ms.model_from_options(dict(src=EXAMPLE, definition=None)).name == "small"
     bad = copy.deepcopy(example_docs())
     bad[1]["spec"]["replicas"] = 99
-    with pytest.raises(AssertionError) as err:
-        ms.model_from_options(FakeModule(src=None, definition=bad))
-    failure = err.value.args[0]
-    assert failure["errors"] == [{"path": "NodeSet/cpu spec", "message": "maxReplicas (4) must be >= replicas (99)"}]
+    with pytest.raises(SpecError) as err:
+        ms.model_from_options(dict(src=None, definition=bad))
+    assert err.value.result["errors"] == [
+        {"path": "NodeSet/cpu spec", "message": "maxReplicas (4) must be >= replicas (99)"}]
     missing = str(tmp_path / "missing.yml")
-    with pytest.raises(AssertionError, match="cannot read src %s" % missing):
-        ms.model_from_options(FakeModule(src=missing, definition=None))
+    with pytest.raises(SoperatorError, match="cannot read src %s" % missing):
+        ms.model_from_options(dict(src=missing, definition=None))
 
 
 @pytest.mark.parametrize("nodes", ["w-[0-3]", ["w-0", "w-[1-2]"], ("a",)])

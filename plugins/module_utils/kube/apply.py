@@ -27,6 +27,7 @@ import hashlib
 import json
 import time
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import wait
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError, describe, object_key
@@ -227,7 +228,7 @@ class Change(object):
         return {"before_header": header, "after_header": header, "before": before, "after": after}
 
 
-class PlanError(Exception):
+class PlanError(SoperatorError):
     """The plan needs something the caller did not allow; nothing was written."""
 
 
@@ -299,7 +300,7 @@ def index(objects):
 
 # --- apply ---------------------------------------------------------------------------------------------------
 
-class ApplyError(Exception):
+class ApplyError(SoperatorError):
     def __init__(self, msg, change, error=None):
         super(ApplyError, self).__init__(msg)
         self.change = change

@@ -30,6 +30,7 @@ except ImportError as e:  # the modules report it with missing_required_lib
     class ApiException(Exception):  # type: ignore[no-redef]
         """Stands in for kubernetes' ApiException, which nothing raises without the client."""
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.retry import (
     KUBE_CONFLICT_STATUS, KUBE_RETRIES, KUBE_RETRY_DELAY, KUBE_RETRY_STATUSES, Retry)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import API_GROUP
@@ -71,7 +72,7 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 
 
-class KubeError(Exception):
+class KubeError(SoperatorError):
     """A failed API call. `status` is the HTTP status (None for a connection error or timeout)."""
 
     def __init__(self, msg: str, status: Optional[int] = None, reason: Optional[str] = None, attempts: int = 1) -> None:

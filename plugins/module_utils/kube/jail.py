@@ -24,6 +24,7 @@ __metaclass__ = type
 import json
 import time
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import readiness as kr
@@ -43,7 +44,7 @@ _STATUS_KEYS = (("populated_at", "populatedAt"), ("source", "source"), ("source_
                 ("job", "job"))
 
 
-class JailKubeError(Exception):
+class JailKubeError(SoperatorError):
     def __init__(self, msg, action=None):
         super(JailKubeError, self).__init__(msg)
         self.action = action

@@ -1,54 +1,22 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What slurm_cluster and slurm_nodeset share for the Kubernetes target: options (documented by the
-soperator.slurm.kube_target and kubernetes.core.k8s_auth_options fragments), the client, the Slurm runner, and
-turning a KubeCluster run into a module result."""
+"""What the modules share for the Kubernetes target: the client, the KubeCluster of slurm_cluster and slurm_nodeset
+with its Slurm runner, and a KubeCluster run as a module result (its options are args.KUBE_TARGET_SPEC and
+args.KUBE_API_SPEC)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import copy
-
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils.args import AUTH_ARG_SPEC, auth_params, runner_from_params
+from ansible_collections.soperator.slurm.plugins.module_utils.args import auth_params, runner_from_params
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.upgrade import UpgradeOptions
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (
     HAS_KUBERNETES, KubeClient, KubeError, api_client_from_params)
-
-# How API requests are retried and bounded (doc fragment soperator.slurm.kube_target.api).
-KUBE_API_SPEC = dict(
-    api_retries=dict(type="int", default=3),
-    api_timeout=dict(type="int", default=30),
-)
-
-KUBE_TARGET_SPEC = dict(
-    wait=dict(type="bool", default=False),
-    create_namespace=dict(type="bool", default=True),
-    purge_volumes=dict(type="bool", default=False),
-    recreate_statefulsets=dict(type="bool", default=False),
-    drain_timeout=dict(type="int", default=3600),
-    force=dict(type="bool", default=False),
-    reconfigure=dict(type="bool", default=True),
-    wait_sleep=dict(type="float", default=2.0),
-    slurm_transport=dict(type="str", choices=["kubernetes", "local"], default="kubernetes"),
-    slurm_conf=dict(type="path"),
-    rollout_timeout=dict(type="int", default=600),
-    health_check_program=dict(type="path"),
-    allow_unversioned_images=dict(type="bool", default=False),
-    backup_size=dict(type="str"),
-    backup_storage_class=dict(type="str"),
-)
-
-
-def kube_target_argument_spec():
-    spec = copy.deepcopy(KUBE_TARGET_SPEC)
-    spec.update(copy.deepcopy(KUBE_API_SPEC))
-    spec.update(copy.deepcopy(AUTH_ARG_SPEC))
-    return spec
 
 
 def make_client(params):
@@ -83,16 +51,19 @@ def make_cluster(module, model, client=None):
                                        params.get("backup_storage_class")))
 
 
-def run(module, cluster, operation, extra=None):
-    """Run operation(cluster) and exit the module with its result (fail with the partial result on error)."""
+def result_of(module, cluster_factory, operation, extra=None):
+    """operation(cluster_factory())'s result with `extra` (and the diff when asked); a BackendError or KubeError as a
+    SoperatorError with the partial result of what was done."""
+    cluster = None
     try:
+        cluster = cluster_factory()
         result = operation(cluster)
     except (BackendError, KubeError) as e:
-        partial = cluster.result()
+        partial = cluster.result() if cluster is not None else {}
         partial.pop("changed", None)
         partial.update(extra or {})
-        module.fail_json(msg=str(e), **partial)
+        raise SoperatorError(str(e), **partial)
     result.update(extra or {})
     if module._diff:
         result["diff"] = cluster.diff()
-    module.exit_json(**result)
+    return result

@@ -13,6 +13,7 @@ __metaclass__ = type
 import copy
 from collections import namedtuple
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import live
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
@@ -21,7 +22,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate impo
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import documents_from
 
 
-class NodeSetError(Exception):
+class NodeSetError(SoperatorError):
     """The options do not name one NodeSet we can manage (the module fails with this message)."""
 
 

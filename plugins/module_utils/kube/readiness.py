@@ -15,13 +15,14 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils import wait
 
 # The Job controller labels its pods with the Job's uid (the first one since Kubernetes 1.27).
 JOB_UID_LABELS = frozenset(["batch.kubernetes.io/controller-uid", "controller-uid"])
 
 
-class BackendError(Exception):
+class BackendError(SoperatorError):
     pass
 
 

@@ -12,6 +12,8 @@ import os
 import pwd
 import re
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+
 DEFAULT_BASE_PORT = 17817
 LOOPBACK = "127.0.0.1"
 LOCAL_HOST = "localhost"
@@ -51,7 +53,7 @@ _TMP_ENTRY = re.compile(r"\A(cluster\.json|%s)\.tmp\.\d+\Z" % re.escape(MARKER))
 _SAFE_PATH = re.compile(r"\A/[A-Za-z0-9_./+@-]*\Z")
 
 
-class LocalClusterError(RuntimeError):
+class LocalClusterError(SoperatorError, RuntimeError):
     pass
 
 

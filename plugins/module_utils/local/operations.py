@@ -10,13 +10,14 @@ __metaclass__ = type
 
 import os
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.local import plan
 from ansible_collections.soperator.slurm.plugins.module_utils.local.backend import LocalCluster
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     EXPORTER_DAEMON, LOGIN_DAEMON, LocalClusterError, default_state_dir)
 
 
-class LocalOperationError(Exception):
+class LocalOperationError(SoperatorError):
     """The operation failed; `result` is what the module returns with the message."""
 
     def __init__(self, msg, result):

@@ -23,6 +23,7 @@ import os
 import stat
 import tempfile
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c, files
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import render_manifests
 from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_files import (
@@ -84,7 +85,7 @@ def secret_material(obj):
     return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
 
 
-class RenderDestError(Exception):
+class RenderDestError(SoperatorError):
     """DEST holds something render may not write through or over (a symlink, a folder where a file goes...)."""
 
 

@@ -16,6 +16,7 @@ import secrets as _random
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (
     accounting_db_secret_name, munge_secret_name, ssh_host_keys_secret_name)
 
@@ -83,7 +84,7 @@ def _ssh_public(key_type):
     return derive
 
 
-class SecretMaterialError(ValueError):
+class SecretMaterialError(SoperatorError, ValueError):
     """Raised for unusable existing material. Its message names the Secret and key, never the value."""
 
 

@@ -41,6 +41,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import
     SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes, set_state)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, SlurmError, TransientError)
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 
 REPLACED, RECHECKED, RESUMED, LEFT_DRAINED = "replaced", "rechecked", "resumed", "left-drained"
 SKIPPED_FOREIGN, SKIPPED_BUSY, SKIPPED_SCALE_DOWN = "skipped-foreign", "skipped-busy", "skipped-scale-down"
@@ -55,7 +56,7 @@ REPORTING_CONTROLLER = c.FIELD_MANAGER
 CHECK_HEALTHY, CHECK_UNHEALTHY = 0, 1
 
 
-class RemediationError(Exception):
+class RemediationError(SoperatorError):
     """A step of one node failed (replacement not ready in time, API error): the node stays drained."""
 
 

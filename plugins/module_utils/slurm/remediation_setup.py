@@ -23,12 +23,13 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner impor
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import (
     REMEDIATION, labels as component_labels)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 
 # The field manager of the remediation record's key (the reconcile's is constants.FIELD_MANAGER).
 RECORD_FIELD_MANAGER = c.FIELD_MANAGER + "-remediation"
 
 
-class RemediationFailed(Exception):
+class RemediationFailed(SoperatorError):
     """The pass could not run (or stopped); `result` is what the module reports with the failure."""
 
     def __init__(self, msg, result):

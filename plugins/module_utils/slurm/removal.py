@@ -19,9 +19,10 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax impor
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     SCALE_DOWN_REASON, full_reason, read_nodes, update_nodes_argv, wait_no_jobs)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 
 
-class ScaleDownError(Exception):
+class ScaleDownError(SoperatorError):
     def __init__(self, msg, actions):
         super(ScaleDownError, self).__init__(msg)
         self.actions = actions

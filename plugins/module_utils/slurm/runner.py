@@ -34,6 +34,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Proto
 
 from ansible_collections.soperator.slurm.plugins.module_utils.retry import SLURM_RETRIES, SLURM_RETRY_DELAY, Retry
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+
 # stderr (or kube exec error) texts of a controller that cannot be reached: worth a retry. Everything else fails at
 # once. From Slurm 22.05's slurm_errno.c / the client commands, and munge's client errors.
 UNAVAILABLE_PATTERNS = re.compile(
@@ -49,7 +51,7 @@ UNAVAILABLE_PATTERNS = re.compile(
 SLURM_TZ = "UTC0"
 
 
-class SlurmError(Exception):
+class SlurmError(SoperatorError):
     """Base of every failure of a Slurm operation. ``commands`` lists the commands run so far."""
 
     def __init__(self, msg: str, commands: Optional[Iterable[str]] = None, **details: Any) -> None:
@@ -71,7 +73,7 @@ class SlurmOutputError(SlurmError):
     """A Slurm command succeeded but printed something we cannot parse: never guessed at."""
 
 
-class TransientError(Exception):
+class TransientError(SoperatorError):
     """Raised by a transport or a parse callback: the attempt failed in a way a retry may fix."""
 
 

@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+
 # Major releases before the 6-month cycle (they do not follow a rule); from 24.05 on: every May and November.
 _OLD_RELEASES = ((20, 2), (20, 11), (21, 8), (22, 5), (23, 2), (23, 11))
 _SIX_MONTHLY_SINCE = (24, 5)
@@ -42,7 +44,7 @@ ORDER = (ACCOUNTING, CONTROLLER, WORKER, LOGIN)
 CONVERTS_STATE = (ACCOUNTING, CONTROLLER)
 
 
-class VersionError(Exception):
+class VersionError(SoperatorError):
     """A version change Slurm does not support, or one that cannot be judged; nothing was changed."""
 
 

@@ -23,6 +23,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+
 # A key of a Slurm config file as we write it: a plain word (Slurm's own regex also allows '.', which no key has).
 CONFIG_KEY_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 # The same rule as value_problem, for the CRD's openapi pattern: printable ASCII but `"`, `#` and `\`.
@@ -35,7 +37,7 @@ _SSHD_TOKEN = re.compile(r"%[%hu]")
 _SSHD_EXPANDS = ("authorizedkeysfile", "authorizedkeyscommand", "chrootdirectory")
 
 
-class ConfigSyntaxError(ValueError):
+class ConfigSyntaxError(SoperatorError, ValueError):
     """A renderer was asked to write a line its file would not read back as written (a bug: the spec checks
     every value first)."""
 

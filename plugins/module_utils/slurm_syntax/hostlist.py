@@ -25,6 +25,8 @@ __metaclass__ = type
 import itertools
 import re
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+
 DEFAULT_MAX_HOSTS = 1000000
 
 # Slurm's delimiters; other whitespace (\r, \f, no-break space, ...) is an error rather than part of a name.
@@ -34,7 +36,7 @@ _NAME_RE = re.compile(r"^(.*?)([0-9]*)$", re.S)
 _DIGITS_RE = re.compile(r"([0-9]+)")
 
 
-class HostlistError(ValueError):
+class HostlistError(SoperatorError, ValueError):
     pass
 
 

@@ -12,6 +12,8 @@ from decimal import (Context, Decimal, DecimalException, InvalidOperation, Overf
                      Underflow, localcontext)
 from typing import Union
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+
 try:
     from kubernetes.utils import parse_quantity as k8s_parse_quantity
     KUBERNETES_IMPORT_ERROR = None
@@ -37,7 +39,7 @@ _MAX_EXPONENT = 30
 _CONTEXT = Context(prec=200, Emax=1000, Emin=-1000, traps=[InvalidOperation, Overflow, Underflow])
 
 
-class QuantityError(ValueError):
+class QuantityError(SoperatorError, ValueError):
     pass
 
 

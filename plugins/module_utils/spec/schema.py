@@ -16,6 +16,8 @@ import math
 import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Pattern, Tuple, Union, cast
 
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+
 _MISSING = object()
 # A field check: value -> why it is wrong, or None; a map's entry check: map -> [(key, why)].
 Check = Callable[[Any], Optional[str]]
@@ -63,14 +65,15 @@ class SpecIssue:
         return hash((self.path, self.message))
 
 
-class SpecError(ValueError):
+class SpecError(SoperatorError, ValueError):
     """Raised with every issue of a spec at once."""
 
     def __init__(self, issues: Iterable[SpecIssue]) -> None:
         self.issues = list(issues)
         lines = [str(i) for i in self.issues]
         super(SpecError, self).__init__(
-            "invalid spec (%d error%s):\n  %s" % (len(lines), "" if len(lines) == 1 else "s", "\n  ".join(lines)))
+            "invalid spec (%d error%s):\n  %s" % (len(lines), "" if len(lines) == 1 else "s", "\n  ".join(lines)),
+            errors=[{"path": i.path, "message": i.message} for i in self.issues])   # the module's failure result
 
 
 def child_path(path: str, key: Union[int, str]) -> str:
