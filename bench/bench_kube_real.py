@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from bench_render import documents  # noqa: E402
 from k8s_audit import AuditLog  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c  # noqa: E402
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster, KubeOptions  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (  # noqa: E402
     KubeClient, api_client_from_params)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
@@ -94,7 +94,7 @@ def main():
             for label in ("backend: first", "backend: no-op", "backend: no-op"):
                 mark = audit.mark()
                 started = time.perf_counter()
-                result = KubeCluster(client, model, wait=False).present()
+                result = KubeCluster(client, model, KubeOptions(wait=False)).present()
                 seconds = time.perf_counter() - started
                 reads, most, writes = counted(audit, mark, user)
                 print("%-28s %-8.2f %-6d %-14d %-7d %s" % (label, seconds, reads, most, writes, result["changed"]))

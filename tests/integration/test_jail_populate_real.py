@@ -195,7 +195,7 @@ def log_node(real_cluster, namespaced, tmp_path):
 def cluster(namespaced, log_node, kubeconfig, real_cluster, volumes):
     """The small example (populate Job: no retry) in the test's namespace, applied without its populate Job; the
     jail's volume on the log node. -> (namespace, documents)."""
-    from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster, KubeOptions
     from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeClient, api_client_from_params
     from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
     ns = namespaced.name
@@ -212,7 +212,7 @@ def cluster(namespaced, log_node, kubeconfig, real_cluster, volumes):
                      {"key": "kubernetes.io/hostname", "operator": "In", "values": [log_node.name]}]}]}}}}))
     try:
         client = KubeClient(api_client_from_params({"kubeconfig": kubeconfig}), "soperator.slurm")
-        kube = KubeCluster(client, build_model(docs), wait=True, wait_timeout=BOUND, poll=0.5)
+        kube = KubeCluster(client, build_model(docs), KubeOptions(wait=True, wait_timeout=BOUND, poll=0.5))
         kube.present(desired_filter=lambda o: o["kind"] != "Job")
         yield ns, docs
     finally:

@@ -19,7 +19,7 @@ from slurm_kube import until
 from slurm_specs import SMALL_CLAIMS
 
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster, KubeOptions
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeClient, api_client_from_params
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
@@ -29,7 +29,8 @@ JOB = "small-populate-jail"
 
 def cluster(docs, kubeconfig, **kw):
     client = KubeClient(api_client_from_params({"kubeconfig": kubeconfig}), "soperator.slurm", timeout=10)
-    return KubeCluster(client, build_model(load_documents(yaml.safe_dump_all(docs))), wait=True, poll=0.5, **kw)
+    return KubeCluster(client, build_model(load_documents(yaml.safe_dump_all(docs))),
+                       KubeOptions(wait=True, poll=0.5, **kw))
 
 
 def get(real_cluster, namespace, *what):

@@ -146,7 +146,7 @@ def test_recreate_keeps_the_pods_and_claims_and_converges(ready, kubeconfig, aud
 
 def test_a_statefulset_held_by_a_finalizer_is_waited_for_a_bounded_time(ready, kubeconfig, real_cluster):
     from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
-    from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster, KubeOptions
     from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeClient, api_client_from_params
     from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
     from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
@@ -159,7 +159,8 @@ def test_a_statefulset_held_by_a_finalizer_is_waited_for_a_bounded_time(ready, k
     try:
         client = KubeClient(api_client_from_params({"kubeconfig": kubeconfig}), "soperator.slurm")
         model = build_model(load_documents(yaml.safe_dump_all(with_spool(docs, "20Gi"))))
-        cluster = KubeCluster(client, model, wait=True, wait_timeout=2, poll=0.2, recreate_statefulsets=True)
+        options = KubeOptions(wait=True, wait_timeout=2, poll=0.2, recreate_statefulsets=True)
+        cluster = KubeCluster(client, model, options)
         with pytest.raises(BackendError) as e:
             cluster.present()
         assert "StatefulSet %s/%s was deleted (pods orphaned) but is still there after 2s" % (

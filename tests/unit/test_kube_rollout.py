@@ -10,7 +10,7 @@ import yaml
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import rollout as kr
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster, KubeOptions
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
 
@@ -109,7 +109,7 @@ def cluster(strategy_type, client, check_mode=False):
 
     def no_runner():
         raise AssertionError("no Slurm access expected")
-    return KubeCluster(client, model, runner_factory=no_runner, check_mode=check_mode,
+    return KubeCluster(client, model, KubeOptions(check_mode=check_mode), runner_factory=no_runner,
                        checker_factory=lambda: None)
 
 

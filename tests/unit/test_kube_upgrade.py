@@ -11,6 +11,7 @@ import yaml
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import upgrade as ku
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeOptions
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import object_key
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
@@ -49,7 +50,7 @@ class Recorder:
 
 class Backend:
     def __init__(self, model, client):
-        self.model, self.client, self.check_mode = model, client, False
+        self.model, self.client, self.options = model, client, KubeOptions()
 
 
 def run_plan(old_docs, new_docs, pods=(), options=None):

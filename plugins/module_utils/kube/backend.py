@@ -26,6 +26,7 @@ __metaclass__ = type
 
 import copy
 import time
+from dataclasses import dataclass, field
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
@@ -106,40 +107,44 @@ def _component(obj):
 
 # --- the run -------------------------------------------------------------------------------------------------
 
-class KubeCluster(SlurmConfigReload):
-    """One cluster on one API server. `runner_factory()` gives the SlurmRunner, made only when Slurm is needed."""
+@dataclass(frozen=True)
+class KubeOptions:
+    """What a KubeCluster run may do and how long it waits: the module's options (kube/module.py makes them)."""
+    check_mode: bool = False
+    install_crds: bool = True
+    create_namespace: bool = True
+    purge_volumes: bool = False
+    force_conflicts: bool = True
+    wait: bool = False
+    wait_timeout: int = 600
+    drain_timeout: int = 3600
+    force: bool = False
+    reconfigure: bool = True
+    poll: float = 2.0               # seconds between the reads of a wait
+    manage_rbac: bool = True
+    recreate_statefulsets: bool = False
+    rollout_timeout: int = 600
+    upgrade: kube_upgrade.UpgradeOptions = field(default_factory=kube_upgrade.UpgradeOptions)
 
-    def __init__(self, client, model, runner_factory=None, check_mode=False, install_crds=True,
-                 create_namespace=True, purge_volumes=False, force_conflicts=True, wait=False, wait_timeout=600,
-                 drain_timeout=3600, force=False, reconfigure=True, sleep=time.sleep, clock=time.monotonic,
-                 poll=2.0, manage_rbac=True, recreate_statefulsets=False, rollout_timeout=600,
-                 checker_factory=None, upgrade_options=None):
+
+class KubeCluster(SlurmConfigReload):
+    """One cluster on one API server, run with `options` (KubeOptions). `runner_factory()` gives the SlurmRunner,
+    made only when Slurm is needed; `checker_factory()` the health checker of a roll (slurm/remediation.py)."""
+
+    def __init__(self, client, model, options=None, runner_factory=None, checker_factory=None, sleep=time.sleep,
+                 clock=time.monotonic):
         self.client = client
-        self.upgrade_options = upgrade_options or kube_upgrade.UpgradeOptions()
+        self.model = model
+        self.options = options or KubeOptions()
+        self.runner_factory = runner_factory
+        self.checker_factory = checker_factory
+        self.sleep = sleep
+        self.clock = clock
+        self._runner = None
         self.upgrade = None         # this run's Slurm version change (kube/upgrade.py), if any
-        self.rollout_timeout = rollout_timeout
-        self.checker_factory = checker_factory      # () -> the health checker of the roll (slurm/remediation.py)
         self.rollout_steps = []
         self.reservations = []                      # scheduled NodeSets: what became of their reservation
         self.now = time.time                        # the wall clock of maintenance windows
-        self.recreate_statefulsets = recreate_statefulsets
-        self.manage_rbac = manage_rbac
-        self.model = model
-        self.runner_factory = runner_factory
-        self._runner = None
-        self.check_mode = check_mode
-        self.install_crds = install_crds
-        self.create_namespace = create_namespace
-        self.purge_volumes = purge_volumes
-        self.force_conflicts = force_conflicts
-        self.wait = wait
-        self.wait_timeout = wait_timeout
-        self.drain_timeout = drain_timeout
-        self.force = force
-        self.reconfigure = reconfigure
-        self.sleep = sleep
-        self.clock = clock
-        self.poll = poll
         self.changes = []
         self.actions = []      # what was done outside Kubernetes objects: Slurm commands
         self.waited = []
@@ -169,7 +174,7 @@ class KubeCluster(SlurmConfigReload):
         live = {}
         namespaced_prefix = "soperator-slurm-%s-%s-" % (self.model.namespace, self.model.name)
         for kind in MANAGED_KINDS:
-            if not self.manage_rbac and kind in RBAC_KINDS:
+            if not self.options.manage_rbac and kind in RBAC_KINDS:
                 continue
             namespaced = RESOURCES[kind][2]
             for obj in self.client.list(kind, self.model.namespace if namespaced else None, selector):
@@ -183,20 +188,20 @@ class KubeCluster(SlurmConfigReload):
 
     def manages(self, obj):
         """False for the objects manage_rbac=false leaves alone: RBAC kinds and the remediation ServiceAccount."""
-        if self.manage_rbac:
+        if self.options.manage_rbac:
             return True
         return obj["kind"] not in RBAC_KINDS and not (
             obj["kind"] == "ServiceAccount" and obj["metadata"]["name"] == names.remediation_name(self.model))
 
     def ensure_namespace(self):
         ns = self.model.namespace
-        if not self.create_namespace:
+        if not self.options.create_namespace:
             # It must exist; not even read (namespaces are cluster-scoped: the in-cluster run has no right to them).
             return None
         if self.client.get("Namespace", ns) is not None:
             return None
         change = ka.Change(ka.CREATE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        if self.check_mode:
+        if self.options.check_mode:
             self.namespace_missing = True
         else:
             change.after = self.client.create(change.desired)
@@ -207,13 +212,14 @@ class KubeCluster(SlurmConfigReload):
     def apply_changes(self, changes):
         """Apply `changes` (ours and kube/upgrade.py's phases); in check mode a dry run (skipped where the namespace or
         CRD does not exist yet)."""
-        if self.check_mode and self.namespace_missing:
+        if self.options.check_mode and self.namespace_missing:
             return
         try:
-            ka.execute(self.client, changes, dry_run=self.check_mode, force_conflicts=self.force_conflicts,
-                       gone_timeout=self.wait_timeout, sleep=self.sleep, clock=self.clock, poll=self.poll)
+            opts = self.options
+            ka.execute(self.client, changes, dry_run=opts.check_mode, force_conflicts=opts.force_conflicts,
+                       gone_timeout=opts.wait_timeout, sleep=self.sleep, clock=self.clock, poll=opts.poll)
         except ka.ApplyError as e:
-            if self.check_mode and isinstance(e.error, NotFound):
+            if self.options.check_mode and isinstance(e.error, NotFound):
                 # dry run against a kind whose CRD is not installed yet: report the plan without the server's view
                 rest = changes[changes.index(e.change) + 1:]
                 self.apply_changes([ch for ch in rest if ch.kind != e.change.kind])
@@ -221,16 +227,16 @@ class KubeCluster(SlurmConfigReload):
             raise BackendError("%s (objects before it were applied; a re-run continues)" % e)
 
     def apply_crds(self):
-        if not self.install_crds:
+        if not self.options.install_crds:
             return []
         live = ka.index(self.client.list("CustomResourceDefinition", None, CRD_SELECTOR))
         wanted = crds()
         changes = ka.plan(wanted, live)   # never pruned: deleting a CRD deletes every cluster's objects
         self.apply_changes(changes)
-        if not self.check_mode and any(ch.writes for ch in changes):
+        if not self.options.check_mode and any(ch.writes for ch in changes):
             crd_names = [crd["metadata"]["name"] for crd in wanted]
             self.wait_recorded(lambda: self._crds_established(crd_names), "CustomResourceDefinitions established",
-                               self.wait_timeout)
+                               self.options.wait_timeout)
         return changes
 
     def _crds_established(self, crd_names):
@@ -245,7 +251,7 @@ class KubeCluster(SlurmConfigReload):
     def wait_recorded(self, probe, what, timeout):
         """Wait until `probe` holds (readiness.wait_for), recording the wait in the result's `waited`; the upgrade
         waits through it too."""
-        seconds = wait_for(probe, what, timeout, sleep=self.sleep, clock=self.clock, poll=self.poll)
+        seconds = wait_for(probe, what, timeout, sleep=self.sleep, clock=self.clock, poll=self.options.poll)
         self.waited.append({"for": what, "seconds": seconds})
 
     # --- the Slurm side ------------------------------------------------------------------------------------
@@ -262,9 +268,10 @@ class KubeCluster(SlurmConfigReload):
         if not nodes:
             return
         try:
+            opts = self.options
             self.actions += removal.remove_nodes(
-                self.runner, nodes, self.prefix, self.drain_timeout, force=self.force, check_mode=self.check_mode,
-                sleep=self.sleep, clock=self.clock, poll=self.poll)
+                self.runner, nodes, self.prefix, opts.drain_timeout, force=opts.force, check_mode=opts.check_mode,
+                sleep=self.sleep, clock=self.clock, poll=opts.poll)
         except removal.ScaleDownError as e:
             self.actions += e.actions
             raise BackendError(str(e))
@@ -276,6 +283,7 @@ class KubeCluster(SlurmConfigReload):
         window; a maintenance reservation before it: slurm/maintenance.py), and whose workers (some of them) run an
         older pod template. A StatefulSet this run left unchanged and whose status counts every replica updated
         costs no request."""
+        opts = self.options
         for node_set in self.model.node_sets:
             strategy = node_set.update_strategy
             if not strategy.slurm_aware:
@@ -283,14 +291,14 @@ class KubeCluster(SlurmConfigReload):
             change = self._change(changes, "StatefulSet", node_set.name)
             if change is None or change.live is None or change.action == ka.PRUNE:
                 continue        # another NodeSet's run (slurm_nodeset), or new pods: nothing to roll
-            predicted_new = self.check_mode and kube_rollout.template_changes(change)
-            if not predicted_new and (change.action == ka.UNCHANGED or self.check_mode) and \
+            predicted_new = opts.check_mode and kube_rollout.template_changes(change)
+            if not predicted_new and (change.action == ka.UNCHANGED or opts.check_mode) and \
                     kube_rollout.all_updated(change.live):
                 continue
             read = kube_rollout.WorkerRevisions(
-                self.client, self.model.namespace, node_set.name, node_set.node_name, self.wait_timeout,
+                self.client, self.model.namespace, node_set.name, node_set.node_name, opts.wait_timeout,
                 ka.owner_selector(self.model.name), predicted_new=predicted_new, sleep=self.sleep, clock=self.clock,
-                poll=self.poll)
+                poll=opts.poll)
             first = read()
             nodes, revisions, update_revision = first
             if not strategy.scheduled and not slurm_rollout.outdated(nodes, revisions, update_revision):
@@ -300,21 +308,21 @@ class KubeCluster(SlurmConfigReload):
             if self.checker_factory is None:
                 raise BackendError("rolling NodeSet %s needs its health checks, and no checker was given"
                                    % node_set.name)
-            replacer = KubeReplacer(self.client, self.model.namespace, timeout=self.wait_timeout, poll=self.poll,
+            replacer = KubeReplacer(self.client, self.model.namespace, timeout=opts.wait_timeout, poll=opts.poll,
                                     sleep=self.sleep, clock=self.clock)
             events = rm.EventRecorder(self.client, self.model.namespace, self.model.name, CR_API_VERSION)
             remediator = rm.Remediator(self.runner, self.prefix, self.checker_factory(), replacer=replacer,
-                                       events=events, check_mode=self.check_mode,
-                                       register_timeout=self.wait_timeout, poll=self.poll, sleep=self.sleep,
+                                       events=events, check_mode=opts.check_mode,
+                                       register_timeout=opts.wait_timeout, poll=opts.poll, sleep=self.sleep,
                                        clock=self.clock)
             roll = slurm_rollout.Rollout(self.runner, self.prefix, read, remediator, strategy.max_unavailable,
-                                         self.rollout_timeout, node_set.name, check_mode=self.check_mode,
-                                         poll=self.poll, sleep=self.sleep, clock=self.clock)
+                                         opts.rollout_timeout, node_set.name, check_mode=opts.check_mode,
+                                         poll=opts.poll, sleep=self.sleep, clock=self.clock)
             try:
                 if strategy.scheduled:
                     steps, reservation = maintenance.ScheduledRollout(
                         self.runner, roll, node_set.name, strategy.window_start, strategy.window_end,
-                        check_mode=self.check_mode, now=self.now).run(first)
+                        check_mode=opts.check_mode, now=self.now).run(first)
                     self.reservations += [reservation] if reservation else []
                 else:
                     steps = roll.run(first)
@@ -353,13 +361,13 @@ class KubeCluster(SlurmConfigReload):
         if prune_filter is not None:
             scoped_live = dict((k, o) for k, o in live.items() if prune_filter(o) or k in desired_keys)
         try:
-            changes = ka.plan(desired, scoped_live, purge_volumes=self.purge_volumes,
-                              recreate_statefulsets=self.recreate_statefulsets)
+            changes = ka.plan(desired, scoped_live, purge_volumes=self.options.purge_volumes,
+                              recreate_statefulsets=self.options.recreate_statefulsets)
         except ka.PlanError as e:
             raise BackendError(str(e))
         # A Slurm version change Slurm does not support is refused here, before any write; a slurmdbd one dumps the
         # accounting database before anything else is written.
-        self.upgrade = kube_upgrade.ClusterUpgrade.plan_for(self, changes, live, self.upgrade_options)
+        self.upgrade = kube_upgrade.ClusterUpgrade.plan_for(self, changes, live, self.options.upgrade)
         if self.upgrade is not None:
             self.upgrade.backup_database()
         crd_changes = self.apply_crds()
@@ -372,9 +380,9 @@ class KubeCluster(SlurmConfigReload):
         self.apply_changes(first)
         # created now, or created by an earlier run that did not see it complete
         job = [ch for ch in first if ch.kind == "Job" and (ch.live is None or not workload_state(ch.live)[0])]
-        if job and self.wait and not self.check_mode:
+        if job and self.options.wait and not self.options.check_mode:
             self.wait_recorded(lambda: self._workloads_ready([("Job", job[0].name)]), "the jail to be populated",
-                               self.wait_timeout)
+                               self.options.wait_timeout)
         if self.upgrade is not None:
             rest = self.upgrade.apply_in_order(rest)     # slurmdbd, then slurmctld, each waited for
         self.apply_changes(rest)
@@ -391,7 +399,7 @@ class KubeCluster(SlurmConfigReload):
             return self.result()
         live = self.read_live()
         live.update(self.template_claims(live))
-        self.changes = ka.plan([], live, purge_volumes=self.purge_volumes)
+        self.changes = ka.plan([], live, purge_volumes=self.options.purge_volumes)
         self.apply_changes(self.changes)
         return self.result()
 
@@ -448,14 +456,14 @@ class KubeCluster(SlurmConfigReload):
     def _finish(self, desired):
         workload_keys = [(o["kind"], o["metadata"]["name"]) for o in desired if o["kind"] in ("StatefulSet", "Job")]
         self._last_workloads = None
-        if self.wait and not self.check_mode:
+        if self.options.wait and not self.options.check_mode:
             if not any(ch.writes for ch in self.changes) and self._ready_as_read(workload_keys):
                 # nothing was written: what the run read at its start is current, and shows the cluster ready
                 self.waited.append({"for": "the cluster to be ready", "seconds": 0.0})
             else:
                 self.wait_recorded(lambda: self._workloads_ready(workload_keys), "the cluster to be ready",
-                                   self.wait_timeout)
-        if not self.check_mode:
+                                   self.options.wait_timeout)
+        if not self.options.check_mode:
             self._note_loaded_by_start()
             self.write_status()
         return self.result()
@@ -506,7 +514,7 @@ class KubeCluster(SlurmConfigReload):
     def result(self):
         changed = any(ch.writes for ch in self.changes) or any(
             not a.startswith("kept ") for a in self.actions) or any(
-            slurm_rollout.acted(step, self.check_mode) for step in self.rollout_steps) or any(
+            slurm_rollout.acted(step, self.options.check_mode) for step in self.rollout_steps) or any(
             maintenance.acted(entry) for entry in self.reservations)
         return {
             "upgrade": self.upgrade.report() if self.upgrade is not None else None,

@@ -13,7 +13,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils.args import auth_params, runner_from_params
 from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
-from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster, KubeOptions
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.upgrade import UpgradeOptions
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (
     HAS_KUBERNETES, KubeClient, KubeError, api_client_from_params)
@@ -40,15 +40,16 @@ def make_cluster(module, model, client=None):
         from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation_setup import kube_checker
         return kube_checker(params, client, model.namespace)
 
-    return KubeCluster(
-        client, model, runner_factory=runner, check_mode=module.check_mode,
-        install_crds=params.get("install_crds", False), create_namespace=params["create_namespace"],
-        purge_volumes=params["purge_volumes"], wait=params["wait"], wait_timeout=params["wait_timeout"],
-        drain_timeout=params["drain_timeout"], force=params["force"], reconfigure=params["reconfigure"],
-        manage_rbac=params.get("manage_rbac", True), recreate_statefulsets=params["recreate_statefulsets"],
-        poll=params["wait_sleep"], rollout_timeout=params["rollout_timeout"], checker_factory=checker,
-        upgrade_options=UpgradeOptions(params["allow_unversioned_images"], params.get("backup_size"),
-                                       params.get("backup_storage_class")))
+    options = KubeOptions(
+        check_mode=module.check_mode, install_crds=params.get("install_crds", False),
+        create_namespace=params["create_namespace"], purge_volumes=params["purge_volumes"], wait=params["wait"],
+        wait_timeout=params["wait_timeout"], drain_timeout=params["drain_timeout"], force=params["force"],
+        reconfigure=params["reconfigure"], manage_rbac=params.get("manage_rbac", True),
+        recreate_statefulsets=params["recreate_statefulsets"], poll=params["wait_sleep"],
+        rollout_timeout=params["rollout_timeout"],
+        upgrade=UpgradeOptions(params["allow_unversioned_images"], params.get("backup_size"),
+                               params.get("backup_storage_class")))
+    return KubeCluster(client, model, options, runner_factory=runner, checker_factory=checker)
 
 
 def result_of(module, cluster_factory, operation, extra=None):

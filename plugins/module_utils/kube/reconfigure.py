@@ -64,8 +64,8 @@ def configs_digest(data):
 
 
 class SlurmConfigReload(object):
-    """KubeCluster's reload of Slurm. Uses its model, changes, runner, check_mode, wait, reconfigure, wait_timeout,
-    sleep, clock, poll, actions, runner_factory, _change() and _last_workloads; sets loaded_digest."""
+    """KubeCluster's reload of Slurm. Uses its model, changes, runner, options (check_mode, wait, reconfigure,
+    wait_timeout, poll), sleep, clock, actions, runner_factory, _change() and _last_workloads; sets loaded_digest."""
 
     def _recorded_digest(self, changes):
         """(known, digest): the configs digest in the SlurmCluster's .status; known=False when this run does not
@@ -81,7 +81,7 @@ class SlurmConfigReload(object):
         files when it starts). Also when the ConfigMap is unchanged but the configs digest recorded in .status (what
         slurmctld loaded) differs: an earlier run applied the ConfigMap and failed before its reconfigure."""
         config = self._change(changes, "ConfigMap", names.slurm_configs_name(self.model))
-        if not self.reconfigure or config is None or config.action not in (ka.UPDATE, ka.UNCHANGED):
+        if not self.options.reconfigure or config is None or config.action not in (ka.UPDATE, ka.UNCHANGED):
             return
         digest = configs_digest(config.desired.get("data"))
         if config.action == ka.UNCHANGED:
@@ -102,7 +102,7 @@ class SlurmConfigReload(object):
         if not ready:
             return
         argv = ["scontrol", "reconfigure"]
-        if self.check_mode:
+        if self.options.check_mode:
             self.actions.append("would run scontrol reconfigure (%s)" % reason)
             return
         self.wait_for_controller_config(config)
@@ -130,7 +130,8 @@ class SlurmConfigReload(object):
         if controller.action == ka.CREATE and cluster[0].action == ka.CREATE:
             # a new cluster: the controller's first pod starts after the ConfigMap above was applied
             self.loaded_digest = digest
-        elif _rolls_pods(controller) and self.wait and not self.check_mode and self._last_workloads is not None:
+        elif _rolls_pods(controller) and self.options.wait and not self.options.check_mode and \
+                self._last_workloads is not None:
             sts = self._last_workloads.get(("StatefulSet", controller.name))
             if sts is not None and _rollout_done(sts):
                 self.loaded_digest = digest
@@ -167,13 +168,14 @@ class SlurmConfigReload(object):
             stale = sorted(posixpath.basename(path) for path, digest in wanted.items() if seen.get(path) != digest)
             return not stale, ", ".join(stale)
 
-        seconds = wait_for(seen_by_pod, "the Slurm configs in pod %s" % pod, self.wait_timeout, sleep=self.sleep,
-                           clock=self.clock, poll=self.poll, timeout_error=lambda stale: BackendError(
+        seconds = wait_for(seen_by_pod, "the Slurm configs in pod %s" % pod, self.options.wait_timeout,
+                           sleep=self.sleep, clock=self.clock, poll=self.options.poll,
+                           timeout_error=lambda stale: BackendError(
                                "%s was applied, but after %ds pod %s still sees the old %s in %s, so `scontrol "
                                "reconfigure` was not run. The kubelet refreshes mounted ConfigMaps on its sync period; "
                                "a re-run of this task once the pod shows the new files runs the reconfigure "
                                "(slurmctld is recorded as still running the old configs)."
-                               % (config_change.describe(), self.wait_timeout, pod, stale, c.SLURM_CONF_DIR)))
+                               % (config_change.describe(), self.options.wait_timeout, pod, stale, c.SLURM_CONF_DIR)))
         if len(reads) > 1:
             self.actions.append("waited %d s for the changed Slurm configs to reach the controller pod %s"
                                 % (round(seconds), pod))

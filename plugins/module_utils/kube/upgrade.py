@@ -283,7 +283,7 @@ class ClusterUpgrade(object):
                 raise self._failed(name, current)
             ready, text = workload_state(current)
             return ready, "Job %s (%s)" % (name, text)
-        self.backend.wait_recorded(done, what, self.backend.wait_timeout)
+        self.backend.wait_recorded(done, what, self.backend.options.wait_timeout)
         return existing is None
 
     def _failed(self, name, job):
@@ -306,7 +306,7 @@ class ClusterUpgrade(object):
         self.backup["dump_job"] = job
         phase = {"phase": "backup-database", "job": job, "file": self.backup["dump"],
                  "claim": self.backup["claim"]}
-        if self.backend.check_mode:
+        if self.backend.options.check_mode:
             phase["status"] = "planned"
         else:
             self._ensure_claim()
@@ -333,18 +333,18 @@ class ClusterUpgrade(object):
         if others:
             # applied by the run's usual step; workers then roll Slurm-aware (the result's rollout)
             self.phases.append({"phase": "slurmd and login", "objects": others,
-                                "status": "planned" if self.backend.check_mode else "applied"})
+                                "status": "planned" if self.backend.options.check_mode else "applied"})
         return rest
 
     def _phase(self, name, changes):
         phase = {"phase": name, "objects": [ch.name for ch in changes]}
         self.backend.apply_changes(changes)
-        if self.backend.check_mode:
+        if self.backend.options.check_mode:
             phase["status"] = "planned"
         else:
             keys = [ch.name for ch in changes]
             self.backend.wait_recorded(lambda: self._rolled_out(keys), "%s to run its new version" % name,
-                                       self.backend.wait_timeout)
+                                       self.backend.options.wait_timeout)
             phase["status"] = "ready"
         self.phases.append(phase)
 
@@ -372,7 +372,7 @@ class ClusterUpgrade(object):
         self.backup["state_job"] = job
         phase = {"phase": "save-slurmctld-state", "job": job, "folder": self.backup["state"],
                  "claim": self.backup["claim"]}
-        if self.backend.check_mode:
+        if self.backend.options.check_mode:
             phase["status"] = "planned"
             self.phases.append(phase)
             return
@@ -386,7 +386,7 @@ class ClusterUpgrade(object):
             selector = ",".join("%s=%s" % kv for kv in sorted(selector_labels(self.model, CONTROLLER).items()))
             self.backend.wait_recorded(
                 lambda: (not self.client.list("Pod", self.model.namespace, selector), "slurmctld's pod"),
-                "slurmctld to stop", self.backend.wait_timeout)
+                "slurmctld to stop", self.backend.options.wait_timeout)
         phase["status"] = "done" if self._run_job(self._state_job(job, path), "slurmctld's state to be saved") \
             else "done earlier"
         self.phases.append(phase)
