@@ -9,7 +9,8 @@ import pytest
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster, KubeOptions
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import RESOURCES, KubeError, object_key
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import KIND_ORDER
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model, documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import documents_from
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "small-cpu.yml")
 

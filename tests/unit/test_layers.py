@@ -12,13 +12,13 @@ PACKAGE = "ansible_collections.soperator.slurm.plugins.module_utils"
 # Bottom to top. The Slurm ops sit below the backends: kube/ and local/ drive them (drain, remove, remediate, roll)
 # and hand them what differs (a runner's transport, a replacer), so they never import a backend.
 LAYERS = (
-    ("base", ("slurm_syntax", "constants", "files", "wait", "retry")),
+    ("base", ("slurm_syntax", "constants", "errors", "files", "wait", "retry")),
     ("spec", ("spec",)),
     ("slurm ops", ("slurm",)),
     ("observe", ("observe",)),
     ("render", ("render",)),
     ("backends", ("kube", "local")),
-    ("wiring", ("args", "module_support", "kube.module", "slurm.remediation_setup")),
+    ("wiring", ("args", "module_base", "module_support", "kube.module", "slurm.remediation_setup")),
 )
 APART = "node"
 
