@@ -31,6 +31,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -181,22 +182,21 @@ class Builder(object):
     # --- root filesystems ---------------------------------------------------------------------------------------
 
     def mmdebstrap(self, packages, target, hooks=()):
-        # Several run at once (root_filesystems): each copies in a snapshot of the shared .deb cache (hard links: tar
-        # fails on a folder that changes while it reads it) and its own downloads out to a folder of its own, renamed
-        # into the cache afterwards, so none reads a .deb another is still writing.
-        snapshot = tempfile.mkdtemp(prefix=".snapshot-", dir=self.cache)
+        # Several run at once (root_filesystems). Each copies the shared .deb cache in and its own downloads out to a
+        # folder of its own, renamed into the cache afterwards (a .deb is in the cache whole or not at all), with cp
+        # in plain shell hooks, not mmdebstrap's sync-in/sync-out: those run tar, which fails ("file changed as we
+        # read it") when another build renames a .deb in or links one while it reads.
         downloads = tempfile.mkdtemp(prefix=".downloads-", dir=self.cache)
         try:
-            for name in os.listdir(self.debs):
-                if name.endswith(".deb"):
-                    os.link(os.path.join(self.debs, name), os.path.join(snapshot, name))
             cmd = ["mmdebstrap", "--variant=minbase", "--aptopt=Acquire::Check-Valid-Until \"false\"",
                    "--include=" + ",".join(packages),
                    # Keep the downloaded .deb files between runs (mmdebstrap(1), "use a local package cache").
                    "--skip=essential/unlink",
                    "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
-                   "--setup-hook=sync-in %s /var/cache/apt/archives/" % snapshot,
-                   "--customize-hook=sync-out /var/cache/apt/archives %s" % downloads]
+                   "--setup-hook=find %s -maxdepth 1 -name '*.deb' -exec cp -t \"$1\"/var/cache/apt/archives/ {} +"
+                   % shlex.quote(self.debs),
+                   "--customize-hook=find \"$1\"/var/cache/apt/archives -maxdepth 1 -name '*.deb' -exec cp -t %s {} +"
+                   % shlex.quote(downloads)]
             cmd += ["--dpkgopt=" + o for o in DPKG_OPTS]
             cmd += ["--customize-hook=" + h for h in hooks]
             cmd += [self.args.suite, target]
@@ -209,7 +209,6 @@ class Builder(object):
                     os.replace(os.path.join(downloads, name), os.path.join(self.debs, name))
         finally:
             shutil.rmtree(downloads, ignore_errors=True)
-            shutil.rmtree(snapshot, ignore_errors=True)
 
     def rootfs(self, name, extra_inputs=None, substitutions=None):
         """A cached root filesystem tarball -> its path."""
