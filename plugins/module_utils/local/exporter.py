@@ -32,7 +32,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.state import
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import (
     exporter, metrics, remediation_record, status)
-from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_files import observe_files
+from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_files import (
+    observe_file_names, observe_files)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import exporter_name
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import node_records, nodes, runner
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
@@ -76,8 +77,8 @@ def monitoring_files(lay, model):
 def _monitoring_on_disk(lay):
     """The rule file and dashboards an earlier run wrote (by their names: files beside them are not ours), as
     regular files (a link there is never removed through)."""
-    names = observe_files("any", {"job": "any"})       # the names do not depend on the cluster
-    paths = [os.path.join(lay.state_dir, rel) for rel in sorted(names)]
+    rules, boards = observe_file_names()
+    paths = [os.path.join(lay.state_dir, rel) for rel in sorted([rules] + boards)]
     return [p for p in paths if os.path.isfile(p) and not os.path.islink(p)]
 
 
@@ -109,14 +110,15 @@ class LocalExporter(object):
         return _digest(*(self._exporter_argv(model) + [sources[k] for k in sorted(sources)]))
 
     def monitoring_paths(self):
-        """{'rules': path, 'job': the scrape job the rules expect, 'dashboards': [paths]} of the files for the admin's Prometheus and Grafana when the model
-        enables the exporter, else None."""
+        """{'rules': path, 'job': the scrape job the rules expect, 'dashboards': [paths]} of the files for the admin's
+        Prometheus and Grafana when the model enables the exporter, else None."""
         model = self.model
         if model is None or not model.observability.exporter.enabled:
             return None
-        paths = sorted(monitoring_files(self.layout, model))
-        return {"rules": [p for p in paths if p.endswith(".yml")][0], "job": exporter_name(model),
-                "dashboards": [p for p in paths if p.endswith(".json")]}
+        rules, boards = observe_file_names()
+        top = self.layout.state_dir
+        return {"rules": os.path.join(top, rules), "job": exporter_name(model),
+                "dashboards": [os.path.join(top, rel) for rel in boards]}
 
     def _monitoring_plan(self, model):
         """[(path, text or None: remove)] that the rule file and dashboards need; empty when they are current."""
@@ -162,15 +164,17 @@ class LocalExporter(object):
     def plan_exporter(self, model):
         """What ensure_started() would do about the exporter, as 'would ...' actions. Reads only."""
         top = self.layout.state_dir
-        files_plan = [("would remove %s (exporter disabled)" if text is None else "would write %s")
-                      % os.path.relpath(path, top) for path, text in self._monitoring_plan(model)]
+        return [("would remove %s (exporter disabled)" if text is None else "would write %s")
+                % os.path.relpath(path, top) for path, text in self._monitoring_plan(model)] + \
+            self._plan_exporter_daemon(model)
+
+    def _plan_exporter_daemon(self, model):
         running = self._running(EXPORTER_DAEMON)
         if not model.observability.exporter.enabled:
-            return files_plan + (["would stop %s (disabled)" % EXPORTER_DAEMON] if running else [])
+            return ["would stop %s (disabled)" % EXPORTER_DAEMON] if running else []
         if not running:
-            return files_plan + ["would start %s on %s" % (EXPORTER_DAEMON,
-                                                           LOOPBACK + ":%d" % model.observability.exporter.port)]
+            return ["would start %s on %s" % (EXPORTER_DAEMON, LOOPBACK + ":%d" % model.observability.exporter.port)]
         digest = self._exporter_digest(model, exporter_files(self.layout))
         if self._records()[EXPORTER_DAEMON].get("digest") != digest:
-            return files_plan + ["would restart %s (configuration changed)" % EXPORTER_DAEMON]
-        return files_plan
+            return ["would restart %s (configuration changed)" % EXPORTER_DAEMON]
+        return []

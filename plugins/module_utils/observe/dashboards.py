@@ -9,6 +9,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+
 UID_PREFIX = "soperator-slurm-"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
@@ -107,6 +109,11 @@ def dashboards():
             "panels": [_panel(i, *p) for i, p in enumerate(panels)],
         }
     return out
+
+
+def dashboard_text(board):
+    """A dashboard as the JSON text Grafana loads (the dashboards ConfigMap's values, render's grafana/ files)."""
+    return json.dumps(board, indent=1, sort_keys=True)
 
 
 def expressions():

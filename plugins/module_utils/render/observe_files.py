@@ -9,7 +9,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import posixpath
 
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
@@ -33,5 +32,10 @@ def observe_files(cluster, target):
                               "and_namespace": " and namespace label" if "namespace" in target else ""}
     out = {RULES_FILE: header + to_yaml(alerts.rule_groups(target))}
     for name, board in sorted(dashboards.dashboards().items()):
-        out[posixpath.join(GRAFANA_DIR, name)] = json.dumps(board, indent=1, sort_keys=True) + "\n"
+        out[posixpath.join(GRAFANA_DIR, name)] = dashboards.dashboard_text(board) + "\n"
     return out
+
+
+def observe_file_names():
+    """(RULES_FILE, [the dashboards' relative paths]): what observe_files() writes, whatever the cluster."""
+    return RULES_FILE, [posixpath.join(GRAFANA_DIR, name) for name in sorted(dashboards.dashboards())]

@@ -10,7 +10,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
@@ -128,7 +127,7 @@ def _monitoring(model):
                                                          obs.prometheus_rule.labels),
                           spec=alerts.rule_groups(exporter_target(model))))
     if obs.dashboards.enabled:
-        data = dict((name, json.dumps(board, indent=1, sort_keys=True))
+        data = dict((name, dashboards.dashboard_text(board))
                     for name, board in sorted(dashboards.dashboards().items()))
         out.append(kb.obj("ConfigMap", _with_labels(kb.meta(model, "%s-dashboards" % model.name, DASHBOARDS),
                                                     obs.dashboards.labels), data=data))
