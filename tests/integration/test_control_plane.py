@@ -53,8 +53,8 @@ def test_k8s_up_binds_claims_through_its_provisioner(ours, tmp_path):
     that names no class binds (site.yml waits for its claims), and deleting it removes the volume and its folder.
     A control plane of its own (the session's pre-binds its volumes and has no default class); stopped by pid."""
     import subprocess
-    import time
     from kubernetes import client, config
+    from waiting import wait_for
     bin_dir = os.path.dirname(ours.kubectl("version", "--client", "-o", "json", check=False).args[0])
     tool = os.path.join(ROOT, "tools", "k8s", "cluster.py")
     state = str(tmp_path / "k8s")
@@ -69,25 +69,16 @@ def test_k8s_up_binds_claims_through_its_provisioner(ours, tmp_path):
             core.create_namespaced_persistent_volume_claim("default", {
                 "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "jail"},
                 "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
-            deadline = time.monotonic() + 120
-            while True:
-                claim = core.read_namespaced_persistent_volume_claim("jail", "default")
-                if claim.status.phase == "Bound":
-                    break
-                assert time.monotonic() < deadline, "the claim did not bind: %s" % claim.status
-                time.sleep(0.5)
+            claim = wait_for(lambda: core.read_namespaced_persistent_volume_claim("jail", "default"),
+                             "the claim to bind", 120, done=lambda got: got.status.phase == "Bound")
             assert claim.spec.storage_class_name == "soperator-hostpath"
             volume = core.read_persistent_volume(claim.spec.volume_name)
             folder = volume.spec.host_path.path
             assert os.path.dirname(folder) == os.path.join(os.path.realpath(state), "volumes")
             assert os.path.isdir(folder)
             core.delete_namespaced_persistent_volume_claim("jail", "default")
-            while True:
-                left = [v.metadata.name for v in core.list_persistent_volume().items]
-                if not left and not os.path.exists(folder):
-                    break
-                assert time.monotonic() < deadline + 60, "the volume was not reclaimed: %s" % left
-                time.sleep(0.5)
+            wait_for(lambda: ([v.metadata.name for v in core.list_persistent_volume().items], os.path.exists(folder)),
+                     "the volume and its folder to be reclaimed", 120, done=lambda got: got == ([], False))
         finally:
             api.close()
     finally:

@@ -11,6 +11,7 @@ idle, runs `srun -N2 hostname` from the login pod as a check, and prints how to 
 Needs root (the real node). The state directory holds the control plane, the spec and the demo's SSH key.
 """
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -21,6 +22,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "collections"))     # the collection's one bounded wait (module_utils/wait.py)
+from ansible_collections.soperator.slurm.plugins.module_utils.wait import wait_until  # noqa: E402
 # By file: tools/k8s is no package (as tests/integration/conftest.py loads it).
 _spec = importlib.util.spec_from_file_location("soperator_k8s_cluster_demo", os.path.join(HERE, "cluster.py"))
 cluster = importlib.util.module_from_spec(_spec)
@@ -35,19 +38,17 @@ class DemoError(Exception):
     pass
 
 
+@contextlib.contextmanager
 def step(what):
     """A progress line when a step starts and one with its time when it ends."""
-    class _Step:
-        def __enter__(self):
-            self.started = time.monotonic()
-            print("k8s-demo: %s ..." % what, flush=True)
-            return self
-
-        def __exit__(self, kind, value, tb):
-            took = time.monotonic() - self.started
-            print("k8s-demo: %s: %s in %.0f s" % (what, "done" if kind is None else "FAILED", took), flush=True)
-            return False
-    return _Step()
+    started = time.monotonic()
+    print("k8s-demo: %s ..." % what, flush=True)
+    outcome = "FAILED"
+    try:
+        yield
+        outcome = "done"
+    finally:
+        print("k8s-demo: %s: %s in %.0f s" % (what, outcome, time.monotonic() - started), flush=True)
 
 
 def run(argv, timeout=3600, capture=False, check=True):
@@ -88,17 +89,6 @@ def sized_spec(allocatable_cpus, public_key):
     return yaml.safe_dump_all(docs)
 
 
-def _until(what, probe, timeout=BOUND, poll=2.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        ok, last = probe()
-        if ok:
-            return last
-        time.sleep(poll)
-    raise DemoError("%s: not within %d s (last: %s)" % (what, timeout, last))
-
-
 def up(state):
     if os.geteuid() != 0:
         raise DemoError("the real node needs root")
@@ -134,7 +124,8 @@ def up(state):
         states = dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
         return all(states.get(w) == "idle" for w in WORKERS), states
     with step("both workers idle in sinfo"):
-        _until("cpu-0 and cpu-1 idle", idle)
+        wait_until(idle, "cpu-0 and cpu-1 idle", BOUND, poll=2.0, timeout_error=lambda last: DemoError(
+            "cpu-0 and cpu-1 not idle within %d s (last: %s)" % (BOUND, last)))
     with step("check: srun -N2 hostname from the login pod"):
         out = kubectl.exec_in(LOGIN_POD, "srun", "-N2", "hostname", container="sshd", timeout=180)
         if out.returncode != 0 or sorted(out.stdout.split()) != sorted(WORKERS):
