@@ -28,6 +28,10 @@ SLURMD_SPOOL = "/var/spool/slurmd"
 SLURM_LOG_DIR = "/var/log/slurm"
 SLURM_RUN_DIR = "/run/slurm"
 HEALTH_CHECK_PROGRAM = "/opt/soperator/bin/health-check"
+# Slurm's power saving programs (ephemeral NodeSets): slurmctld runs them with a hostlist of nodes.
+RESUME_PROGRAM = "/opt/soperator/bin/power-resume"
+SUSPEND_PROGRAM = "/opt/soperator/bin/power-suspend"
+RESUME_FAIL_PROGRAM = "/opt/soperator/bin/power-resume-fail"
 # Beside slurm.conf: the health check program's config (render/health_json.py).
 HEALTH_CONFIG_FILE = "health.json"
 # Runs one active check (plugins/module_utils/node/active_check.py) from the checks CronJob.

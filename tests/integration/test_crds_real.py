@@ -75,10 +75,17 @@ def server_field_paths(stderr):
     {"updateStrategy": {"type": "scheduled"}},
     {"updateStrategy": {"window": {"start": "2026-11-28T02:00:00Z", "durationMinutes": 60}}},
     {"updateStrategy": {"type": "scheduled", "window": {"start": "2026-11-28T02:00:00", "durationMinutes": 0}}},
+    {"ephemeral": {"enabled": True}},
+    {"ephemeral": {"enabled": True, "minReplicas": 4}, "maxReplicas": 4},
+    {"ephemeral": {"enabled": True, "minReplicas": 1}, "maxReplicas": 4, "replicas": 2},
+    {"ephemeral": {"enabled": True, "suspendTime": 5, "resumeTimeout": 0}, "maxReplicas": 4},
 ], ids=["replicas", "max-below-replicas", "max-negative", "scheduled-no-window", "window-not-scheduled",
-        "window-start-and-duration"])
+        "window-start-and-duration", "ephemeral-no-max", "ephemeral-min-not-below-max", "ephemeral-replicas",
+        "ephemeral-times"])
 def test_a_bad_nodeset_is_refused_at_our_field_path(crds, namespace, bad):
     docs = small_docs()
+    if "ephemeral" in bad:
+        docs[1]["spec"].pop("replicas", None)     # an ephemeral NodeSet leaves it out, unless a case gives it
     docs[1]["spec"].update(bad)
     ours = our_field_paths(docs)
     nodeset = docs[1]

@@ -100,6 +100,7 @@ DEFAULTED_SPECS = [
                        "active": [{"name": "a", "type": "sbatch", "schedule": "0 * * * *", "script": "#!/bin/sh"}]}},
      {"tolerations": _TOLERATION}),
     ({"accounting": {"database": {"inCluster": {}}}}, {}),
+    ({}, {"ephemeral": {"enabled": True}, "maxReplicas": 4}),
     ({"accounting": {"database": {"external": {"host": "db", "user": "u", "passwordSecret": {"name": "s"}}}}}, {}),
 ]
 

@@ -21,6 +21,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils.render import power_save
 from ansible_collections.soperator.slurm.plugins.module_utils.render import slurm_conf_parts as parts
 from ansible_collections.soperator.slurm.plugins.module_utils.render.health_json import render_health_json
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import AccountingStorage, KUBERNETES
@@ -134,6 +135,7 @@ def _slurm_sections(model, target):
             ("HealthCheckNodeState", ",".join(states), None),
         ]
     sections.append(("Passive health checks", health))
+    sections.append(("Power saving (ephemeral NodeSets)", power_save.power_save_settings(model, target)))
     if topology_enabled(model):
         sections.append(("Network topology (topology.conf)", [("TopologyPlugin", "topology/tree", None)]))
     if slurmctld_metrics(model, target):
@@ -155,12 +157,6 @@ def _slurm_sections(model, target):
             accounting.append(("AccountingStorageTRES", "gres/gpu", "Account GPU use per job."))
         sections.append(("Accounting (slurmdbd)", accounting))
     return sections
-
-
-def _merged(value, wanted):
-    """A comma-separated list with the `wanted` items it lacks (case-insensitively) appended."""
-    items = [v for v in str(value).split(",") if v]
-    return ",".join(items + [w for w in wanted if w.lower() not in [i.lower() for i in items]])
 
 
 def _not_read(target):
@@ -189,9 +185,9 @@ def _slurm_setting_for(target):
         if not config_keys.read_by("slurm.conf", key, target.slurm_version):
             return None, _not_read(target)
         if low == "communicationparameters" and target.extra_communication_parameters:
-            return _merged(text, target.extra_communication_parameters), None
+            return parts.merged_words(text, target.extra_communication_parameters), None
         if low == "slurmdparameters" and target.slurmd_parameters:
-            return _merged(text, target.slurmd_parameters), None
+            return parts.merged_words(text, target.slurmd_parameters), None
         if low in ("controladdr", "backupcontroller", "backupaddr") and target.single_controller:
             return None, why + "one slurmctld, no backup"
         if low == "proctracktype" and target.proctrack and "cgroup" in text:
@@ -242,8 +238,13 @@ def _port_expr(ports):
     return text if text.startswith("[") else "[%s]" % text
 
 
-def _node_line(node_set, target=KUBERNETES):
-    pairs = [("NodeName", node_set.node_range), ("State", "FUTURE"), ("CPUs", "%d" % node_set.cpus),
+def _node_lines(node_set, target=KUBERNETES):
+    """A NodeSet's NodeName lines: its FUTURE nodes, and an ephemeral NodeSet's CLOUD nodes (render/power_save.py)."""
+    return [_node_line(node_set, target, *r) for r in power_save.node_ranges(node_set)]
+
+
+def _node_line(node_set, target, node_range, state, first, end):
+    pairs = [("NodeName", node_range), ("State", state), ("CPUs", "%d" % node_set.cpus),
              ("RealMemory", "%d" % node_set.real_memory_mib)]
     for key, value in (("Sockets", node_set.sockets), ("CoresPerSocket", node_set.cores_per_socket),
                        ("ThreadsPerCore", node_set.threads_per_core)):
@@ -256,7 +257,7 @@ def _node_line(node_set, target=KUBERNETES):
         pairs.append(("Feature", ",".join(node_set.features)))
     pairs.append(("Weight", "%d" % node_set.weight))
     if target.node_ports is not None:
-        names = [node_set.node_name(i) for i in range(node_set.max_replicas)]
+        names = [node_set.node_name(i) for i in range(first, end)]
         missing = [n for n in names if n not in target.node_ports]
         if missing:
             raise ValueError("the target has no slurmd port for %s" % hostlist.compress(missing))
@@ -270,7 +271,7 @@ def _node_line(node_set, target=KUBERNETES):
 
 def node_definitions(model):
     """The NodeName lines of the pods' slurm.conf: what slurmctld 22.05 reads only when it starts."""
-    return [_node_line(ns) for ns in parts.defined_node_sets(model)]
+    return [line for ns in parts.defined_node_sets(model) for line in _node_lines(ns)]
 
 
 def _partition_lines(partition, refs, target=KUBERNETES):
@@ -293,7 +294,8 @@ def _partition_lines(partition, refs, target=KUBERNETES):
 
 def _render_slurm_conf(model, target):
     lines = parts.header(model, "slurm.conf", target)
-    lines += parts.merge("slurm.conf", _slurm_sections(model, target), model.slurm_config, "From spec.slurmConfig",
+    lines += parts.merge("slurm.conf", _slurm_sections(model, target),
+                         power_save.merged_overrides(model, model.slurm_config), "From spec.slurmConfig",
                          _slurm_setting_for(target))
     defined = parts.defined_node_sets(model)
     lines += ["", comment("--- Nodes: each NodeSet defines all of its possible nodes (maxReplicas) as FUTURE nodes."),
@@ -301,7 +303,7 @@ def _render_slurm_conf(model, target):
     skipped = [ns.name for ns in model.node_sets if not ns.node_range]
     if skipped:
         lines.append(comment("NodeSets with maxReplicas 0 define no node: %s" % ", ".join(skipped)))
-    lines += [_node_line(ns, target) for ns in defined]
+    lines += [line for ns in defined for line in _node_lines(ns, target)]
     refs = _node_set_refs(model)
     if defined:
         lines.append("")

@@ -85,6 +85,12 @@ def merge(file_name, sections, overrides, extra_title, for_target=None):
     return lines
 
 
+def merged_words(value, wanted):
+    """A comma-separated list with the `wanted` items it lacks (case-insensitively) appended."""
+    items = [v for v in str(value).split(",") if v]
+    return ",".join(items + [w for w in wanted if w.lower() not in [i.lower() for i in items]])
+
+
 def pairs(defaults, overrides):
     """(key, value) pairs of one line: defaults in order (a user key replaces its default), then sorted extras; and
     the lower-case keys that came from the user (their values may hold spaces)."""

@@ -68,6 +68,9 @@ class SlurmTarget:
     slurmdbd_pid_file: str = "%s/slurmdbd.pid" % c.SLURM_RUN_DIR
     plugstack_config: str = "%s/plugstack.conf" % c.SLURM_CONF_DIR
     health_check_program: str = c.HEALTH_CHECK_PROGRAM
+    resume_program: str = c.RESUME_PROGRAM
+    suspend_program: str = c.SUSPEND_PROGRAM
+    resume_fail_program: str = c.RESUME_FAIL_PROGRAM
     munge_socket: Optional[str] = None             # pods: munge's default socket (no AuthInfo)
     # --- plugins: None keeps the rendered choice
     proctrack: Optional[str] = None                # replaces proctrack/cgroup

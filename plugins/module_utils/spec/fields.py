@@ -19,6 +19,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.confi
     value_problem)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import image
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import CEL_RULES as EPHEMERAL_CEL
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import ephemeral_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.cron import SCHEDULE_PATTERN, schedule_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.window import START_HELP, START_PATTERN, start_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
@@ -505,7 +507,9 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
 })
 NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict({
     "clusterName": Str("The SlurmCluster this NodeSet belongs to.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),
-    "replicas": Int("Number of running workers.", minimum=0, maximum=MAX_NODE_RANGE, default=1),
+    # No schema default: an ephemeral NodeSet must be able to leave it out (spec/ephemeral.py gives it).
+    "replicas": Int("Number of running workers (default 1; an ephemeral NodeSet's: ephemeral.minReplicas).",
+                    minimum=0, maximum=MAX_NODE_RANGE),
     "maxReplicas": Int("Nodes defined in slurm.conf (default: replicas). Scaling up to it needs no slurm.conf "
                        "change; beyond it, slurmctld must restart. At most 65536: one Slurm hostlist range.",
                        minimum=0, maximum=MAX_NODE_RANGE),
@@ -545,11 +549,13 @@ NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict
         }, required=("start", "durationMinutes"), optional=True),
     }),
     "sharedMemory": _quantity("Size of /dev/shm (NCCL needs a large one).", minimum="positive"),
+    "ephemeral": ephemeral_schema(MAX_NODE_RANGE),
 }, **_scheduling_fields()), required=("clusterName", "resources"),
     checks=[lambda v: "maxReplicas (%s) must be >= replicas (%s)" % (v["maxReplicas"], v["replicas"])
             if isinstance(v.get("maxReplicas"), int) and isinstance(v.get("replicas"), int)
             and v["maxReplicas"] < v["replicas"] else None, _window_problem],
-    cel=[("!has(self.maxReplicas) || self.maxReplicas >= self.replicas", "maxReplicas must be >= replicas"),
+    cel=[("!has(self.maxReplicas) || !has(self.replicas) || self.maxReplicas >= self.replicas",
+          "maxReplicas must be >= replicas")] + EPHEMERAL_CEL + [
          # on the spec, not on updateStrategy: a rule there would drop updateStrategy's {} default from the CRD
          ("!has(self.updateStrategy) || (has(self.updateStrategy.type) && self.updateStrategy.type == 'scheduled')"
           " == has(self.updateStrategy.window)", WINDOW_RULE)])

@@ -86,6 +86,17 @@ class UpdateStrategy:
 
 
 @dataclass(frozen=True)
+class Ephemeral:
+    """spec.ephemeral of a NodeSet (spec/ephemeral.py): when enabled, Slurm powers its nodes above min_replicas up
+    and down."""
+    enabled: bool = False
+    min_replicas: int = 0
+    suspend_time: int = 300             # seconds idle before SuspendProgram
+    resume_timeout: int = 300           # seconds from ResumeProgram to a registered slurmd
+    suspend_timeout: int = 90
+
+
+@dataclass(frozen=True)
 class NodeSet:
     name: str
     replicas: int
@@ -104,6 +115,7 @@ class NodeSet:
     image: str
     shared_memory: Optional[str]
     update_strategy: UpdateStrategy = UpdateStrategy()     # spec.updateStrategy
+    ephemeral: Ephemeral = Ephemeral()                     # spec.ephemeral
 
     @property
     def gpus(self) -> int:
@@ -113,14 +125,31 @@ class NodeSet:
         """Slurm node name == worker pod name: the pod's DNS name is what slurmctld dials."""
         return "%s-%d" % (self.name, ordinal)
 
+    def range_of(self, first: int, end: int) -> Optional[str]:
+        """Nodes first .. end-1 as one hostlist expression (None when empty)."""
+        if end <= first:
+            return None
+        if end - first == 1:
+            return self.node_name(first)
+        return "%s-[%d-%d]" % (self.name, first, end - 1)
+
+    @property
+    def static_range(self) -> Optional[str]:
+        """Nodes whose workers the backends keep running: all of them, or an ephemeral NodeSet's floor."""
+        return self.range_of(0, self.ephemeral.min_replicas if self.ephemeral.enabled else self.max_replicas)
+
+    @property
+    def cloud_range(self) -> Optional[str]:
+        """Nodes Slurm powers up and down (State=CLOUD); None for a NodeSet of fixed size."""
+        return self.range_of(self.ephemeral.min_replicas, self.max_replicas) if self.ephemeral.enabled else None
+
+    def is_cloud_node(self, ordinal: int) -> bool:
+        return self.ephemeral.enabled and self.ephemeral.min_replicas <= ordinal < self.max_replicas
+
     @property
     def node_range(self) -> Optional[str]:
         """Every Slurm node this nodeset may ever have, as one hostlist expression."""
-        if self.max_replicas == 0:
-            return None
-        if self.max_replicas == 1:
-            return self.node_name(0)
-        return "%s-[0-%d]" % (self.name, self.max_replicas - 1)
+        return self.range_of(0, self.max_replicas)
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ class Node:
                  properties: Optional[Dict[str, "Node"]] = None, required: Iterable[str] = (),
                  items: Optional["Node"] = None, values: Optional["Node"] = None, min_items: Optional[int] = None,
                  unique_key: Optional[str] = None, optional: bool = False, checks: Iterable[Check] = (),
-                 cel: Iterable[Tuple[str, str]] = (), openapi_extra: Optional[Dict[str, Any]] = None,
+                 cel: Iterable[Tuple[str, ...]] = (), openapi_extra: Optional[Dict[str, Any]] = None,
                  keys: Optional["Node"] = None, entry_checks: Iterable[EntryCheck] = ()) -> None:
         self.kind = kind
         self.description = description
@@ -321,7 +321,8 @@ class Node:
             # (jail.volume's "exactly one of existingClaim or size").
             out["default"] = {}
         if self.cel:
-            out["x-kubernetes-validations"] = [{"rule": rule, "message": message} for rule, message in self.cel]
+            # (rule, message) or (rule, message, fieldPath): the server then names that field, as our checks do
+            out["x-kubernetes-validations"] = [dict(zip(("rule", "message", "fieldPath"), rule)) for rule in self.cel]
         out.update(self.openapi_extra)
         return out
 

@@ -18,6 +18,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names as n
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import doc_label
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import (
+    ephemeral_issues, ephemeral_model, replicas_of)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import (
     CLUSTER_DOCUMENT,
     GRES_PATTERN,
@@ -110,6 +112,7 @@ def _cross_checks(cluster, node_sets):
                                     "%r differs from the SlurmCluster's namespace %r" % (ns_namespace, namespace)))
         issues.extend(_nodeset_resource_checks(label, _get(doc, "spec", default={})))
     spec, label = _get(cluster, "spec"), "SlurmCluster/%s" % name
+    issues.extend(ephemeral_issues(label, _get(spec, "slurmConfig"), node_sets))
     if spec is None:
         return issues
 
@@ -304,8 +307,8 @@ def _node_set_model(doc, default_image):
         resources["nvidia.com/gpu"] = str(gpus)
     return m.NodeSet(
         name=doc["metadata"]["name"],
-        replicas=spec["replicas"],
-        max_replicas=spec["maxReplicas"] if spec.get("maxReplicas") is not None else spec["replicas"],
+        replicas=replicas_of(spec),
+        max_replicas=spec["maxReplicas"] if spec.get("maxReplicas") is not None else replicas_of(spec),
         resources=resources,
         cpus=slurm_node.get("cpus") or to_cpus(spec["resources"]["cpu"]),
         real_memory_mib=slurm_node.get("realMemory") or to_mib(spec["resources"]["memory"]),
@@ -320,6 +323,7 @@ def _node_set_model(doc, default_image):
         image=spec.get("image") or default_image,
         shared_memory=str(spec["sharedMemory"]) if spec.get("sharedMemory") is not None else None,
         update_strategy=_update_strategy(spec["updateStrategy"]),
+        ephemeral=ephemeral_model(spec),
     )
 
 

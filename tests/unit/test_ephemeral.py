@@ -1,0 +1,131 @@
+"""Ephemeral NodeSets (spec.ephemeral): what the spec accepts and refuses, with field paths, and what slurm.conf gets
+(render/power_save.py). The power saving cycle itself runs against real daemons in tests/slurm/."""
+import copy
+import re
+
+import pytest
+
+from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
+
+API = "slurm.soperator.dev/v1alpha1"
+
+
+def docs(*node_sets, slurm_config=None):
+    cluster = {"apiVersion": API, "kind": "SlurmCluster", "metadata": {"name": "c", "namespace": "slurm"},
+               "spec": {"jail": {"volume": {"size": "1Ti"}}}}
+    if slurm_config:
+        cluster["spec"]["slurmConfig"] = slurm_config
+    out = [cluster]
+    for name, extra in node_sets:
+        out.append({"apiVersion": API, "kind": "NodeSet", "metadata": {"name": name, "namespace": "slurm"},
+                    "spec": dict({"clusterName": "c", "resources": {"cpu": "2", "memory": "1Gi"}}, **extra)})
+    return out
+
+
+GPU = ("gpu", {"maxReplicas": 6, "ephemeral": {"enabled": True, "minReplicas": 1, "suspendTime": 60}})
+CPU = ("cpu", {"replicas": 2})
+
+
+def issues_of(documents):
+    with pytest.raises(SpecError) as e:
+        spec.build_model(documents)
+    return dict((i.path, i.message) for i in e.value.issues)
+
+
+def slurm_conf(documents):
+    return render_slurm_configs(spec.build_model(documents))["slurm.conf"]
+
+
+def settings(text):
+    return dict((k, v) for k, v in re.findall(r"^([A-Za-z]+)=(\S+)$", text, re.M))
+
+
+def test_the_model_keeps_the_floor_running_and_the_rest_to_slurm():
+    gpu = {ns.name: ns for ns in spec.build_model(docs(CPU, GPU)).node_sets}["gpu"]
+    assert (gpu.replicas, gpu.max_replicas, gpu.ephemeral.enabled) == (1, 6, True)
+    assert (gpu.static_range, gpu.cloud_range) == ("gpu-0", "gpu-[1-5]")
+    assert [gpu.is_cloud_node(i) for i in (0, 1, 5, 6)] == [False, True, True, False]
+    cpu = {ns.name: ns for ns in spec.build_model(docs(CPU, GPU)).node_sets}["cpu"]
+    assert (cpu.static_range, cpu.cloud_range, cpu.ephemeral.enabled) == ("cpu-[0-1]", None, False)
+
+
+def test_a_nodeset_without_replicas_still_runs_one_worker():
+    ns = spec.build_model(docs(("cpu", {}))).node_sets[0]
+    assert (ns.replicas, ns.max_replicas) == (1, 1)
+
+
+def test_slurm_conf_defines_cloud_nodes_and_power_saving():
+    text = slurm_conf(docs(CPU, GPU))
+    nodes = re.findall(r"^NodeName=(\S+) State=(\S+)", text, re.M)
+    assert nodes == [("cpu-[0-1]", "FUTURE"), ("gpu-0", "FUTURE"), ("gpu-[1-5]", "CLOUD")]
+    assert "NodeSet=gpu Nodes=gpu-[0-5]" in text
+    got = settings(text)
+    assert {k: got[k] for k in ("ResumeProgram", "SuspendProgram", "ResumeFailProgram", "SuspendTime",
+                                "ResumeTimeout", "SuspendTimeout", "SuspendExcNodes", "SlurmctldParameters",
+                                "PrivateData")} == {
+        "ResumeProgram": "/opt/soperator/bin/power-resume", "SuspendProgram": "/opt/soperator/bin/power-suspend",
+        "ResumeFailProgram": "/opt/soperator/bin/power-resume-fail", "SuspendTime": "60", "ResumeTimeout": "300",
+        "SuspendTimeout": "90", "SuspendExcNodes": "cpu-[0-1],gpu-0",
+        "SlurmctldParameters": "cloud_dns,idle_on_node_suspend", "PrivateData": "cloud"}
+
+
+def test_a_cluster_without_ephemeral_nodesets_gets_no_power_saving():
+    text = slurm_conf(docs(CPU, ("gpu", {"maxReplicas": 6, "ephemeral": {"enabled": False, "minReplicas": 1}})))
+    for key in ("Suspend", "Resume", "CLOUD", "PrivateData", "SlurmctldParameters"):
+        assert key not in text
+    assert re.findall(r"^NodeName=(\S+) State=(\S+)", text, re.M) == [("cpu-[0-1]", "FUTURE"),
+                                                                       ("gpu-[0-5]", "FUTURE")]
+
+
+def test_all_nodes_ephemeral_excludes_none():
+    text = slurm_conf(docs(("gpu", {"maxReplicas": 3, "ephemeral": {"enabled": True}})))
+    assert "SuspendExcNodes" not in text
+    assert re.findall(r"^NodeName=(\S+) State=(\S+)", text, re.M) == [("gpu-[0-2]", "CLOUD")]
+
+
+def test_the_users_words_are_kept_and_ours_added():
+    text = slurm_conf(docs(CPU, GPU, slurm_config={"slurmctldparameters": "enable_configless",
+                                                   "PrivateData": "jobs,cloud"}))
+    assert re.findall(r"^slurmctldparameters=(\S+)$", text, re.M) == ["enable_configless,cloud_dns,idle_on_node_suspend"]
+    assert re.findall(r"^PrivateData=(\S+)$", text, re.M) == ["jobs,cloud"]
+    assert "SlurmctldParameters=" not in text
+
+
+@pytest.mark.parametrize("node_sets, path, fragment", [
+    ([("gpu", {"ephemeral": {"enabled": True}})], "NodeSet/gpu spec.maxReplicas", "is required"),
+    ([("gpu", {"maxReplicas": 2, "ephemeral": {"enabled": True, "minReplicas": 2}})],
+     "NodeSet/gpu spec.ephemeral.minReplicas", "must be below maxReplicas (2)"),
+    ([("gpu", {"maxReplicas": 4, "replicas": 3, "ephemeral": {"enabled": True, "minReplicas": 1}})],
+     "NodeSet/gpu spec.replicas", "Slurm's to decide"),
+    ([("gpu", {"maxReplicas": 4, "ephemeral": {"enabled": True, "suspendTime": 5}})],
+     "NodeSet/gpu spec.ephemeral.suspendTime", "must be >= 10"),
+    ([("gpu", {"maxReplicas": 4, "ephemeral": {"enabled": True, "resumeTimeout": 0}})],
+     "NodeSet/gpu spec.ephemeral.resumeTimeout", "must be >= 1"),
+    ([("gpu", {"maxReplicas": 4, "ephemeral": {"enabled": True, "suspendTimeout": 65536}})],
+     "NodeSet/gpu spec.ephemeral.suspendTimeout", "must be <= 65535"),
+    ([("a", {"maxReplicas": 4, "ephemeral": {"enabled": True}}),
+      ("b", {"maxReplicas": 4, "ephemeral": {"enabled": True, "suspendTime": 600}})],
+     "NodeSet/b spec.ephemeral.suspendTime", "differs from NodeSet/a's 300"),
+], ids=["no-max", "min-not-below-max", "replicas", "suspend-time-short", "resume-timeout-zero",
+        "suspend-timeout-16-bits", "times-differ"])
+def test_bad_ephemeral_specs_fail_at_their_field(node_sets, path, fragment):
+    found = issues_of(docs(*node_sets))
+    assert path in found and fragment in found[path], found
+
+
+def test_slurm_config_may_not_set_what_power_saving_owns():
+    found = issues_of(docs(GPU, slurm_config={"suspendtime": "30", "ResumeProgram": "/bin/true"}))
+    assert "owned" not in found
+    assert "SlurmCluster/c spec.slurmConfig.suspendtime" in found
+    assert "SlurmCluster/c spec.slurmConfig.ResumeProgram" in found
+    # without an ephemeral NodeSet they are the user's
+    model = spec.build_model(docs(CPU, slurm_config={"SuspendTime": "30"}))
+    assert model.slurm_config == {"SuspendTime": "30"}
+
+
+def test_replicas_equal_to_the_floor_is_accepted():
+    gpu = copy.deepcopy(GPU)
+    gpu[1]["replicas"] = 1
+    assert spec.build_model(docs(gpu)).node_sets[0].replicas == 1
