@@ -18,6 +18,8 @@ description:
   - A node that is drained (or down) with a reason that lacks O(reason_prefix) belongs to someone else (an admin,
     Slurm itself) and is never touched (V(skipped-foreign)). A node drained by our own scale-down is left to it
     (V(skipped-scale-down)). A node of ours that still runs jobs is left for a later pass (V(skipped-busy)).
+  - A node Slurm's power saving has powered down (or is powering up or down: an ephemeral NodeSet) is never
+    replaced (V(skipped-power-saving)): Slurm starts its worker when a job needs it.
   - A node drained with our prefix and idle is replaced - with O(target=kubernetes) its worker pod (named like the
     node) is deleted so its StatefulSet recreates it, optionally after cordoning the Kubernetes node it ran on; with
     O(target=local) its slurmd is restarted - and the module waits, at most O(register_timeout) seconds, for the
@@ -172,7 +174,8 @@ nodes:
     action:
       description: The outcome.
       type: str
-      choices: [replaced, rechecked, resumed, left-drained, skipped-foreign, skipped-busy, skipped-scale-down]
+      choices: [replaced, rechecked, resumed, left-drained, skipped-foreign, skipped-busy, skipped-scale-down,
+                skipped-power-saving]
       sample: resumed
     steps:
       description: Every step done (or, in check mode, that would be), in order.

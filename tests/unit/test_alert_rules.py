@@ -33,9 +33,16 @@ CASES = {
         {'soperator_slurm_node_responding{node="cpu-0"}': "0x10", 'soperator_slurm_node_responding{node="cpu-1"}': "1x10"},
         [("4m", []), ("6m", [{"node": "cpu-0"}])]),
     "SlurmNodeDown": (
+        # gpu-3 is down because its resume failed: SlurmNodeResumeFailed says so, not this alert
         {'soperator_slurm_node_state{node="cpu-0",state="down"}': "1x10", 'soperator_slurm_node_state{node="cpu-1",state="idle"}': "1x10",
-         'soperator_slurm_node_state{node="cpu-2",state="drained"}': "1x10"},
+         'soperator_slurm_node_state{node="cpu-2",state="drained"}': "1x10",
+         'soperator_slurm_node_state{node="gpu-3",state="down"}': "1x10",
+         'soperator_slurm_node_power{node="gpu-3",power="resume_failed"}': "1x10"},
         [("6m", [{"node": "cpu-0", "state": "down"}])]),
+    "SlurmNodeResumeFailed": (
+        {'soperator_slurm_node_power{node="gpu-3",power="resume_failed"}': "1x5",
+         'soperator_slurm_node_power{node="gpu-4",power="powered_down"}': "1x5"},
+        [("1m", [{"node": "gpu-3", "power": "resume_failed"}])]),
     "SlurmNodeDrainedByHealthCheck": (
         {NODE_DRAIN % ("cpu-0", "soperator", "health_check", "munge"): "1x5",
          NODE_DRAIN % ("cpu-1", "other", "other", ""): "1x5",

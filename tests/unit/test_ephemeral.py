@@ -129,3 +129,21 @@ def test_replicas_equal_to_the_floor_is_accepted():
     gpu = copy.deepcopy(GPU)
     gpu[1]["replicas"] = 1
     assert spec.build_model(docs(gpu)).node_sets[0].replicas == 1
+
+
+def test_the_exporter_counts_power_states_per_ephemeral_nodeset():
+    from ansible_collections.soperator.slurm.plugins.module_utils.observe import metrics
+    from ansible_collections.soperator.slurm.plugins.module_utils.slurm.node_records import NodeRecord
+    nodes = [NodeRecord("cpu-0", "IDLE"),
+             NodeRecord("gpu-0", "IDLE"),
+             NodeRecord("gpu-1", "IDLE", ("CLOUD", "POWERED_DOWN")),
+             NodeRecord("gpu-2", "ALLOCATED", ("CLOUD", "POWERING_UP")),
+             NodeRecord("gpu-3", "DOWN", ("CLOUD", "POWERED_DOWN"), reason="soperator: resume-failed not up in 300s"),
+             NodeRecord("gpu-4", "IDLE", ("CLOUD",)),
+             NodeRecord("gpu-5", "DOWN", ("CLOUD", "POWERED_DOWN"), reason="someone else: resume-failed")]
+    node_power, per_nodeset = metrics.power_families(nodes, "soperator:")
+    assert sorted((s.labels["node"], s.labels["power"]) for s in node_power.samples) == [
+        ("gpu-1", "powered_down"), ("gpu-2", "powering_up"), ("gpu-3", "resume_failed"), ("gpu-5", "powered_down")]
+    assert dict((s.labels["power"], s.value) for s in per_nodeset.samples if s.labels["nodeset"] == "gpu") == {
+        "powered_down": 2, "powering_up": 1, "powering_down": 0, "resume_failed": 1}
+    assert set(s.labels["nodeset"] for s in per_nodeset.samples) == {"gpu"}

@@ -41,11 +41,20 @@ _RULES = (
      "slurmctld has not heard from slurmd on {{ $labels.node }} for SlurmdTimeout. Check the worker pod (is it "
      "running, is slurmd up, can it reach slurmctld by DNS). Jobs on it will be requeued or fail when the node is "
      "set DOWN."),
-    ("SlurmNodeDown", 'soperator_slurm_node_state{state=~"down|fail|failing"} == 1', "5m", "warning",
+    # Nodes power saving manages are left to SlurmNodeResumeFailed: Slurm sets a node DOWN when its resume fails.
+    ("SlurmNodeDown", 'soperator_slurm_node_state{state=~"down|fail|failing"} == 1 '
+                      'unless on (node) soperator_slurm_node_power == 1', "5m", "warning",
      "Slurm node {{ $labels.node }} is {{ $labels.state }}",
      "The node takes no jobs. `scontrol show node {{ $labels.node }}` gives Slurm's reason; when the cause is fixed, "
      "`scontrol update NodeName={{ $labels.node }} State=RESUME`, or let the remediation CronJob replace the "
      "worker."),
+    ("SlurmNodeResumeFailed", 'soperator_slurm_node_power{power="resume_failed"} == 1', "0m", "warning",
+     "Worker {{ $labels.node }} did not come up when Slurm resumed it",
+     "Slurm powered up {{ $labels.node }} of an ephemeral NodeSet for a job, and its worker did not register within "
+     "ResumeTimeout: the node is DOWN with our reason and the job was requeued. Read the reason with `scontrol show "
+     "node {{ $labels.node }}` (on Kubernetes: the pod's events - image missing, unschedulable; locally: the "
+     "slurmd's log). When the cause is fixed, `scontrol update NodeName={{ $labels.node }} State=RESUME` makes the "
+     "node available to jobs again (it stays powered down until one needs it)."),
     ("SlurmNodeDrainedByHealthCheck", 'soperator_slurm_node_drain{owner="soperator",kind=~"health_check|active_check"} == 1',
      "1m", "warning",
      "{{ $labels.node }} drained by the {{ $labels.check }} {{ $labels.kind }}",

@@ -42,6 +42,8 @@ _DASHBOARDS = {
          [("soperator_slurm_node_memory_allocated_bytes / clamp_min(soperator_slurm_node_memory_bytes, 1)", "{{node}}")]),
         ("Health checks failing now", "table", "none",
          [("soperator_slurm_health_check_last_result == 0", "{{node}} {{kind}} {{check}}")]),
+        ("Ephemeral NodeSets: nodes by power state", "timeseries", "none",
+         [("sum by (nodeset, power) (soperator_slurm_nodeset_power_nodes)", "{{nodeset}} {{power}}")]),
         ("Remediation steps per hour", "timeseries", "none",
          [("sum by (action, result) (increase(soperator_slurm_remediation_actions_total[1h]))",
            "{{action}} {{result}}")]),

@@ -23,7 +23,8 @@ except ImportError:  # only the exporter program builds metrics; the modules imp
     CounterMetricFamily = GaugeMetricFamily = None
     HAS_PROMETHEUS_CLIENT = False
 
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import SCALE_DOWN_REASON, UPGRADE_REASON
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
+    RESUME_FAILED_REASON, SCALE_DOWN_REASON, UPGRADE_REASON)
 
 MIB = 1024 * 1024
 
@@ -224,6 +225,42 @@ def node_families(nodes, prefix):
     return [state, responding, drain] + list(res.values())
 
 
+# Ephemeral NodeSets' nodes by where power saving has them; resume_failed: DOWN with our ResumeFailProgram's reason.
+POWER_STATES = ("powered_down", "powering_up", "powering_down", "resume_failed")
+_NODE_NAME = re.compile(r"^(.+)-(?:0|[1-9][0-9]*)$")     # <nodeset>-<ordinal>, as NodeSet.node_name makes them
+
+
+def power_word(record, prefix):
+    """The node's POWER_STATES word, or "" for a node that is up (or not managed by power saving)."""
+    if prefix and record.reason.startswith(prefix) \
+            and record.reason[len(prefix):].strip().startswith(RESUME_FAILED_REASON):
+        return "resume_failed"
+    return record.power
+
+
+def power_families(nodes, prefix):
+    """Ephemeral NodeSets (their CLOUD nodes): per node its power state, per NodeSet the count of each (0s
+    included, so an alert can compare)."""
+    node_power = _gauge("soperator_slurm_node_power", "1 for a node power saving has powered down, is powering up "
+                        "or down, or that did not come up when resumed (resume_failed).", ["node", "power"])
+    counts = {}
+    for r in nodes:
+        word = power_word(r, prefix)
+        if word:
+            node_power.add_metric([r.name, word], 1)
+        match = _NODE_NAME.match(r.name)
+        if r.cloud and match:
+            per = counts.setdefault(match.group(1), dict((w, 0) for w in POWER_STATES))
+            if word:
+                per[word] += 1
+    by_nodeset = _gauge("soperator_slurm_nodeset_power_nodes", "Nodes of an ephemeral NodeSet by power state.",
+                        ["nodeset", "power"])
+    for nodeset, per in sorted(counts.items()):
+        for word in POWER_STATES:
+            by_nodeset.add_metric([nodeset, word], per[word])
+    return [node_power, by_nodeset]
+
+
 def partition_families(nodes):
     """Per partition: nodes by state, CPUs, memory and GPUs total/allocated."""
     nodes_by_state, totals = {}, {}
@@ -386,6 +423,7 @@ def families(snapshot, prefix, scrape_seconds):
     out = exporter_families(snapshot, scrape_seconds)
     if "sinfo" not in snapshot.errors:
         out += node_families(snapshot.nodes, prefix) + partition_families(snapshot.nodes)
+        out += power_families(snapshot.nodes, prefix)
         out += health_families(snapshot.health, snapshot.nodes)
     if "squeue" not in snapshot.errors:
         out += job_families(snapshot.jobs)

@@ -24,6 +24,9 @@ _REASON = re.compile(r"^(.*?)(?: \[([^\]@]*)@([^\]]*)\])?$", re.S)
 
 
 BUSY_STATES = frozenset(["ALLOCATED", "MIXED"])
+# Slurm's power saving flags (ephemeral NodeSets) -> our word for them; POWER_DOWN is a requested power-down.
+POWER_FLAGS = (("POWERING_UP", "powering_up"), ("POWERING_DOWN", "powering_down"), ("POWER_DOWN", "powering_down"),
+               ("POWERED_DOWN", "powered_down"))
 HOLD_FLAGS = frozenset(["DRAIN", "FAIL"])
 
 
@@ -64,6 +67,20 @@ class NodeRecord:
         return self.base_state == "FUTURE"
 
     @property
+    def power(self):
+        """Where Slurm's power saving has the node: powering_up, powering_down, powered_down, or "" (up, or a node
+        power saving does not manage)."""
+        for flag, word in POWER_FLAGS:
+            if flag in self.flags:
+                return word
+        return ""
+
+    @property
+    def cloud(self):
+        """A CLOUD node: one of an ephemeral NodeSet's powered up and down by Slurm."""
+        return "CLOUD" in self.flags
+
+    @property
     def held(self):
         """Out of service by an admin or by Slurm: drained, failed or down."""
         return bool(HOLD_FLAGS.intersection(self.flags)) or self.base_state == "DOWN"
@@ -100,7 +117,7 @@ class NodeRecord:
             "gres_used": self.gres_used, "features": list(self.features), "cpus": self.cpus,
             "alloc_cpus": self.alloc_cpus, "real_memory": self.real_memory, "alloc_memory": self.alloc_memory,
             "address": self.address, "hostname": self.hostname, "drained": self.drained, "busy": self.busy,
-            "jobs": self.jobs,
+            "jobs": self.jobs, "power": self.power,
         }
         if prefix is not None:
             out["ours"] = self.ours(prefix)

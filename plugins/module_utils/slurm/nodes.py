@@ -42,6 +42,8 @@ DEFAULT_REASON_PREFIX = "soperator:"
 SCALE_DOWN_REASON = "scale-down"
 # The reason of a node drained by a rolling upgrade (slurm/rollout.py) until it runs no job.
 UPGRADE_REASON = "upgrade"
+# The reason our ResumeFailProgram gives a node whose worker did not come up within ResumeTimeout (ephemeral NodeSets).
+RESUME_FAILED_REASON = "resume-failed"
 STATES = ("drained", "resumed", "undrained")
 
 SINFO_JSON = ("sinfo", "--json")

@@ -45,6 +45,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.errors import Sope
 
 REPLACED, RECHECKED, RESUMED, LEFT_DRAINED = "replaced", "rechecked", "resumed", "left-drained"
 SKIPPED_FOREIGN, SKIPPED_BUSY, SKIPPED_SCALE_DOWN = "skipped-foreign", "skipped-busy", "skipped-scale-down"
+SKIPPED_POWER = "skipped-power-saving"
 ACTIONS = (REPLACED, RECHECKED, RESUMED, LEFT_DRAINED, SKIPPED_FOREIGN, SKIPPED_BUSY, SKIPPED_SCALE_DOWN)
 # What a pass did, counted by step and result (the remediation record, observe/remediation_record.py): a replacement
 # that came back registered, a re-check whose checks pass, a resume that Slurm took count as success.
@@ -213,6 +214,10 @@ class Remediator(object):
             entry = {"name": name, "state": record.state, "reason": record.reason, "steps": []}
             if not record.ours(self.prefix):
                 self._finish(entry, SKIPPED_FOREIGN, "held by someone else: its reason lacks %r" % self.prefix)
+            elif record.power:
+                # Slurm's power saving owns it: replacing its worker would power it up behind Slurm's back
+                self._finish(entry, SKIPPED_POWER, "%s by Slurm's power saving (an ephemeral NodeSet): Slurm "
+                             "starts its worker when a job needs it" % record.power.replace("_", " "))
             elif record.reason == scale_down:
                 self._finish(entry, SKIPPED_SCALE_DOWN, "drained by a scale-down of its NodeSet")
             elif record.busy or jobs.get(name):
