@@ -1,5 +1,6 @@
 """The container images (images/): build.py's pure helpers always; the built images themselves when `make images`
 ran on this machine (otherwise those tests skip, environmentally: building takes minutes and root)."""
+import ast
 import io
 import os
 import re
@@ -62,6 +63,54 @@ def test_every_component_has_a_recipe_and_a_containerfile():
             directory, rootfs = build.IMAGE_RECIPES[component][:2]
             assert rootfs in build.ROOTFS
         assert os.path.isfile(os.path.join(IMAGES, directory, "Containerfile"))
+
+
+NODE_DIR = os.path.join(ROOT, "plugins", "module_utils", "node")
+
+
+def _node_imports(name):
+    """The node/ files that node/`name` imports, either way it can (the collection's path, or a file beside it)."""
+    with open(os.path.join(NODE_DIR, name)) as f:
+        tree = ast.parse(f.read())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "ansible_collections.soperator.slurm.plugins." \
+                "module_utils.node":
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names
+                         if os.path.isfile(os.path.join(NODE_DIR, alias.name + ".py")))
+    return set(name + ".py" for name in found)
+
+
+@pytest.mark.parametrize("component", ["worker", "login", "jail"])
+def test_an_image_copies_every_node_file_its_programs_import_and_they_run_from_that_copy(component, tmp_path):
+    """The node programs run in the images as plain files in one directory: each COPY of node files carries what its
+    programs import, build.py puts those files into the build context, and each program starts from such a copy
+    alone (python3 -I: neither the collection nor the script's directory on sys.path but what it adds itself)."""
+    directory, unused_rootfs, context = build.IMAGE_RECIPES[component]
+    with open(os.path.join(IMAGES, directory, "Containerfile")) as f:
+        copies = re.findall(r"^COPY ((?:\S+\.py )+)(\S+)/$", f.read(), re.M)
+    together = {}
+    for names, dest in copies:
+        together.setdefault(dest, set()).update(names.split())
+    assert together
+    for dest, names in sorted(together.items()):
+        for name in sorted(names):
+            assert context[name] == os.path.join(build.NODE, name)
+            assert _node_imports(name) <= names, (dest, name)
+        copy = tmp_path / dest.strip("/").replace("/", "-")
+        copy.mkdir()
+        for name in names:
+            shutil.copy(os.path.join(NODE_DIR, name), str(copy))
+        for name in sorted(names):
+            with open(os.path.join(NODE_DIR, name)) as f:
+                if "\nif __name__ == \"__main__\":" not in f.read():
+                    continue
+            proc = subprocess.run([sys.executable, "-I", str(copy / name), "--help"], cwd=str(tmp_path),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                                  timeout=60, check=False)
+            assert proc.returncode == 0 and "usage" in proc.stdout, (dest, name, proc.stderr)
 
 
 # --- the built images ---------------------------------------------------------------------------------------------

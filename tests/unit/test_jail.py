@@ -10,6 +10,7 @@ import tarfile
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as j
+from ansible_collections.soperator.slurm.plugins.module_utils.node import jail_source
 from tar_helpers import make_tar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -198,7 +199,7 @@ def test_a_missing_umoci_names_the_package(tmp_path, jail_dir, monkeypatch):
     layout.mkdir()
     (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
     (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [
-        {"digest": "sha256:" + "0" * 64, "annotations": {j.OCI_REF_ANNOTATION: "latest"}}]}))
+        {"digest": "sha256:" + "0" * 64, "annotations": {jail_source.OCI_REF_ANNOTATION: "latest"}}]}))
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     with pytest.raises(j.JailError, match="Debian package umoci"):
         j.populate(jail_dir, str(layout), "never")
@@ -293,6 +294,7 @@ def test_the_populate_image_puts_program_and_rootfs_where_the_job_looks():
     from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
     with open(os.path.join(ROOT, "images", "populate_jail", "Containerfile")) as f:
         text = f.read()
-    # jail.py imports safe_tree.py from its own directory
-    assert "COPY jail.py safe_tree.py %s/\n" % os.path.dirname(c.POPULATE_JAIL_PROGRAM) in text
+    # jail.py imports its companions from its own directory (tests/images/test_images.py: the COPY lists are whole)
+    assert "COPY jail.py jail_source.py tree_reader.py safe_tree.py %s/\n" % os.path.dirname(c.POPULATE_JAIL_PROGRAM) \
+        in text
     assert "COPY jail-rootfs.tar %s\n" % c.POPULATE_JAIL_SOURCE in text

@@ -20,6 +20,7 @@ import tarfile
 import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as j
+from ansible_collections.soperator.slurm.plugins.module_utils.node import jail_source
 from ansible_collections.soperator.slurm.plugins.module_utils.node import safe_tree
 import tar_helpers
 
@@ -526,7 +527,7 @@ def test_a_pax_sparse_header_claiming_a_petabyte_is_refused(world, tmp_path):
 
 def test_free_space_is_checked_against_the_jails_filesystem(tmp_path, monkeypatch):
     tar = make_tar(str(tmp_path / "t.tar"), [F("a", b"x" * 5000), F("b", b"y" * 100)])
-    summary = j.scan_tar(tar)
+    summary = jail_source.scan_tar(tar)
     assert (summary.bytes, summary.entries, summary.largest) == (5100, 2, (5000, "a"))
 
     class Vfs(object):

@@ -21,6 +21,7 @@ import pytest
 
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail as j
 from ansible_collections.soperator.slurm.plugins.module_utils.node import safe_tree
+from ansible_collections.soperator.slurm.plugins.module_utils.node import tree_reader
 import tar_helpers
 import test_jail_hostile as hostile
 
@@ -205,7 +206,7 @@ def test_the_deadline_stops_a_scan_and_a_write_between_two_steps(tmp_path):
     ticks = iter(range(10 ** 6))
     writer = safe_tree.Writer(deadline=safe_tree.Deadline(12, clock=lambda: next(ticks)))
     with pytest.raises(safe_tree.TimedOut, match="did not finish within its timeout of 12s"):
-        safe_tree.read_into(writer, "tar", archive)
+        tree_reader.read_into(writer, "tar", archive)
     assert 0 < writer.entries < 10
     root = tmp_path / "root"
     root.mkdir()
@@ -214,7 +215,7 @@ def test_the_deadline_stops_a_scan_and_a_write_between_two_steps(tmp_path):
         ticks = iter(range(10 ** 6))
         writer = safe_tree.Writer(fd, deadline=safe_tree.Deadline(12, clock=lambda: next(ticks)))
         with pytest.raises(safe_tree.TimedOut):
-            safe_tree.read_into(writer, "tar", archive)
+            tree_reader.read_into(writer, "tar", archive)
     finally:
         os.close(fd)
     written = sum(os.path.getsize(str(root / name)) for name in os.listdir(str(root)))
@@ -249,8 +250,8 @@ def test_tarfiles_own_read_loops_stop_at_the_deadline_and_the_limit(tmp_path):
     ticks = iter(range(10 ** 6))
     writer = safe_tree.Writer(deadline=safe_tree.Deadline(100, clock=lambda: next(ticks)))
     with pytest.raises(safe_tree.TimedOut, match="did not finish within its timeout of 100s"):
-        safe_tree.read_into(writer, "tar", archive)
+        tree_reader.read_into(writer, "tar", archive)
     assert next(ticks) < 200            # stopped at the deadline, not at the end of the archive
     with pytest.raises(safe_tree.JailError, match=r"the archive \S+ cannot be read: the archive holds more than the "
                                                   r"jail's filesystem has free \(100000 bytes\)"):
-        safe_tree.read_into(safe_tree.Writer(), "tar", archive, limit=100000)
+        tree_reader.read_into(safe_tree.Writer(), "tar", archive, limit=100000)

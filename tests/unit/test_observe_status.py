@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_collections.soperator.slurm.plugins.module_utils.node import active_check as ac
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc
+from ansible_collections.soperator.slurm.plugins.module_utils.node import health_status as hs
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import exporter, metrics, status
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import remediation_record as rr
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.node_records import NodeRecord
@@ -35,15 +36,15 @@ def _samples(families, name):
 # --- writing -------------------------------------------------------------------------------------------------------
 
 def test_passive_record_is_written_atomically_and_read_back(status_dir):
-    record = hc.passive_record("cpu-0", [{"check": "munge", "detail": "unmunge failed"}], ["disk"], now=1700000000.5)
-    hc.write_status(status_dir, hc.PASSIVE, "cpu-0", record)
+    record = hs.passive_record("cpu-0", [{"check": "munge", "detail": "unmunge failed"}], ["disk"], now=1700000000.5)
+    hs.write_status(status_dir, hs.PASSIVE, "cpu-0", record)
     path = os.path.join(status_dir, "passive", "cpu-0.json")
     with open(path) as f:
         assert json.load(f) == {"version": 1, "kind": "passive", "node": "cpu-0", "time": 1700000000.5, "checks": {
             "disk": {"result": "pass"}, "munge": {"result": "fail", "detail": "unmunge failed"}}}
     assert oct(os.stat(path).st_mode & 0o777) == "0o644"
     assert os.listdir(os.path.dirname(path)) == ["cpu-0.json"]          # no temporary file left
-    assert hc.read_status(status_dir, hc.PASSIVE, "cpu-0") == record
+    assert hs.read_status(status_dir, hs.PASSIVE, "cpu-0") == record
 
 
 def test_a_link_at_the_record_is_replaced_never_written_through(status_dir, tmp_path):
@@ -51,8 +52,8 @@ def test_a_link_at_the_record_is_replaced_never_written_through(status_dir, tmp_
     victim.write_text("keep me")
     os.makedirs(os.path.join(status_dir, "passive"))
     os.symlink(str(victim), os.path.join(status_dir, "passive", "cpu-0.json"))
-    assert hc.read_status(status_dir, hc.PASSIVE, "cpu-0") is None            # not read through either
-    hc.write_status(status_dir, hc.PASSIVE, "cpu-0", hc.passive_record("cpu-0", [], ["disk"]))
+    assert hs.read_status(status_dir, hs.PASSIVE, "cpu-0") is None            # not read through either
+    hs.write_status(status_dir, hs.PASSIVE, "cpu-0", hs.passive_record("cpu-0", [], ["disk"]))
     assert victim.read_text() == "keep me"
     assert not os.path.islink(os.path.join(status_dir, "passive", "cpu-0.json"))
 
@@ -62,13 +63,13 @@ def test_a_directory_others_can_write_or_swap_is_refused(tmp_path):
     open_dir = tmp_path / "open"
     open_dir.mkdir()
     os.chmod(str(open_dir), 0o777)                           # anyone could swap `status` for a link
-    with pytest.raises(hc.StatusError, match="others can write"):
-        hc.write_status(str(open_dir / "status"), hc.PASSIVE, "cpu-0", {})
+    with pytest.raises(hs.StatusError, match="others can write"):
+        hs.write_status(str(open_dir / "status"), hs.PASSIVE, "cpu-0", {})
     # a link placed in a directory anyone can write is not followed, even to a good directory
     (tmp_path / "good").mkdir()
     os.symlink(str(tmp_path / "good"), str(open_dir / "link"))
-    with pytest.raises(hc.StatusError):
-        hc.write_status(str(open_dir / "link"), hc.PASSIVE, "cpu-0", {})
+    with pytest.raises(hs.StatusError):
+        hs.write_status(str(open_dir / "link"), hs.PASSIVE, "cpu-0", {})
     assert os.listdir(str(tmp_path / "good")) == []
 
 
@@ -78,29 +79,29 @@ def test_what_another_user_owns_is_refused(tmp_path):
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     os.chown(str(theirs), NOBODY, NOBODY)
-    with pytest.raises(hc.StatusError, match="another user"):
-        hc.write_status(str(theirs / "status"), hc.PASSIVE, "cpu-0", {})
+    with pytest.raises(hs.StatusError, match="another user"):
+        hs.write_status(str(theirs / "status"), hs.PASSIVE, "cpu-0", {})
     (tmp_path / "good").mkdir()
     os.symlink(str(tmp_path / "good"), str(tmp_path / "their-link"))
     os.lchown(str(tmp_path / "their-link"), NOBODY, NOBODY)
-    with pytest.raises(hc.StatusError, match="symlink"):
-        hc.write_status(str(tmp_path / "their-link"), hc.PASSIVE, "cpu-0", {})
+    with pytest.raises(hs.StatusError, match="symlink"):
+        hs.write_status(str(tmp_path / "their-link"), hs.PASSIVE, "cpu-0", {})
 
 
 def test_a_link_we_placed_in_our_own_directory_is_followed(tmp_path):
     os.chmod(str(tmp_path), 0o755)
     (tmp_path / "real").mkdir()
     os.symlink("real", str(tmp_path / "alias"))               # relative, like /lib -> usr/lib
-    hc.write_status(str(tmp_path / "alias" / "status"), hc.PASSIVE, "cpu-0", {"version": 1})
+    hs.write_status(str(tmp_path / "alias" / "status"), hs.PASSIVE, "cpu-0", {"version": 1})
     assert os.path.isfile(str(tmp_path / "real" / "status" / "passive" / "cpu-0.json"))
-    hc.write_status(str(tmp_path / "real" / ".." / "alias" / "status"), hc.PASSIVE, "cpu-1", {"version": 1})
+    hs.write_status(str(tmp_path / "real" / ".." / "alias" / "status"), hs.PASSIVE, "cpu-1", {"version": 1})
     assert os.path.isfile(str(tmp_path / "real" / "status" / "passive" / "cpu-1.json"))
 
 
 def test_names_that_are_no_file_names_are_refused(status_dir):
     for bad in ("../etc", "a/b", ".hidden", "", "x" * 100):
-        with pytest.raises(hc.StatusError):
-            hc.write_status(status_dir, hc.PASSIVE, bad, {})
+        with pytest.raises(hs.StatusError):
+            hs.write_status(status_dir, hs.PASSIVE, bad, {})
 
 
 def test_the_program_records_each_run_but_never_in_check_only_mode(status_dir, tmp_path, capsys):
@@ -118,15 +119,15 @@ def test_the_program_records_each_run_but_never_in_check_only_mode(status_dir, t
     finally:
         os.environ.clear()
         os.environ.update(env)
-    record = hc.read_status(status_dir, hc.PASSIVE, "cpu-0")
+    record = hs.read_status(status_dir, hs.PASSIVE, "cpu-0")
     assert record["checks"] == {"ok": {"result": "pass"}, "broken": {"result": "fail", "detail": "exit 3: no"}}
 
 
 def test_a_record_that_cannot_be_written_leaves_the_verdict_alone(tmp_path):
     os.chmod(str(tmp_path), 0o777)
-    problem = hc.record_status({"statusDir": str(tmp_path / "status")}, hc.PASSIVE, "cpu-0", {})
+    problem = hc.record_status({"statusDir": str(tmp_path / "status")}, hs.PASSIVE, "cpu-0", {})
     assert problem and "cannot record" in problem
-    assert hc.record_status({}, hc.PASSIVE, "cpu-0", {}) is None            # no statusDir: nothing to record
+    assert hc.record_status({}, hs.PASSIVE, "cpu-0", {}) is None            # no statusDir: nothing to record
 
 
 def test_active_record_keeps_a_skipped_nodes_last_result_and_forgets_removed_nodes():
@@ -144,24 +145,24 @@ def test_active_record_keeps_a_skipped_nodes_last_result_and_forgets_removed_nod
 
 def test_active_results_are_merged_and_records_of_removed_checks_go(status_dir):
     config = {"statusDir": status_dir, "active": {"checks": [{"name": "nccl"}]}}
-    hc.write_status(status_dir, hc.ACTIVE, "old-check", {"version": 1})
+    hs.write_status(status_dir, hs.ACTIVE, "old-check", {"version": 1})
     assert ac.record_results(config, "nccl", ["gpu-0"], [{"node": "gpu-0", "result": "pass", "job": "1"}]) is None
     assert ac.record_results(config, "nccl", ["gpu-0"], [{"node": "gpu-0", "result": "skipped"}]) is None
     assert sorted(os.listdir(os.path.join(status_dir, "active"))) == ["nccl.json"]
-    assert hc.read_status(status_dir, hc.ACTIVE, "nccl")["nodes"]["gpu-0"]["result"] == "pass"
+    assert hs.read_status(status_dir, hs.ACTIVE, "nccl")["nodes"]["gpu-0"]["result"] == "pass"
 
 
 # --- reading and the metric families -------------------------------------------------------------------------------
 
 def test_health_results_become_bounded_series_of_the_nodes_slurm_lists(status_dir):
-    hc.write_status(status_dir, hc.PASSIVE, "cpu-0", hc.passive_record(
+    hs.write_status(status_dir, hs.PASSIVE, "cpu-0", hs.passive_record(
         "cpu-0", [{"check": "fault-file", "detail": "exit 1"}], ["disk"], now=100.0))
-    hc.write_status(status_dir, hc.PASSIVE, "cpu-7", hc.passive_record("cpu-7", [], ["disk"], now=100.0))   # gone
-    hc.write_status(status_dir, hc.ACTIVE, "probe", {"version": 1, "kind": "active", "check": "probe", "nodes": {
+    hs.write_status(status_dir, hs.PASSIVE, "cpu-7", hs.passive_record("cpu-7", [], ["disk"], now=100.0))   # gone
+    hs.write_status(status_dir, hs.ACTIVE, "probe", {"version": 1, "kind": "active", "check": "probe", "nodes": {
         "cpu-0": {"result": "pass", "time": 90.0}, "cpu-1": {"result": "fail", "time": 95.0},
         "bad name!": {"result": "fail", "time": 95.0}, "cpu-2": {"result": "maybe", "time": 95.0}}})
     # what is not a record of ours: counted, never exported
-    hc.write_status(status_dir, hc.PASSIVE, "cpu-1", {"version": 1, "kind": "passive", "node": "cpu-9", "time": 1,
+    hs.write_status(status_dir, hs.PASSIVE, "cpu-1", {"version": 1, "kind": "passive", "node": "cpu-9", "time": 1,
                                                       "checks": {}})
     with open(os.path.join(status_dir, "passive", "cpu-2.json"), "w") as f:
         f.write("{not json")
@@ -243,7 +244,7 @@ class _Runner(object):
 
 
 def test_one_scrape_exports_the_status_records(status_dir, monkeypatch):
-    hc.write_status(status_dir, hc.PASSIVE, "cpu-0", hc.passive_record(
+    hs.write_status(status_dir, hs.PASSIVE, "cpu-0", hs.passive_record(
         "cpu-0", [{"check": "fault-file", "detail": "exit 1"}], [], now=100.0))
     record = os.path.join(status_dir, rr.RECORD_KEY)
     rr.FileStore(record).save(rr.updated(None, {"actions": {"replace": {"success": 1, "failure": 0}}, "errors": []},

@@ -29,7 +29,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import _digest
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_file
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir, current_text
-from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check
+from ansible_collections.soperator.slurm.plugins.module_utils.node import health_status
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import (
     exporter, metrics, remediation_record, status)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_files import (
@@ -40,7 +40,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax impor
 
 _PACKAGE = "ansible_collections.soperator.slurm.plugins.module_utils"
 # Every module the exporter imports (importing them here is also what puts them into a module's payload).
-_SOURCES = (exporter, metrics, status, health_check, remediation_record, errors, files, hostlist, node_records, nodes,
+_SOURCES = (exporter, metrics, status, health_status, remediation_record, errors, files, hostlist, node_records, nodes,
             runner, retry, wait)
 
 _WRAPPER = """#!/bin/sh

@@ -16,7 +16,7 @@ failed drains its node, and never a node someone else drained in the meantime.
 
 Prints one JSON object {"check", "results": [{"node", "result": pass|fail|skipped, "detail", "job"}], "drained"};
 exit 0 when nothing failed, 1 when a node failed its check, 2 when the checks could not run. The last pass or fail of
-each node is kept in health.json's statusDir as active/<check>.json (health_check.write_status; a skipped node keeps
+each node is kept in health.json's statusDir as active/<check>.json (health_status.write_status; a skipped node keeps
 its earlier result), where the exporter reads it; files of checks no longer configured are removed.
 """
 
@@ -32,10 +32,11 @@ import sys
 import time
 
 try:
-    from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc
-except ImportError:  # run as a program from an image or the local backend's bin/: health_check.py lies beside it
+    from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc, health_status
+except ImportError:  # run as a program from an image or the local backend's bin/: the two files lie beside it
     sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
     import health_check as hc
+    import health_status
 
 CHECK_TAG = "check:"
 POLL_SECONDS = 2.0
@@ -304,7 +305,7 @@ def active_record(name, previous, targets, results, now=None):
         if r["result"] in (PASS, FAIL):
             nodes[r["node"]] = {"result": r["result"], "time": now, "detail": r.get("detail") or "",
                                 "job": r.get("job") or ""}
-    return {"version": hc.STATUS_VERSION, "kind": hc.ACTIVE, "check": name, "nodes": nodes}
+    return {"version": health_status.STATUS_VERSION, "kind": health_status.ACTIVE, "check": name, "nodes": nodes}
 
 
 def record_results(config, name, targets, results):
@@ -313,14 +314,14 @@ def record_results(config, name, targets, results):
     directory = config.get("statusDir")
     if not directory:
         return None
-    previous = hc.read_status(directory, hc.ACTIVE, name)
-    problem = hc.record_status(config, hc.ACTIVE, name, active_record(name, previous, targets, results))
+    previous = health_status.read_status(directory, health_status.ACTIVE, name)
+    problem = hc.record_status(config, health_status.ACTIVE, name, active_record(name, previous, targets, results))
     if problem:
         return problem
     configured = set(ch["name"] for ch in (config.get("active") or {}).get("checks") or [])
     try:
-        dfd = hc.open_status_dir(os.path.join(directory, hc.ACTIVE), create=False)
-    except (OSError, hc.StatusError):
+        dfd = health_status.open_status_dir(os.path.join(directory, health_status.ACTIVE), create=False)
+    except (OSError, health_status.StatusError):
         return None
     try:
         for entry in os.listdir(dfd):

@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Passive health checks of one Slurm node: Slurm's HealthCheckProgram.
 
-Python 3 standard library only, no Ansible: the images install this file as constants.HEALTH_CHECK_PROGRAM and the
-local backend copies it under its state directory. Interface (the remediation playbook relies on it):
+Python 3 standard library only, no Ansible: the images install this file as constants.HEALTH_CHECK_PROGRAM, with
+health_status.py beside it, and the local backend copies both under its state directory. Interface (the
+remediation playbook relies on it):
 
     health-check [--config PATH] [--node NAME] [--check-only]
 
@@ -17,8 +18,8 @@ local backend copies it under its state directory. Interface (the remediation pl
   cannot be read, nothing is changed and the exit code is 2 (fail closed).
 * --check-only: no scontrol writes; prints {"node", "healthy", "failed": [{"check", "detail"}], "passed"} as JSON.
 * Exit codes: 0 healthy, 1 unhealthy, 2 could not run.
-* Default mode also records the run's result per check in health.json's "statusDir" (see write_status: the exporter
-  reads it); --check-only records nothing.
+* Default mode also records the run's result per check in health.json's "statusDir" (health_status.py: the
+  exporter reads it); --check-only records nothing.
 
 Parsing of nvidia-smi, dmesg and scontrol output is done by the pure functions below (tested on fixtures).
 slurm/node_records.py has a fuller scontrol parser, but it imports the collection (and through it
@@ -35,11 +36,16 @@ import json
 import os
 import re
 import signal
-import stat
 import subprocess
 import sys
 import threading
 import time
+
+try:
+    from ansible_collections.soperator.slurm.plugins.module_utils.node import health_status
+except ImportError:  # run as a program from an image or the local backend's bin/: health_status.py lies beside it
+    sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+    import health_status
 
 DEFAULT_CONFIG = "/etc/slurm/health.json"
 CONFIG_ENV = "SOPERATOR_HEALTH_CONFIG"
@@ -375,146 +381,7 @@ def check_custom(command, node, timeout):
 
 
 # ------------------------------------------------------------------------------------------------ status records
-# The last result of every check, where the Prometheus exporter reads it (observe/status.py). health.json's
-# "statusDir" (the jail's /var/lib/soperator/status, under the jail's mount, in the pods; <state_dir>/status locally)
-# holds one JSON file per writer, each replaced by a rename (a reader sees the old or the new file, never half):
-#   passive/<node>.json   {"version": 1, "kind": "passive", "node": NODE, "time": UNIX_SECONDS,
-#                          "checks": {CHECK: {"result": "pass" | "fail", "detail": TEXT}}}   this program, each run
-#   active/<check>.json   {"version": 1, "kind": "active", "check": CHECK,
-#                          "nodes": {NODE: {"result": "pass" | "fail", "time": UNIX_SECONDS, "detail": TEXT,
-#                                           "job": JOB_ID}}}                                  active_check.py
-# Directories are walked from / without following a link, except one placed by root or us in a directory nobody
-# else can write; every directory on the way belongs to root or to us and is writable by nobody else (or sticky, like
-# /tmp), and the last one is ours: no other user can swap a file or a link in.
-
-STATUS_VERSION = 1
-PASSIVE, ACTIVE = "passive", "active"
-STATUS_NAME = re.compile(r"^[A-Za-z0-9_][-A-Za-z0-9_.]{0,62}$")   # node and check names: file names
-STATUS_MAX_BYTES = 1 << 20
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_MAX_LINKS = 16
-
-
-class StatusError(Exception):
-    """A status record cannot be written safely (or at all); the checks' verdict stands regardless."""
-
-
-def _trusted(st, euid, sticky_ok=True):
-    """A directory only root, we (and, sticky, owners of their own entries) can change."""
-    if st.st_uid not in (0, euid):
-        return False
-    return not st.st_mode & 0o022 or (sticky_ok and bool(st.st_mode & stat.S_ISVTX))
-
-
-def open_status_dir(path, create=True):
-    """A descriptor of the directory `path`, reached one component at a time (see above); missing directories are
-    created 0755 when `create`. Raises StatusError (or OSError)."""
-    if not path.startswith("/"):
-        raise StatusError("%s is not an absolute path" % path)
-    euid = os.geteuid()
-    todo, done, links = path.split("/")[::-1], [], 0
-    fd = os.open("/", _DIR_FLAGS)
-    try:
-        while todo:
-            name = todo.pop()
-            if name in ("", "."):
-                continue
-            if name == "..":
-                done = done[:-1]
-                os.close(fd)
-                fd = os.open("/", _DIR_FLAGS)
-                todo.extend(done[::-1])
-                done = []
-                continue
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                if not create:
-                    raise
-                try:
-                    os.mkdir(name, 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            where = "/" + "/".join(done + [name])
-            if stat.S_ISLNK(st.st_mode):
-                links += 1
-                if links > _MAX_LINKS or st.st_uid not in (0, euid) or not _trusted(os.fstat(fd), euid, False):
-                    raise StatusError("%s is a symlink that root or uid %d did not place in a directory only they "
-                                      "can write: not followed" % (where, euid))
-                target = os.readlink(name, dir_fd=fd)
-                if target.startswith("/"):
-                    os.close(fd)
-                    fd = os.open("/", _DIR_FLAGS)
-                    done = []
-                todo.extend(target.split("/")[::-1])
-                continue
-            child = os.open(name, _DIR_FLAGS, dir_fd=fd)      # a link swapped in since the stat fails here
-            os.close(fd)
-            fd = child
-            done.append(name)
-            if not _trusted(os.fstat(fd), euid):
-                raise StatusError("%s belongs to another user or others can write it" % where)
-        last = os.fstat(fd)
-        if last.st_uid != euid or last.st_mode & 0o022:
-            raise StatusError("%s is not a directory of uid %d that only it can write" % (path, euid))
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_status(directory, kind, name):
-    """The record <directory>/<kind>/<name>.json, or None when it is missing, not a regular file or not JSON."""
-    try:
-        dfd = open_status_dir(os.path.join(directory, kind), create=False)
-    except (OSError, StatusError):
-        return None
-    try:
-        fd = os.open(name + ".json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
-    except OSError:
-        return None
-    finally:
-        os.close(dfd)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > STATUS_MAX_BYTES:
-            return None
-        record = json.loads(os.read(fd, STATUS_MAX_BYTES + 1).decode("utf-8", "replace"))
-        return record if isinstance(record, dict) else None
-    except ValueError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def write_status(directory, kind, name, record):
-    """Replace <directory>/<kind>/<name>.json by `record`: a new temporary file (O_EXCL|O_NOFOLLOW) renamed over it
-    in a directory opened as open_status_dir does."""
-    if not STATUS_NAME.match(name or ""):
-        raise StatusError("%r cannot name a status file" % name)
-    data = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-    dfd = open_status_dir(os.path.join(directory, kind))
-    try:
-        tmp = ".%s.%d.tmp" % (name, os.getpid())
-        try:
-            os.unlink(tmp, dir_fd=dfd)            # a killed run's leftover; unlink never follows a link
-        except FileNotFoundError:
-            pass
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd)
-        try:
-            while data:
-                data = data[os.write(fd, data):]
-            os.fchmod(fd, 0o644)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp, dir_fd=dfd)
-            raise
-        os.close(fd)
-        os.replace(tmp, name + ".json", src_dir_fd=dfd, dst_dir_fd=dfd)
-    finally:
-        os.close(dfd)
-
+# The records themselves: health_status.py.
 
 def record_status(config, kind, name, record):
     """write_status into the config's statusDir: None when written (or when the config names no statusDir), else
@@ -523,18 +390,10 @@ def record_status(config, kind, name, record):
     if not directory:
         return None
     try:
-        write_status(directory, kind, name, record)
-    except (OSError, StatusError) as e:
+        health_status.write_status(directory, kind, name, record)
+    except (OSError, health_status.StatusError) as e:
         return "cannot record the result in %s: %s" % (directory, _short(str(e)))
     return None
-
-
-def passive_record(node, failed, passed, now=None):
-    checks = dict((name, {"result": "pass"}) for name in passed)
-    for failure in failed:
-        checks[failure["check"]] = {"result": "fail", "detail": failure["detail"]}
-    return {"version": STATUS_VERSION, "kind": PASSIVE, "node": node,
-            "time": round(time.time() if now is None else now, 3), "checks": checks}
 
 
 # ------------------------------------------------------------------------------------------------ config, node
@@ -656,7 +515,8 @@ def main(argv=None):
         failed, passed = run_checks(config, node)
         result = {"node": node, "healthy": not failed, "failed": failed, "passed": passed}
         if not args.check_only:
-            problem = record_status(config, PASSIVE, node, passive_record(node, failed, passed))
+            record = health_status.passive_record(node, failed, passed)
+            problem = record_status(config, health_status.PASSIVE, node, record)
             if problem:
                 result["statusError"] = problem
             # Read again right before acting: the checks took seconds, an admin may have drained it meanwhile.

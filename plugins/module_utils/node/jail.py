@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filling a jail directory from a root filesystem: a directory, a tarball or an OCI image layout.
 
-Standard library only: the same file is the populate image's program (images/populate_jail), run by the
+Standard library only: the same file is the populate image's program (images/populate_jail), with its
+companions jail_source.py (what a source is, its size), tree_reader.py and safe_tree.py beside it, run by the
 populate Job as
 
     python3 jail.py populate --source /jail-rootfs.tar --jail /mnt/jail --overwrite never
@@ -35,7 +36,6 @@ __metaclass__ = type
 import argparse
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import pwd
@@ -49,10 +49,12 @@ import tempfile
 import time
 
 try:
-    from ansible_collections.soperator.slurm.plugins.module_utils.node import safe_tree
-except ImportError:  # run as a program from the populate image: safe_tree.py lies beside it
+    from ansible_collections.soperator.slurm.plugins.module_utils.node import jail_source, safe_tree, tree_reader
+except ImportError:  # run as a program from an image: jail_source.py, safe_tree.py and tree_reader.py lie beside it
     sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+    import jail_source
     import safe_tree
+    import tree_reader
 
 SENTINEL = ".soperator-jail.json"
 SENTINEL_TMP = SENTINEL + ".tmp"
@@ -64,9 +66,7 @@ STAGING_PREFIX = ".soperator-populate-"
 TRASH_PREFIX = ".soperator-old-"
 KEPT = frozenset(["lost+found"])    # a filesystem's own entry, never moved or replaced
 OVERWRITE_MODES = ("never", "if_empty", "always")
-OCI_REF_ANNOTATION = "org.opencontainers.image.ref.name"
 PROGRAM = "soperator.slurm jail.py"
-SPACE_MARGIN = 16 << 20
 
 POPULATED = "populated"
 REPLACED = "replaced"
@@ -168,67 +168,6 @@ def jail_entries(jail):
     return _contents(os.listdir(jail))
 
 
-# --- the source --------------------------------------------------------------------------------------------------
-
-class Source(object):
-    def __init__(self, path, kind, digest=None, tag=None, label=None):
-        self.path = path
-        self.kind = kind            # dir | tar | oci
-        self.digest = digest
-        self.tag = tag
-        self.label = label or path
-
-    def describe(self):
-        return "%s %s%s" % (self.kind, self.label, ":%s" % self.tag if self.tag else "")
-
-
-def _sha256(path, deadline=safe_tree.NO_DEADLINE):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            deadline.check()
-            h.update(block)
-    return "sha256:" + h.hexdigest()
-
-
-def _oci_manifest(layout, tag):
-    """(tag, digest) of the manifest `tag` names in an OCI image layout's index.json (the only one when no tag)."""
-    try:
-        with open(os.path.join(layout, "index.json")) as f:
-            index = json.load(f)
-    except (OSError, ValueError) as e:
-        raise JailError("%s is not a readable OCI image layout: index.json: %s" % (layout, e))
-    manifests = index.get("manifests") or []
-    tagged = dict(((m.get("annotations") or {}).get(OCI_REF_ANNOTATION), m) for m in manifests)
-    tags = sorted(t for t in tagged if t)
-    if tag is None:
-        if len(tags) != 1:
-            raise JailError("OCI image layout %s has %s; choose one with the tag (oci_tag)"
-                            % (layout, "the tags %s" % ", ".join(tags) if tags else "no tagged image"))
-        tag = tags[0]
-    if tag not in tagged:
-        raise JailError("OCI image layout %s has no image tagged %r (it has: %s)"
-                        % (layout, tag, ", ".join(tags) or "none"))
-    return tag, tagged[tag].get("digest")
-
-
-def inspect_source(path, tag=None, label=None, deadline=safe_tree.NO_DEADLINE):
-    """What `path` is: an OCI image layout (a directory with an oci-layout file), a root filesystem directory, or
-    a tarball (compressed or not)."""
-    if os.path.isdir(path):
-        if os.path.isfile(os.path.join(path, "oci-layout")):
-            tag, digest = _oci_manifest(path, tag)
-            return Source(path, "oci", digest, tag, label)
-        if tag is not None:
-            raise JailError("oci_tag was given, but %s is not an OCI image layout (no oci-layout file)" % path)
-        return Source(path, "dir", None, None, label)
-    if os.path.isfile(path):
-        if not safe_tree.is_tar(path):
-            raise JailError("source %s is neither a directory nor a tar archive" % path)
-        return Source(path, "tar", _sha256(path, deadline), None, label)
-    raise JailError("source %s does not exist" % path)
-
-
 # --- deciding --------------------------------------------------------------------------------------------------
 
 def plan(jail, overwrite, previous):
@@ -258,64 +197,6 @@ def in_use_refusal(users, stop):
     how to stop it. -> the message."""
     return ("refusing overwrite=always while %s: replacing the root filesystem under them breaks running jobs and "
             "logins. %s, or set force=true" % (users, stop))
-
-
-def scan(source, limit=None, deadline=safe_tree.NO_DEADLINE):
-    """Check every entry of a tarball or directory source without writing (check mode, and the real run before
-    its first write): the first unsafe one raises JailError naming it. `limit`: the free bytes of the jail's
-    filesystem (no more is read from an archive). -> the counting writer (bytes, entries, largest, skipped), or
-    None for an OCI layout (umoci unpacks it)."""
-    if source.kind == "oci":
-        return None
-    writer = safe_tree.Writer(deadline=deadline)
-    safe_tree.read_into(writer, source.kind, source.path, limit)
-    return writer
-
-
-def scan_tar(path, limit=None):
-    """scan() of a tarball."""
-    return scan(Source(path, "tar"), limit)
-
-
-def _human(size):
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return ("%d %s" if unit == "B" else "%.1f %s") % (size, unit)
-        size /= 1024.0
-    return None
-
-
-def _filesystem(jail):
-    """(the jail or its nearest existing parent, its statvfs, its block size)."""
-    path = jail
-    while not os.path.isdir(path):
-        path = os.path.dirname(path)
-    vfs = os.statvfs(path)
-    return path, vfs, vfs.f_frsize or vfs.f_bsize or 4096
-
-
-def free_bytes(jail):
-    unused_path, vfs, block = _filesystem(jail)
-    return vfs.f_bavail * block
-
-
-def check_space(jail, summary):
-    """Refuse, before anything is written, a root filesystem that does not fit in the jail's filesystem (with a
-    margin: a block per entry, 1% and SPACE_MARGIN). Sparse members count in full, as they are written in full.
-    The real run checks after removing our leftovers of an interrupted run; check mode counts them as used."""
-    path, vfs, block = _filesystem(jail)
-    need = summary.bytes + summary.entries * block
-    need += need // 100 + SPACE_MARGIN
-    free = vfs.f_bavail * block
-    if need > free:
-        largest, name = summary.largest
-        raise JailError("the root filesystem needs %s (%d entries, %s of file data%s, with a margin) but the jail's "
-                        "filesystem (%s) has %s free; nothing was written"
-                        % (_human(need), summary.entries, _human(summary.bytes),
-                           ("; the largest is %r, %s" % (name, _human(largest))) if name else "", path, _human(free)))
-    if vfs.f_files and summary.entries + summary.entries // 100 + 64 > vfs.f_favail:
-        raise JailError("the root filesystem has %d entries but the jail's filesystem (%s) has only %d free inodes; "
-                        "nothing was written" % (summary.entries, path, vfs.f_favail))
 
 
 def _run_subprocess(argv, timeout=None):
@@ -349,7 +230,7 @@ def fill(jail, jail_fd, staging, source, run=_run_subprocess, limit=None, deadli
     root_fd = safe_tree.open_dirs(jail_fd, [staging])
     try:
         writer = safe_tree.Writer(root_fd, preserve_owner=os.geteuid() == 0, deadline=deadline)
-        safe_tree.read_into(writer, source.kind, source.path, limit)
+        tree_reader.read_into(writer, source.kind, source.path, limit)
         writer.close()
     finally:
         os.close(root_fd)
@@ -539,21 +420,21 @@ def populate(jail, source_path, overwrite="never", check_mode=False, run=_run_su
 
 
 def _populate(jail, source_path, overwrite, check_mode, run, label, oci_tag, deadline, guard, result):
-    source = inspect_source(source_path, oci_tag, label, deadline)
-    limit = free_bytes(jail)
-    summary = scan(source, limit, deadline)
+    source = jail_source.inspect_source(source_path, oci_tag, label, deadline)
+    limit = jail_source.free_bytes(jail)
+    summary = jail_source.scan(source, limit, deadline)
     skipped = summary.skipped if summary is not None else []
     result["skipped_entries"] = skipped
     if check_mode:
         if summary is not None:
-            check_space(jail, summary)
+            jail_source.check_space(jail, summary)
         result["sentinel"] = new_sentinel(source, overwrite)
         return result
     if not shutil.rmtree.avoids_symlink_attacks:
         raise JailError("this Python's shutil.rmtree may follow symlinks; a jail is populated only on Linux")
     if not os.path.isdir(jail):
         if summary is not None:
-            check_space(jail, summary)      # no jail is made for a root filesystem that cannot fit
+            jail_source.check_space(jail, summary)      # no jail is made for a root filesystem that cannot fit
         os.makedirs(jail, 0o755, exist_ok=True)     # another populate may make it at the same time
     try:
         # O_NOFOLLOW: a jail replaced by a symlink since it was checked is not entered (nor its target chowned)
@@ -568,7 +449,7 @@ def _populate(jail, source_path, overwrite, check_mode, run, label, oci_tag, dea
                 return result
             _remove_leftovers(jail, jail_fd)
             if summary is not None:
-                check_space(jail, summary)
+                jail_source.check_space(jail, summary)
             staging = os.path.basename(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=jail))
             try:
                 rootfs, skipped = fill(jail, jail_fd, staging, source, run, limit, deadline)
