@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:  # the model's module needs none of these names; only mypy reads this import
     from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import ClusterModel
@@ -28,61 +28,34 @@ class Namespaced(Named, Protocol):
         """The SlurmCluster's namespace."""
 
 
-def slurm_configs_name(model: Named) -> str:
-    return "%s-slurm-configs" % model.name
+def _cluster_suffixed(suffix: str) -> Callable[[Named], str]:
+    """The name function of an object named `<cluster>-<suffix>`: the rule of most names, in one place."""
+    def name(model: Named) -> str:
+        return "%s-%s" % (model.name, suffix)
+    return name
 
 
-def slurmdbd_config_name(model: Named) -> str:
-    return "%s-slurmdbd" % model.name
-
-
-def authorized_keys_name(model: Named) -> str:
-    return "%s-root-authorized-keys" % model.name
-
-
-def sshd_config_name(model: Named) -> str:
-    return "%s-sshd-config" % model.name
+slurm_configs_name = _cluster_suffixed("slurm-configs")
+slurmdbd_config_name = _cluster_suffixed("slurmdbd")
+authorized_keys_name = _cluster_suffixed("root-authorized-keys")
+sshd_config_name = _cluster_suffixed("sshd-config")
+controller_name = _cluster_suffixed("controller")
+exporter_name = _cluster_suffixed("exporter")
+login_name = _cluster_suffixed("login")
+login_headless_name = _cluster_suffixed("login-headless")
+accounting_name = _cluster_suffixed("accounting")
+accounting_db_name = _cluster_suffixed("accounting-db")
+populate_jail_name = _cluster_suffixed("populate-jail")
+remediation_name = _cluster_suffixed("remediation")
+# the ConfigMap of the remediation record (observe/remediation_record.py)
+remediation_status_name = _cluster_suffixed("remediation-status")
+munge_secret_name = _cluster_suffixed("munge")
+ssh_host_keys_secret_name = _cluster_suffixed("ssh-host-keys")
+accounting_db_secret_name = _cluster_suffixed("accounting-db")
 
 
 def jail_claim_name(model: "ClusterModel") -> str:
     return model.jail.volume.existing_claim or "%s-jail" % model.name
-
-
-def controller_name(model: Named) -> str:
-    return "%s-controller" % model.name
-
-
-def exporter_name(model: Named) -> str:
-    return "%s-exporter" % model.name
-
-
-def login_name(model: Named) -> str:
-    return "%s-login" % model.name
-
-
-def login_headless_name(model: Named) -> str:
-    return "%s-login-headless" % model.name
-
-
-def accounting_name(model: Named) -> str:
-    return "%s-accounting" % model.name
-
-
-def accounting_db_name(model: Named) -> str:
-    return "%s-accounting-db" % model.name
-
-
-def populate_jail_name(model: Named) -> str:
-    return "%s-populate-jail" % model.name
-
-
-def remediation_name(model: Named) -> str:
-    return "%s-remediation" % model.name
-
-
-def remediation_status_name(model: Named) -> str:
-    """ConfigMap holding the remediation record (observe/remediation_record.py)."""
-    return "%s-remediation-status" % model.name
 
 
 def active_check_name(model: Named, check_name: str) -> str:
@@ -97,18 +70,6 @@ def remediation_cluster_role_name(model: Namespaced) -> str:
 
 def service_account_name(model: Named, component: str) -> str:
     return "%s-%s" % (model.name, component)
-
-
-def munge_secret_name(model: Named) -> str:
-    return "%s-munge" % model.name
-
-
-def ssh_host_keys_secret_name(model: Named) -> str:
-    return "%s-ssh-host-keys" % model.name
-
-
-def accounting_db_secret_name(model: Named) -> str:
-    return "%s-accounting-db" % model.name
 
 
 def statefulset_pod_host(model: "ClusterModel", statefulset: str, ordinal: int = 0) -> str:
