@@ -294,21 +294,27 @@ class ClusterUpgrade(object):
 
     # --- the phases ----------------------------------------------------------------------------------------
 
+    def _backup_phase(self, change, what, where, record, phase_name, phase_key):
+        """One backup's (Job name, path it writes, phase report): the path is `where` % a name of `change` below the
+        backup claim; the result's backup records it, relative to the claim, as `record` and the Job as
+        `record`_job. In check mode the phase is planned."""
+        job, base = self._names(change, what)
+        path = "%s/%s" % (BACKUP_MOUNT, where % base)
+        self.backup["claim"] = backup_claim_name(self.model)
+        self.backup[record] = path[len(BACKUP_MOUNT) + 1:]
+        self.backup[record + "_job"] = job
+        phase = {"phase": phase_name, "job": job, phase_key: self.backup[record], "claim": self.backup["claim"]}
+        if self.backend.options.check_mode:
+            phase["status"] = "planned"
+        return job, path, phase
+
     def backup_database(self):
         """The database dump, before anything else of the run is written (when slurmdbd moves)."""
         change = self._sts_change(ACCOUNTING)
         if not self.model.accounting.enabled or not self._moving(ACCOUNTING):
             return
-        job, base = self._names(change, "dbdump")
-        path = "%s/accounting/%s.sql" % (BACKUP_MOUNT, base)
-        self.backup["claim"] = backup_claim_name(self.model)
-        self.backup["dump"] = path[len(BACKUP_MOUNT) + 1:]
-        self.backup["dump_job"] = job
-        phase = {"phase": "backup-database", "job": job, "file": self.backup["dump"],
-                 "claim": self.backup["claim"]}
-        if self.backend.options.check_mode:
-            phase["status"] = "planned"
-        else:
+        job, path, phase = self._backup_phase(change, "dbdump", "accounting/%s.sql", "dump", "backup-database", "file")
+        if not self.backend.options.check_mode:
             self._ensure_claim()
             phase["status"] = "done" if self._run_job(self._dump_job(job, path), "the accounting database dump") \
                 else "done earlier"
@@ -365,15 +371,9 @@ class ClusterUpgrade(object):
     def _save_state(self, change):
         """Stop slurmctld, copy its StateSaveLocation onto the backup claim (Slurm's guide: shut down, back up the
         StateSaveLocation, upgrade, restart)."""
-        job, base = self._names(change, "slurmctld-state")
-        path = "%s/slurmctld/%s" % (BACKUP_MOUNT, base)
-        self.backup["claim"] = backup_claim_name(self.model)
-        self.backup["state"] = path[len(BACKUP_MOUNT) + 1:]
-        self.backup["state_job"] = job
-        phase = {"phase": "save-slurmctld-state", "job": job, "folder": self.backup["state"],
-                 "claim": self.backup["claim"]}
+        job, path, phase = self._backup_phase(change, "slurmctld-state", "slurmctld/%s", "state",
+                                              "save-slurmctld-state", "folder")
         if self.backend.options.check_mode:
-            phase["status"] = "planned"
             self.phases.append(phase)
             return
         self._ensure_claim()

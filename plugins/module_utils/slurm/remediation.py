@@ -252,6 +252,13 @@ class Remediator(object):
                                     record.slurmd_start_time >= record.reason_changed_at)
         self.restore(record, entry, replace=self.replacer is not None and not replaced_since_drain)
 
+    def _replace_failed(self, entry, name, error):
+        """A replacement that failed, or whose new slurmd did not register: counted, reported, the node left drained."""
+        self.errors.append("%s: %s" % (name, error))
+        self._count(REPLACE, False)
+        self._event("NodeReplaceFailed", "%s: %s" % (name, error), warning=True)
+        self._finish(entry, LEFT_DRAINED, str(error))
+
     def restore(self, record, entry, replace=True):
         """Bring back one drained, idle node: replace it (when `replace`), wait for its new slurmd to register,
         re-check it and resume it only when every check passes. The steps go to entry['steps'], the outcome to
@@ -262,10 +269,7 @@ class Remediator(object):
             try:
                 entry["replacement"] = self.replacer.replace(name, check_mode=self.check_mode)
             except RemediationError as e:
-                self.errors.append("%s: %s" % (name, e))
-                self._count(REPLACE, False)
-                self._event("NodeReplaceFailed", "%s: %s" % (name, e), warning=True)
-                self._finish(entry, LEFT_DRAINED, str(e))
+                self._replace_failed(entry, name, e)
                 return
             entry["steps"].append(REPLACED)
             if self.check_mode:
@@ -275,10 +279,7 @@ class Remediator(object):
             try:
                 record = self._wait_registered(record)
             except RemediationError as e:
-                self.errors.append("%s: %s" % (name, e))
-                self._count(REPLACE, False)
-                self._event("NodeReplaceFailed", "%s: %s" % (name, e), warning=True)
-                self._finish(entry, LEFT_DRAINED, str(e))
+                self._replace_failed(entry, name, e)
                 return
             entry["replacement"]["registered"] = True
             self._count(REPLACE, True)
