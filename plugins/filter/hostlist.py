@@ -11,6 +11,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.hostlist import (
     DEFAULT_MAX_HOSTS, HostlistError, compress, expand)
+from ansible_collections.soperator.slurm.plugins.plugin_utils.filter_errors import filter_errors
 
 
 def _expressions(value, filter_name):
@@ -30,10 +31,8 @@ def _expressions(value, filter_name):
 def _expand_all(expressions, max_hosts, filter_name):
     names = []
     for expr in expressions:
-        try:
+        with filter_errors(filter_name, HostlistError):
             names.extend(expand(expr, max_hosts=max_hosts))
-        except HostlistError as e:
-            raise AnsibleFilterError("%s: %s" % (filter_name, e))
         if max_hosts is not None and len(names) > max_hosts:
             raise AnsibleFilterError("%s: the hostlists expand to more than %d hosts (max_hosts)"
                                      % (filter_name, max_hosts))
@@ -52,15 +51,10 @@ def hostlist_compress(value, max_hosts=DEFAULT_MAX_HOSTS):
     """['gpu-1', 'gpu-0', 'gpu-2'] or 'gpu-1,gpu-0,gpu-2' -> 'gpu-[0-2]'; '' and [] give ''."""
     expressions = [expr for expr in _expressions(value, "hostlist_compress") if expr.strip(", \t\r\n\f\v")]
     names = _expand_all(expressions, max_hosts, "hostlist_compress")
-    try:
+    with filter_errors("hostlist_compress", HostlistError):
         return compress(names)
-    except HostlistError as e:
-        raise AnsibleFilterError("hostlist_compress: %s" % (e,))
 
 
 class FilterModule(object):
     def filters(self):
-        return {
-            "hostlist_expand": hostlist_expand,
-            "hostlist_compress": hostlist_compress,
-        }
+        return {"hostlist_expand": hostlist_expand, "hostlist_compress": hostlist_compress}

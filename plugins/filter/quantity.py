@@ -11,13 +11,12 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
     QuantityError, parse_quantity, to_cpus, to_mib)
+from ansible_collections.soperator.slurm.plugins.plugin_utils.filter_errors import filter_errors
 
 
 def _non_negative(value, filter_name):
-    try:
+    with filter_errors(filter_name, QuantityError):
         negative = parse_quantity(value) < 0
-    except QuantityError as e:
-        raise AnsibleFilterError("%s: %s" % (filter_name, e))
     if negative:
         raise AnsibleFilterError("%s: %r is negative" % (filter_name, value))
 
@@ -27,24 +26,17 @@ def quantity_to_mib(value, rounding="floor"):
     if rounding not in ("floor", "ceil"):
         raise AnsibleFilterError("quantity_to_mib: rounding must be 'floor' or 'ceil', got %r" % (rounding,))
     _non_negative(value, "quantity_to_mib")
-    try:
+    with filter_errors("quantity_to_mib", QuantityError):
         return to_mib(value, rounding=rounding)
-    except QuantityError as e:
-        raise AnsibleFilterError("quantity_to_mib: %s" % (e,))
 
 
 def quantity_to_cpus(value):
     """Kubernetes CPU quantity -> whole CPUs: '16' -> 16, '16000m' -> 16; '500m' is an error."""
     _non_negative(value, "quantity_to_cpus")
-    try:
+    with filter_errors("quantity_to_cpus", QuantityError):
         return to_cpus(value)
-    except QuantityError as e:
-        raise AnsibleFilterError("quantity_to_cpus: %s" % (e,))
 
 
 class FilterModule(object):
     def filters(self):
-        return {
-            "quantity_to_mib": quantity_to_mib,
-            "quantity_to_cpus": quantity_to_cpus,
-        }
+        return {"quantity_to_mib": quantity_to_mib, "quantity_to_cpus": quantity_to_cpus}
