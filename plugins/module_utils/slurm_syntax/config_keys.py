@@ -74,10 +74,16 @@ def unknown_key_problem(line_type, key):
         LINE_NAMES[line_type], version_text(RELEASES[0]), version_text(RELEASES[-1]), hint)
 
 
+def _or_infinite(check):
+    """A value check that also takes INFINITE or UNLIMITED (any case), as Slurm's number and time parsers do."""
+    def checked(text, kind):
+        return None if text.lower() in _INFINITE else check(text, kind)
+    return checked
+
+
+@_or_infinite
 def _uint(text, kind):
     match = _DECIMAL.match(text)
-    if text.lower() in _INFINITE:
-        return None
     if not match:
         return "is not a whole number (digits only, no leading zero, or INFINITE)"
     if match.group(2) and kind == "uint16":
@@ -88,9 +94,8 @@ def _uint(text, kind):
     return None
 
 
+@_or_infinite
 def _long(text, _kind):
-    if text.lower() in _INFINITE:
-        return None
     if not _SIGNED.match(text):
         return "is not a whole number (digits, an optional '-', no leading zero)"
     if abs(int(text)) > 2 ** 63 - 1:
@@ -98,9 +103,8 @@ def _long(text, _kind):
     return None
 
 
+@_or_infinite
 def _float(text, _kind):
-    if text.lower() in _INFINITE:
-        return None
     if not _FLOAT.match(text):
         return "is not a decimal number (like 98.5)"
     number = abs(float(text))
@@ -115,10 +119,9 @@ def _boolean(text, _kind):
     return "is not a boolean (YES or NO; Slurm also reads true/false, up/down and 1/0)"
 
 
+@_or_infinite
 def _time(text, _kind):
     """A time limit as time_str2mins reads it, within its int."""
-    if text.lower() in _INFINITE:
-        return None
     match = _TIME.match(text)
     if not match:
         return "is not a time limit (minutes, minutes:seconds, hours:minutes:seconds, days-hours, " \
