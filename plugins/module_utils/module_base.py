@@ -9,8 +9,9 @@
         module.run(_run)        # _run(module) -> the result dict, or raises a SoperatorError
 
 SoperatorModule merges the module's own options with the shared specs of args.py, fails with missing_required_lib
-when a run needs the kubernetes.core collection and it is not installed, and ends every run in one place: exit_json
-with what the run returned, or fail_json with the message and result of the SoperatorError it raised.
+when a run needs the kubernetes.core collection and it is not installed (it reaches an API server, or sets one of
+that collection's auth options), and ends every run in one place: exit_json with what the run returned, or fail_json
+with the message and result of the SoperatorError it raised.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -25,7 +26,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.errors import Sope
 
 def require_kubernetes_core(reason):
     """SoperatorError when the kubernetes.core collection (the Kubernetes credentials options) is missing: without it
-    the auth options are not in the argument spec, and the API server would be reached with defaults instead."""
+    the auth options would go unused, and the API server would be reached with defaults instead."""
     if not args.HAS_KUBERNETES_CORE:
         raise SoperatorError(missing_required_lib("the kubernetes.core collection", reason=reason,
                                                   url="https://galaxy.ansible.com/ui/repo/published/kubernetes/core/"))
@@ -46,7 +47,10 @@ class SoperatorModule(AnsibleModule):
         """Exit with operation(self), the result dict; fail with the message and result of a SoperatorError."""
         try:
             if self.uses_kubernetes(self.params):
-                require_kubernetes_core("the Kubernetes options of this task")
+                require_kubernetes_core("by the Kubernetes options of this task")
+            given = sorted(name for name in args.AUTH_OPTIONS if self.params.get(name) is not None)
+            if given:
+                require_kubernetes_core("by the options %s" % ", ".join(given))
             end, result = self.exit_json, operation(self)
         except SoperatorError as e:
             end, result = self.fail_json, dict(e.result, msg=str(e))

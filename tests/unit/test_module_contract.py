@@ -8,6 +8,7 @@ import inspect
 import json
 import os
 import pkgutil
+import sys
 
 import pytest
 import yaml
@@ -135,3 +136,32 @@ def test_a_local_run_does_not_need_kubernetes_core(capsys, monkeypatch, tmp_path
     monkeypatch.setattr(args, "HAS_KUBERNETES_CORE", False)
     code, result = run_module(slurm_cluster, capsys, state="rendered", dest=str(tmp_path), src=EXAMPLE)
     assert code == 0 and result["changed"]
+
+
+@pytest.fixture
+def without_kubernetes_core(monkeypatch):
+    """args.py loaded as where the kubernetes.core collection is not installed: its import fails."""
+    monkeypatch.setitem(sys.modules, "ansible_collections.kubernetes.core.plugins.module_utils.args_common", None)
+    importlib.reload(args)
+    yield
+    monkeypatch.undo()
+    importlib.reload(args)
+
+
+@pytest.mark.parametrize("option, value", [("kubeconfig", "/root/.kube/config"), ("verify_ssl", False)])
+def test_kubernetes_options_without_kubernetes_core_fail_naming_the_collection(option, value, without_kubernetes_core,
+                                                                               capsys, tmp_path):
+    assert not args.HAS_KUBERNETES_CORE
+    # a run that reaches no API server otherwise (rendered files): the options alone need kubernetes.core
+    code, result = run_module(slurm_cluster, capsys, state="rendered", dest=str(tmp_path), src=EXAMPLE,
+                              **{option: value})
+    assert code == 1 and "kubernetes.core collection" in result["msg"], result
+    named = "validate_certs" if option == "verify_ssl" else option     # an alias is reported by its option
+    assert named in result["msg"] and "Unsupported parameters" not in result["msg"]
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_the_auth_options_known_without_kubernetes_core_are_its_options():
+    assert args.HAS_KUBERNETES_CORE     # installed here (requirements.yml): the list is checked against it
+    assert args.AUTH_OPTIONS == dict((name, tuple(spec.get("aliases", ())))
+                                     for name, spec in args.AUTH_ARG_SPEC.items())
