@@ -1,5 +1,5 @@
 """Write crds/*.yaml from plugins/module_utils/spec/crds.py (the schema spec.py validates with). Run after a spec change;
-tests/unit/test_crds.py fails while the files are stale."""
+tests/unit/spec/test_crds.py fails while the files are stale."""
 import os
 import sys
 

@@ -1,5 +1,5 @@
 """jail_populate with target=local through `ansible localhost -m` (a real Ansible run): the result, check mode,
-diff and a refusal as a user sees them. The populate logic itself is tested in tests/unit/test_jail.py."""
+diff and a refusal as a user sees them. The populate logic itself is tested in tests/unit/node/test_jail.py."""
 import io
 import json
 import os

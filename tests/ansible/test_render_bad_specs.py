@@ -1,4 +1,4 @@
-"""Bad specs from tests/unit/bad_specs through the real render playbook: the play fails naming the field, with no
+"""Bad specs from tests/specs/bad through the real render playbook: the play fails naming the field, with no
 Python traceback, and nothing is written to render_dest."""
 import os
 import shutil
@@ -6,9 +6,8 @@ import shutil
 import pytest
 
 import ansible_run
+from specs import BAD
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BAD_SPECS = os.path.join(ROOT, "tests", "unit", "bad_specs")
 # One of each kind: config injection, a Slurm bound, a crash before (huge number), a YAML trap, a cross-document
 # rule, a Kubernetes bound.
 CASES = ["slurmconfig-newline-adds-nodes", "db-user-newline-plugindir", "quantity-exponent-huge",
@@ -20,7 +19,7 @@ pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason
 
 @pytest.mark.parametrize("case", CASES)
 def test_bad_spec_fails_the_play_before_any_write(tmp_path, case):
-    path = os.path.join(BAD_SPECS, case + ".spec")
+    path = os.path.join(BAD, case + ".spec")
     with open(path) as f:
         field = f.readline()[len("# expect: "):].rstrip("\n")
     dest = tmp_path / "out"
