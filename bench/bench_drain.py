@@ -23,6 +23,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))   # tests/specs: the spec texts tests share
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
@@ -30,26 +31,10 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents imp
 from ansible_collections.soperator.slurm.plugins.modules import slurm_drain  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary  # noqa: E402
+from specs import spec_text  # noqa: E402
 
 NODES = 1000
-SPEC = """
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: SlurmCluster
-metadata: {name: bench, namespace: slurm}
-spec:
-  jail: {volume: {size: 1Gi}}
-  login: {replicas: 0}
-  slurmConfig: {SlurmdTimeout: 600}
----
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: NodeSet
-metadata: {name: n, namespace: slurm}
-spec:
-  clusterName: bench
-  replicas: 2
-  maxReplicas: %d
-  resources: {cpu: "1", memory: 256Mi}
-""" % NODES
+SPEC = spec_text("loopback-nodes", cluster="bench", replicas=2, nodes=NODES, slurm_config="{SlurmdTimeout: 600}")
 EVERYTHING = "n-[0-%d]" % (NODES - 1)
 REASON = "bench"
 

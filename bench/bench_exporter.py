@@ -15,6 +15,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))   # tests/specs: the spec texts tests share
 
 from prometheus_client import generate_latest  # noqa: E402
 
@@ -26,29 +27,14 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate impo
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary  # noqa: E402
+from specs import cluster_and_rest  # noqa: E402
 
 NODES = 1000
 JOBS = 200
 SCRAPES = 20
-SPEC = """
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: SlurmCluster
-metadata: {name: benchexp, namespace: slurm}
-spec:
-  jail: {volume: {size: 1Gi}}
-  login: {replicas: 0}
-  slurmConfig: {SlurmdTimeout: 600}
-  healthChecks: {passive: {interval: 0}}
----
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: NodeSet
-metadata: {name: n, namespace: slurm}
-spec:
-  clusterName: benchexp
-  replicas: 2
-  maxReplicas: %d
-  resources: {cpu: "1", memory: 256Mi}
-""" % NODES
+CLUSTER, NODESETS = cluster_and_rest("loopback-nodes", cluster="benchexp", replicas=2, nodes=NODES,
+                                     slurm_config="{SlurmdTimeout: 600}")
+SPEC = CLUSTER + "  healthChecks: {passive: {interval: 0}}\n" + NODESETS
 
 
 class TimedCollector(exporter.SlurmCollector):

@@ -18,6 +18,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))   # tests/specs: the spec texts tests share
 
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb  # noqa: E402
@@ -25,27 +26,11 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate impo
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import ports_needed  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import find_free_base_port  # noqa: E402
+from specs import spec_text  # noqa: E402
 
 INTERVAL = 10
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "5"))
 LIMIT = 3 * INTERVAL + 30
-SPEC = """
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: SlurmCluster
-metadata: {name: hbench, namespace: slurm}
-spec:
-  jail: {volume: {size: 1Gi}}
-  login: {replicas: 0}
-  healthChecks:
-    passive:
-      interval: %(interval)d
-      custom: [{name: fault, command: "test ! -e %(faults)s/fault-$SLURMD_NODENAME", timeoutSeconds: 3}]
----
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: NodeSet
-metadata: {name: cpu, namespace: slurm}
-spec: {clusterName: hbench, replicas: 2, resources: {cpu: "1", memory: 512Mi}}
-"""
 
 
 def node(cluster):
@@ -67,7 +52,8 @@ def main():
     state = tempfile.mkdtemp(prefix="sop-hb-", dir="/tmp")
     os.chmod(faults, 0o755)
     os.chmod(state, 0o755)
-    model = build_model(load_documents(SPEC % {"interval": INTERVAL, "faults": faults}))
+    model = build_model(load_documents(spec_text("health-faults", cluster="hbench", workers=2, interval=INTERVAL,
+                                                 faults=faults)))
     cluster = lb.LocalCluster(state, model, base_port=find_free_base_port(ports_needed(model), start=30000))
     fault = os.path.join(faults, "fault-cpu-1")
     samples = []
@@ -78,7 +64,7 @@ def main():
             time.sleep(random.uniform(0, INTERVAL))
             start = time.monotonic()
             open(fault, "w").close()
-            end = wait(cluster, lambda n: "DRAIN" in n["flags"] and " health:fault " in n["reason"], "DRAINED")
+            end = wait(cluster, lambda n: "DRAIN" in n["flags"] and " health:fault-file " in n["reason"], "DRAINED")
             samples.append(end - start)
             print("sample %d: fault -> DRAINED in %.2f s" % (i + 1, samples[-1]), flush=True)
             os.unlink(fault)

@@ -26,37 +26,20 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))   # tests/specs: the spec texts tests share
 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
-
-SPEC = """
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: SlurmCluster
-metadata: {name: storm, namespace: slurm}
-spec:
-  jail: {volume: {size: 1Gi}}
-  login: {replicas: 0}
-  slurmConfig: %(config)s
----
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: NodeSet
-metadata: {name: n, namespace: slurm}
-spec:
-  clusterName: storm
-  replicas: %(replicas)d
-  maxReplicas: %(nodes)d
-  resources: {cpu: "1", memory: 256Mi}
-"""
+from specs import spec_text  # noqa: E402
 
 
 def model(nodes, replicas, config):
     settings = dict(SlurmdTimeout=600, **config)
-    text = SPEC % {"nodes": nodes, "replicas": replicas,
-                   "config": "{%s}" % ", ".join("%s: %s" % (k, v) for k, v in sorted(settings.items()))}
+    text = spec_text("loopback-nodes", cluster="storm", nodes=nodes, replicas=replicas,
+                     slurm_config="{%s}" % ", ".join("%s: %s" % (k, v) for k, v in sorted(settings.items())))
     return build_model(load_documents(text))
 
 

@@ -24,6 +24,7 @@ from test_health_checks import ACTIVE_PROBE, faults, run_active, wait_for  # noq
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import exporter_name
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import find_free_base_port
+from specs import cluster_and_rest
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (make deps installs it)")
@@ -32,32 +33,15 @@ INTERVAL = 5
 WAIT = 60
 PREFIX = "soperator:"
 
-SPEC = """
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: SlurmCluster
-metadata: {name: obs, namespace: slurm}
-spec:
-  jail: {volume: {size: 1Gi}}
-  login: {replicas: 0}
-  observability:
-    exporter: {enabled: true, port: %(port)d, scrapeTimeout: 2s}
-  healthChecks:
-    passive:
-      interval: %(interval)d
-      custom:
-        - name: fault-file
-          command: test ! -e %(faults)s/fault-$SLURMD_NODENAME
-          timeoutSeconds: 3
----
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: NodeSet
-metadata: {name: cpu, namespace: slurm}
-spec:
-  clusterName: obs
-  replicas: 3
-  maxReplicas: 3
-  resources: {cpu: "1", memory: 512Mi}
-"""
+OBSERVABILITY = "  observability:\n    exporter: {enabled: true, port: %d, scrapeTimeout: 2s}\n"
+
+
+def spec(port, faults_dir, interval=INTERVAL, active=False):
+    """Three workers of health-faults.yml, the exporter on `port`; `active`: with test_health_checks' active probe."""
+    cluster, nodesets = cluster_and_rest("health-faults", cluster="obs", workers=3, interval=interval,
+                                         faults=faults_dir)
+    probe = ACTIVE_PROBE % {"faults": faults_dir} if active else ""
+    return cluster + probe + OBSERVABILITY % port + nodesets
 
 
 def _free_ports(count):
@@ -127,9 +111,9 @@ class Prometheus(object):
             return False
 
 
-def _started(local_cluster, faults, tmp_path, spec, short_for=None):
+def _started(local_cluster, faults, tmp_path, active=False, short_for=None):
     exporter_port, prometheus_port = _free_ports(2)
-    text = spec % {"port": exporter_port, "interval": INTERVAL, "faults": faults}
+    text = spec(exporter_port, faults, active=active)
     cluster = local_cluster(text)
     cluster.spec_text = text             # what slurm_remediate is given
     prom = Prometheus(prometheus_port, "127.0.0.1:%d" % exporter_port, str(tmp_path), cluster, short_for)
@@ -142,21 +126,20 @@ def _started(local_cluster, faults, tmp_path, spec, short_for=None):
 
 @pytest.fixture
 def setup(local_cluster, faults, tmp_path):
-    yield from _started(local_cluster, faults, tmp_path, SPEC)
+    yield from _started(local_cluster, faults, tmp_path)
 
 
 @pytest.fixture
 def setup_short_for(local_cluster, faults, tmp_path):
     """The exporter's two alerts fire after 3 s rather than minutes."""
-    yield from _started(local_cluster, faults, tmp_path, SPEC,
+    yield from _started(local_cluster, faults, tmp_path,
                         short_for={"SlurmControllerUnreachable": "3s", "SlurmExporterDown": "3s"})
 
 
 @pytest.fixture
 def setup_with_active_check(local_cluster, faults, tmp_path):
-    assert SPEC.count("\n---") == 1
     # the active check is run by hand here (the checks CronJob on Kubernetes)
-    yield from _started(local_cluster, faults, tmp_path, SPEC.replace("\n---", ACTIVE_PROBE + "\n---", 1))
+    yield from _started(local_cluster, faults, tmp_path, active=True)
 
 
 def _drains(prom):
@@ -350,7 +333,7 @@ def test_a_dead_controller_is_reported_and_alerted(setup_short_for):
 
 def test_teardown_stops_the_exporter(local_cluster):
     port = _free_ports(1)[0]
-    cluster = local_cluster(SPEC % {"port": port, "interval": 0, "faults": "/nonexistent"})
+    cluster = local_cluster(spec(port, "/nonexistent", interval=0))
     with socket.create_connection(("127.0.0.1", port), timeout=5):
         pass
     pid = cluster.pid("exporter")

@@ -15,45 +15,23 @@ import pytest
 from ansible_collections.soperator.slurm.plugins.module_utils.node import active_check, health_check
 
 import waiting
+from specs import cluster_and_rest
 
 INTERVAL = 5
 # slurmd runs the program at the next interval tick after the fault appears: two intervals and a margin.
 WAIT = 2 * INTERVAL + 20
 ACTIVE_CHECK = active_check.__file__
 
-# An active check that fails on a node while its fault file exists (test_exporter_prometheus adds it to its spec).
-ACTIVE_PROBE = """
-    active:
+# An active check that fails on a node while its fault file exists: lines that end health-faults.yml's cluster, whose
+# last block is its healthChecks (test_exporter_prometheus adds it to its spec too).
+ACTIVE_PROBE = """    active:
       - name: probe
         type: sbatch
         schedule: "*/30 * * * *"
         timeoutSeconds: 60
         script: |
           #!/bin/bash
-          test ! -e %(faults)s/active-$SLURMD_NODENAME"""
-SPEC = """
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: SlurmCluster
-metadata: {name: hc, namespace: slurm}
-spec:
-  jail: {volume: {size: 1Gi}}
-  login: {replicas: 0}
-  healthChecks:
-    passive:
-      interval: %(interval)d
-      custom:
-        - name: fault-file
-          command: test ! -e %(faults)s/fault-$SLURMD_NODENAME
-          timeoutSeconds: 3""" + ACTIVE_PROBE + """
----
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: NodeSet
-metadata: {name: cpu, namespace: slurm}
-spec:
-  clusterName: hc
-  replicas: 2
-  maxReplicas: 2
-  resources: {cpu: "1", memory: 512Mi}
+          test ! -e %(faults)s/active-$SLURMD_NODENAME
 """
 PREFIX = "soperator:"
 
@@ -68,7 +46,9 @@ def faults():
 
 @pytest.fixture
 def cluster(local_cluster, faults):
-    return local_cluster(SPEC % {"interval": INTERVAL, "faults": faults})
+    cluster_spec, nodesets = cluster_and_rest("health-faults", cluster="hc", workers=2, interval=INTERVAL,
+                                              faults=faults)
+    return local_cluster(cluster_spec + ACTIVE_PROBE % {"faults": faults} + nodesets)
 
 
 def node(cluster, name):

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from specs import spec_text
 from waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -18,23 +19,7 @@ JOB_WAIT = 60
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible") is None, reason="ansible is not installed")
 
-THOUSAND = """
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: SlurmCluster
-metadata: {name: big, namespace: slurm}
-spec:
-  jail: {volume: {size: 1Gi}}
-  login: {replicas: 0}
----
-apiVersion: slurm.soperator.dev/v1alpha1
-kind: NodeSet
-metadata: {name: n, namespace: slurm}
-spec:
-  clusterName: big
-  replicas: 2
-  maxReplicas: 1000
-  resources: {cpu: "1", memory: 256Mi}
-"""
+THOUSAND = spec_text("loopback-nodes", cluster="big", replicas=2, nodes=1000, slurm_config="{}")
 
 
 def _env(cluster):

@@ -4,6 +4,11 @@ it inline. bad/ holds the hostile corpus: one defect a file, named *.spec (hosti
 
 - minimal.yml: the smallest valid cluster, one NodeSet; the SlurmCluster's `spec:` is its document's last block, so a
   test may append fields to it as text.
+- loopback-nodes.yml: room for `${nodes}` workers of a local cluster (tiny ones: a thousand fit one machine),
+  `${replicas}` of them running, no login node; `${slurm_config}` its slurmConfig (a YAML flow mapping).
+- health-faults.yml: `${workers}` workers whose passive health check (every `${interval}` s) fails on a node while
+  the file `${faults}/fault-<node>` exists; the cluster's healthChecks is the last block of its spec.
+Both take the cluster's name as `${cluster}`.
 """
 import os
 import re

@@ -22,7 +22,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents imp
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import CLUSTER_DOCUMENT, NODESET_DOCUMENT
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
 from slurm_conf_reader import parse_slurm_file
-from specs import BAD
+from specs import BAD, spec_text
 
 BAD_SPECS = sorted(glob.glob(os.path.join(BAD, "*.spec")))
 
@@ -133,11 +133,7 @@ def test_free_form_value_pattern_is_the_python_rule():
 
 # --- property tests ------------------------------------------------------------------------------------------------
 
-BASE_CLUSTER = {"apiVersion": "slurm.soperator.dev/v1alpha1", "kind": "SlurmCluster",
-                "metadata": {"name": "demo", "namespace": "hpc"}, "spec": {"jail": {"volume": {"size": "1Gi"}}}}
-BASE_NODESET = {"apiVersion": "slurm.soperator.dev/v1alpha1", "kind": "NodeSet",
-                "metadata": {"name": "cpu", "namespace": "hpc"},
-                "spec": {"clusterName": "demo", "resources": {"cpu": "2", "memory": "1Gi"}}}
+BASE_CLUSTER, BASE_NODESET = load_documents(spec_text("minimal"))
 
 # Any text at all (control characters, '#', quotes, '=', backslashes, non-ASCII), biased towards the dangerous ones.
 ANY_TEXT = st.text(alphabet=st.one_of(st.sampled_from(list(' \t\n\r\0#"\'\\=,:;[]()-_.*/+%$')),
