@@ -195,6 +195,10 @@ def skip_reason(node_state):
     """Why a node is not a target now, or None."""
     if node_state["not_responding"] or node_state["state"] in ("DOWN", "FUTURE", "UNKNOWN"):
         return "not in service (%s)" % node_state["state"]
+    power = [f for f in node_state["flags"] if f.startswith("POWER")]
+    if power:
+        # a job on it would power up a worker only to check it (ephemeral NodeSets)
+        return "power saving (%s)" % "+".join(power)
     if "DRAIN" in node_state["flags"] or "FAIL" in node_state["flags"]:
         return "drained (%s)" % (node_state["reason"] or "no reason")
     if node_state["state"] in BUSY_STATES or "COMPLETING" in node_state["flags"]:

@@ -93,6 +93,9 @@ def node(state="IDLE", flags=(), reason="", not_responding=False):
     (node("IDLE", ["DRAIN"], "admin: fan"), "drained (admin: fan)"),
     (node("DOWN"), "not in service (DOWN)"),
     (node("IDLE", not_responding=True), "not in service (IDLE)"),
+    (node("IDLE", ["CLOUD", "POWERED_DOWN"]), "power saving (POWERED_DOWN)"),
+    (node("IDLE", ["CLOUD", "POWERING_UP"]), "power saving (POWERING_UP)"),
+    (node("IDLE", ["CLOUD"]), None),
 ])
 def test_skip_reason(state, expected):
     assert ac.skip_reason(state) == expected
