@@ -256,7 +256,7 @@ def test_state_dir_too_long_for_sockets_is_refused(tmp_path):
         model = spec.build_model(load_documents(f.read()))
     cluster = lb.LocalCluster(str(tmp_path / ("x" * 90)), model)
     with pytest.raises(LocalClusterError, match="too long"):
-        cluster._check_path_lengths(model)
+        cluster.directory.check_path_lengths(model)
 
 
 def test_a_cluster_without_nodes_is_refused_before_any_write(tmp_path):

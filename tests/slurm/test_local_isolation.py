@@ -240,8 +240,8 @@ def test_purge_refuses_a_cluster_that_holds_another(tmp_path):
     outer = tmp_path / "outer"
     inner = outer / "spool" / "inner"
     inner.mkdir(parents=True)
-    lb.LocalCluster(str(outer))._write_marker()
-    lb.LocalCluster(str(inner))._write_marker()
+    lb.LocalCluster(str(outer)).directory.write_marker()
+    lb.LocalCluster(str(inner)).directory.write_marker()
     before = snapshot(str(outer), skip=())
     with pytest.raises(LocalClusterError, match="holds the state directory of other local clusters"):
         lb.LocalCluster(str(outer)).stop(purge=True)
@@ -360,7 +360,7 @@ def test_a_refused_config_then_a_corrected_run_brings_the_cluster_back_with_its_
 def _claim(state_dir, queue):
     cluster = lb.LocalCluster(state_dir, load_model(SMALL))
     with cluster._locked(create=True):
-        queue.put(cluster._base_port(cluster.model, []))
+        queue.put(cluster.ports.choose(cluster.model, []))
 
 
 def test_port_blocks_chosen_at_the_same_time_by_processes_are_distinct(tmp_path):

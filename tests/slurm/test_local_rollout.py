@@ -40,7 +40,7 @@ class Sampler(object):
         self.rolling = threading.Event()
         self.done = threading.Event()
         self.samples = []
-        roll = cluster._roll_slurmds
+        roll = cluster.rollout.roll
 
         def rolling_then(*args, **kwargs):
             self.rolling.set()
@@ -48,7 +48,7 @@ class Sampler(object):
                 return roll(*args, **kwargs)
             finally:
                 self.rolling.clear()
-        cluster._roll_slurmds = rolling_then
+        cluster.rollout.roll = rolling_then
         self.thread = threading.Thread(target=self._loop)
         self.thread.start()
 

@@ -140,7 +140,7 @@ def test_host_keys_survive_a_restart_and_stop_ends_sshd(login, jail):
 
     stopped = login.stop()["stopped"]
     assert LOGIN_DAEMON in stopped and not _pid_alive(pid)
-    assert not login._login_ready(port)
+    assert not login.login_node.ready(port)
     assert mounts_under(jail) == []
 
     started = login.ensure_started()["changes"]
@@ -202,7 +202,7 @@ def test_site_playbook_populates_the_jail_and_runs_the_login_node(jail, plugin, 
 
         stopped = _playbook("teardown.yml", "-e", extra)
         assert any("stopped sshd" in a for t in stopped.values() for a in t.get("actions", []))
-        assert not cluster._login_ready(port)
+        assert not cluster.login_node.ready(port)
     finally:
         lb.LocalCluster(state).stop(purge=True)
         assert mounts_under(fresh) == [], "mounts of the jail leaked to the host"

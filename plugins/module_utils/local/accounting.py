@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+from typing import Any, Callable, List, Mapping
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c, files
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
@@ -21,16 +22,27 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     DB_OFFSET,
     DB_USER,
     LOOPBACK,
+    Layout,
     LocalClusterError)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import _digest
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import Daemons, find_binary
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _is_real_dir, _own_dir, current_text, read_secret)
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError, SlurmRunner
 
 
-class LocalAccounting(object):
-    """LocalCluster's accounting: MariaDB and slurmdbd."""
+class Accounting(object):
+    """A local cluster's accounting: its private MariaDB (run as `user`'s socket-authenticated admin unless root)
+    and slurmdbd, started through `daemons` (local/processes.py Daemons); `slurm` gives the cluster's Slurm runner
+    (sacctmgr). `timeout` bounds mariadb-install-db (at least 120 s)."""
+
+    def __init__(self, layout: Layout, user: str, timeout: float, daemons: Daemons,
+                 slurm: Callable[[], SlurmRunner]) -> None:
+        self.layout = layout
+        self.user = user
+        self.timeout = timeout
+        self.daemons = daemons
+        self.slurm = slurm
 
     def _mariadb_argv(self, base_port):
         lay = self.layout
@@ -55,7 +67,16 @@ class LocalAccounting(object):
     def _db_admin(self):
         return "root" if os.getuid() == 0 else self.user
 
-    def _ensure_accounting(self, base_port, configs, changes):
+    def ensure_off(self, changes: List[str]) -> None:
+        """Accounting disabled: stop slurmdbd and MariaDB when they run (the database stays)."""
+        for name in ("slurmdbd", "mariadbd"):
+            if self.daemons.running(name):
+                self.daemons.stop(name)
+                changes.append("stopped %s (accounting disabled)" % name)
+
+    def ensure(self, model: Any, base_port: int, configs: Mapping[str, str], changes: List[str]) -> None:
+        """MariaDB initialized and running, the database user, slurmdbd on `configs`' slurmdbd.conf, and the cluster
+        of `model` registered."""
         lay = self.layout
         if not os.path.isdir(os.path.join(lay.db, "mysql")):
             if _is_real_dir(lay.db):          # a half-made database of ours; a link there fails in _own_dir
@@ -69,7 +90,7 @@ class LocalAccounting(object):
             if proc.returncode != 0:
                 raise LocalClusterError("mariadb-install-db failed: %s" % proc.stdout[-2000:])
             changes.append("initialized the accounting database")
-        self._ensure_daemon("mariadbd", self._mariadb_argv(base_port), changes,
+        self.daemons.ensure("mariadbd", self._mariadb_argv(base_port), changes,
                             digest=_digest(*self._mariadb_argv(base_port)), ready=self._db_ready,
                             ports=[base_port + DB_OFFSET])
         password = read_secret(lay.db_password)
@@ -92,10 +113,10 @@ class LocalAccounting(object):
                 raise LocalClusterError("creating the accounting database user failed (rc %d)" % proc.returncode)
             files.atomic_write(marker, user_digest, 0o600)
             changes.append("created the accounting database user")
-        self._ensure_daemon("slurmdbd", [find_binary("slurmdbd"), "-D"], changes,
+        self.daemons.ensure("slurmdbd", [find_binary("slurmdbd"), "-D"], changes,
                             digest=_digest(configs[c.SLURMDBD_CONF]), ready=lambda: self._dbd_ready(base_port),
                             ports=[base_port + DBD_OFFSET])
-        self._ensure_cluster_registered(changes)
+        self._ensure_cluster_registered(model.name, changes)
 
     def _dbd_ready(self, base_port):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -108,7 +129,7 @@ class LocalAccounting(object):
         finally:
             s.close()
 
-    def _ensure_cluster_registered(self, changes):
+    def _ensure_cluster_registered(self, cluster, changes):
         """slurmctld registers its cluster itself on start; done here too so it exists before slurmctld starts."""
         sacctmgr = shutil.which("sacctmgr") or "/usr/bin/sacctmgr"
         if not os.path.exists(sacctmgr):
@@ -116,9 +137,9 @@ class LocalAccounting(object):
         runner = self.slurm()
         try:
             listed = runner.run([sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"], check=False)[0]
-            if listed.rc == 0 and self.model.name in listed.stdout.split():
+            if listed.rc == 0 and cluster in listed.stdout.split():
                 return
-            runner.run([sacctmgr, "-i", "add", "cluster", self.model.name], check=False)
+            runner.run([sacctmgr, "-i", "add", "cluster", cluster], check=False)
         except SlurmError as e:
-            raise LocalClusterError("cannot register cluster %s in accounting: %s" % (self.model.name, e))
-        changes.append("registered cluster %s in accounting" % self.model.name)
+            raise LocalClusterError("cannot register cluster %s in accounting: %s" % (cluster, e))
+        changes.append("registered cluster %s in accounting" % cluster)

@@ -21,50 +21,38 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import dataclasses
-import errno
 import os
-import secrets
 import subprocess
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.soperator.slurm.plugins.module_utils import constants as c, files, wait
-from ansible_collections.soperator.slurm.plugins.module_utils.local.accounting import LocalAccounting
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import _current_user
-from ansible_collections.soperator.slurm.plugins.module_utils.local.exporter import LocalExporter
-from ansible_collections.soperator.slurm.plugins.module_utils.local.login import LocalLogin
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c, wait
+from ansible_collections.soperator.slurm.plugins.module_utils.local.accounting import Accounting
+from ansible_collections.soperator.slurm.plugins.module_utils.local.config_files import NO_SPACE, ConfigFiles
+from ansible_collections.soperator.slurm.plugins.module_utils.local.exporter import Exporter
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
+    CTLD_OFFSET, Layout, LocalClusterError, LOGIN_DAEMON, _current_user, check_path, node_ports)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.login import LoginNode, require_jail_plugin
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
-    LocalPlan, nodes_to_remove, outdated_nodes, slurm_digest, stop_order, wanted_nodes)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import LocalPorts
+    nodes_to_remove, outdated_nodes, slurm_digest, stop_order, wanted_nodes)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.planner import Planner
+from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import PortBlock
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
-    _descendants, _record_alive, _tail, LocalDaemons)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.rollout import LocalRollout
-from ansible_collections.soperator.slurm.plugins.module_utils.node.safe_tree import link_refusal
+    Daemons, _descendants, _pid_alive, _proc_start_time, _record_alive, _tail, find_binary, munge_ready, munged_argv,
+    munged_digest, slurmd_name)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_health_programs
-from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
-    _own_dir, current_text, LocalStateDir, read_secret)
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
+from ansible_collections.soperator.slurm.plugins.module_utils.local.rollout import Rollout, RolloutFailed
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import StateDir, _own_dir
+from ansible_collections.soperator.slurm.plugins.module_utils.node.safe_tree import link_refusal
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     full_reason, read_sinfo, SCALE_DOWN_REASON, update_nodes_argv)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     LocalTransport, SlurmError, SlurmRunner)
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import ClusterModel
-from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
-from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
-    check_path, CTLD_OFFSET, Layout, LocalClusterError, LOGIN_DAEMON, node_ports)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.login import require_jail_plugin
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
-    _pid_alive, _proc_start_time, find_binary)
 
 
-# A full filesystem or an exhausted quota under the state directory.
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-
-
-class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, LocalLogin, LocalPorts, LocalRollout,
-                   LocalStateDir):
-    # Each base is one concept of the cluster (its file says which); this class is the flow: ensure_started, stop.
+class LocalCluster(object):
     """A ClusterModel as local processes over `state_dir`.
 
     `ensure_started()` converges (idempotent), `scale()` changes replicas, `stop()` stops everything it started,
@@ -85,6 +73,13 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
     spool/ are mounted into the jail at their host paths, so sbatch/srun in a session reach this cluster; those
     mounts never show on the host and vanish with sshd. ChrootDirectory needs every component of `jail_dir` to be a
     root-owned directory not writable by group or others (so not below /tmp).
+
+    This class is the flow (ensure_started, scale, stop, status); each concept is a collaborator with its
+    dependencies passed in, none reaching back into this object: `directory` (local/state.py StateDir: ownership,
+    lock, purge), `daemons` (local/processes.py Daemons: start/stop by record, one node's slurmd), `ports`
+    (local/ports.py PortBlock), `config_files` (local/config_files.py), `accounting` (local/accounting.py),
+    `login_node` (local/login.py), `exporter` (local/exporter.py), `rollout` (local/rollout.py) and `planner`
+    (local/planner.py: check mode).
     """
 
     def __init__(self, state_dir: str, model: Optional[ClusterModel] = None, base_port: Optional[int] = None,
@@ -99,14 +94,22 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         self.drain_timeout = float(drain_timeout)
         self.rollout_timeout = float(rollout_timeout)
         self.rollout_steps: List[Any] = []        # the last run's (or plan's) roll of slurmds, slurm/rollout.py's entries
-        self._renderer = renderer
-        self._requested_base_port = base_port
         self.jail_dir = jail_dir
         self.spank_chroot = spank_chroot
         self.login = bool(login)
         self.login_authorized_keys = tuple(login_authorized_keys or ())
-        self._children: Dict[int, Any] = {}            # pid -> Popen of daemons this object started (reaped when they end)
-        self._notes: List[str] = []               # what taking the state directory did (created, adopted), for changes
+        lay = self.layout
+        self.config_files = ConfigFiles(lay, self.user, jail_dir, spank_chroot, renderer)
+        # the operation holding the lock may wait for jobs: on a node it removes, or on one its roll drained
+        self.directory = StateDir(lay, max(self.timeout, self.drain_timeout, self.rollout_timeout) * 2)
+        self.daemons = Daemons(lay, self.timeout, self.env(), jail_dir)
+        self.ports = PortBlock(lay, base_port, self.timeout, self.daemons.running_records)
+        self.accounting = Accounting(lay, self.user, self.timeout, self.daemons, self.slurm)
+        self.login_node = LoginNode(lay, jail_dir, self.login, self.login_authorized_keys, self.daemons)
+        self.exporter = Exporter(lay, jail_dir, self.daemons)
+        self.rollout = Rollout(lay, self.daemons, self.slurm, self.timeout, self.rollout_timeout)
+        self.planner = Planner(lay, self.directory, self.ports, self.daemons, self.rollout, self.login_node,
+                               self.exporter, self.config_files.render)
 
     # --- public ------------------------------------------------------------------------------------------------
 
@@ -139,7 +142,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
             try:
                 return self._ensure_started(self.model)
             except OSError as e:
-                if e.errno not in _NO_SPACE:
+                if e.errno not in NO_SPACE:
                     raise
                 raise LocalClusterError("cannot write %s: %s; it was left as it was (files here are replaced by a "
                                         "rename, never half-written). Free space on the filesystem of %s and run "
@@ -165,31 +168,28 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
 
     def _ensure_started(self, model):
         self.rollout_steps = []
-        changes = self._notes
-        self._notes = []
-        self._prepare_dirs(changes)
-        base_port = self._base_port(model, changes)
-        self._check_path_lengths(model)
-        self._ensure_secrets(model, changes)
-        configs = self._write_configs(model, base_port, changes)
+        changes = self.directory.take_notes()
+        self.directory.prepare_dirs()
+        base_port = self.ports.choose(model, changes)
+        self.directory.check_path_lengths(model)
+        self.config_files.ensure_secrets(model, changes)
+        configs = self.config_files.write(model, base_port, changes)
         slurm_hash = slurm_digest(configs)
         for name in install_health_programs(self.layout):
             changes.append("installed %s" % os.path.join(self.layout.bin, name))
 
-        self._ensure_daemon("munged", self._munged_argv(), changes, digest=self._munged_digest(),
-                            ready=self._munge_ready, ports=())
+        lay = self.layout
+        self.daemons.ensure("munged", munged_argv(lay), changes, digest=munged_digest(lay),
+                            ready=lambda: munge_ready(lay), ports=())
         if model.accounting.enabled:
-            self._ensure_accounting(base_port, configs, changes)
+            self.accounting.ensure(model, base_port, configs, changes)
         else:
-            for name in ("slurmdbd", "mariadbd"):
-                if self._running(name):
-                    self._stop_daemon(name)
-                    changes.append("stopped %s (accounting disabled)" % name)
-        self._ensure_daemon("slurmctld", [find_binary("slurmctld"), "-D"], changes, digest=slurm_hash,
+            self.accounting.ensure_off(changes)
+        self.daemons.ensure("slurmctld", [find_binary("slurmctld"), "-D"], changes, digest=slurm_hash,
                             ready=self._ctld_ready, ports=[base_port + CTLD_OFFSET])
         self._converge_nodes(model, slurm_hash, base_port, changes)
-        self._ensure_login(model, base_port, changes)
-        self._ensure_exporter(model, changes)
+        self.login_node.ensure(model, base_port, changes)
+        self.exporter.ensure(model, changes)
         return {"changed": bool(changes), "changes": changes}
 
     def scale(self, replicas: Mapping[str, int]) -> Dict[str, Any]:
@@ -217,35 +217,35 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         under the lock (purge_plan()). Returns {'changed': bool, 'stopped': [names]}.
         """
         stopped: List[str] = []
-        kind = self.ownership()
+        kind = self.directory.ownership()
         if kind in ("absent", "empty"):
             # nothing of a cluster there (an empty folder without our marker is not ours to delete either)
             return {"changed": False, "stopped": stopped}
         if purge:
-            self.purge_plan()                          # refuses before any signal
+            self.directory.purge_plan()                # refuses before any signal
         with self._locked():
-            stopped += self._notes
-            self._notes = []
+            stopped += self.directory.take_notes()
             self._stop_all(stopped)
             if purge:
-                self.purge_plan()                      # again, under the lock
-                stopped.append(self._purge())
+                self.directory.purge_plan()            # again, under the lock
+                stopped.append(self.directory.purge())
         return {"changed": bool(stopped), "stopped": stopped}
 
     def _stop_all(self, stopped):
-        if self._stop_login():                         # sessions first: they may submit jobs
+        daemons = self.daemons
+        if self.login_node.stop():                     # sessions first: they may submit jobs
             stopped.append(LOGIN_DAEMON)
-        if self._running("slurmctld"):
+        if daemons.running("slurmctld"):
             self._cancel_all_jobs()
-        for name in stop_order(self._records()):      # the order plan_absent() reports
-            if self._stop_daemon(name):
+        for name in stop_order(daemons.records()):     # the order plan_absent() reports
+            if daemons.stop(name):
                 stopped.append(name)
-        steps = self._step_daemons()                   # of jobs that could not be cancelled (no slurmctld)
+        steps = daemons.step_daemons()                 # of jobs that could not be cancelled (no slurmctld)
         # their job's processes (children of a slurmstepd of ours) go with them, taken while it is verified alive
         family = [(child, _proc_start_time(child)) for pid, start, _path in steps for child in _descendants(pid)
                   if _pid_alive(pid, start)]
-        self._stop_pids([(pid, start) for pid, start, _path in steps])
-        self._stop_pids(family)
+        daemons.stop_pids([(pid, start) for pid, start, _path in steps])
+        daemons.stop_pids(family)
         stopped += ["slurmstepd[%d] (leftover of %s)" % (pid, os.path.basename(path)) for pid, _s, path in steps]
         alive = ["%s[%d]" % (comm, pid) for pid, comm in self.leftover_processes()]
         if alive:
@@ -254,7 +254,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
     def status(self) -> Dict[str, Any]:
         """{'state_dir', 'processes': {name: {pid, running}}, 'nodes': [sinfo --json nodes] or None, 'env'}."""
         procs = {}
-        for name, rec in sorted(self._records().items()):
+        for name, rec in sorted(self.daemons.records().items()):
             procs[name] = {"pid": rec["pid"], "running": _record_alive(rec)}
         nodes = None
         if procs.get("slurmctld", {}).get("running"):
@@ -271,26 +271,12 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         stays); the caller waits for the new slurmd to register. The new slurmd reads the config files there are
         now, so it is recorded with their digest (a later run sees it current)."""
         with self._locked():
-            return self.restart_node_locked(node, slurm_digest(self._etc_configs()))
+            return self.restart_node_locked(node, slurm_digest(self.config_files.current()))
 
     def restart_node_locked(self, node: str, digest: str) -> Dict[str, Any]:
         """restart_node's work for a caller that holds the state directory's lock already (a rollout inside a run);
         the new slurmd recorded with `digest`."""
-        name = "slurmd-%s" % node
-        rec = self._records().get(name)
-        if rec is None:
-            raise LocalClusterError("no slurmd of node %s was started in %s" % (node, self.state_dir))
-        old_pid = self.pid(name)
-        self._stop_daemon(name)
-        self._start_daemon(name, rec["argv"], digest, ready=None, ports=rec.get("ports") or (),
-                           jail=rec.get("jail"))
-        return {"node": node, "old_pid": old_pid, "new_pid": self.pid(name)}
-
-    def _etc_configs(self):
-        """The config files under etc/ (name -> text), as _write_configs left them."""
-        etc = self.layout.etc
-        return dict((name, current_text(os.path.join(etc, name))) for name in sorted(os.listdir(etc))
-                    if not name.startswith("."))
+        return self.daemons.restart_slurmd(node, digest)
 
     # --- Slurm clients -----------------------------------------------------------------------------------------
 
@@ -319,18 +305,97 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         return [{"name": r.name, "state": r.base_state.lower(), "state_flags": list(r.flags), "reason": r.reason,
                  "partitions": list(r.partitions)} for r in records.values()]
 
+    # --- check mode (local/planner.py) -------------------------------------------------------------------------
+
+    def plan_present(self, model: ClusterModel, status: Mapping[str, Any]) -> List[str]:
+        """What ensure_started(model) would do, as 'would ...' actions, from status() and the files under
+        state_dir; changes nothing (rollout_steps: the roll it would make). A directory that is not ours fails
+        here, as the run would."""
+        try:
+            actions, self.rollout_steps = self.planner.present(model, status)
+        except RolloutFailed as e:
+            self.rollout_steps = e.steps
+            raise
+        return actions
+
+    def plan_absent(self, purge: bool, status: Mapping[str, Any]) -> List[str]:
+        """What stop(purge) would do, as 'would ...' actions, in the order it would do it. Raises, before anything,
+        for a directory that is not ours, as stop() would."""
+        return self.planner.absent(purge, status)
+
+    def plan_exporter(self, model: ClusterModel) -> List[str]:
+        """What ensure_started() would do about the exporter, as 'would ...' actions. Reads only."""
+        return self.exporter.plan(model)
+
+    # --- the state directory, the daemons, the login node, the exporter ------------------------------------------
+
+    def _locked(self, create=False):
+        """The state directory's lock for one operation (StateDir.locked); a new directory's marker names the
+        model's cluster."""
+        return self.directory.locked(create, self.model.name if self.model is not None else None)
+
+    def ownership(self) -> str:
+        """'absent', 'empty', 'marked' or 'legacy'; raises LocalClusterError for a directory that is not ours
+        (StateDir.ownership)."""
+        return self.directory.ownership()
+
+    def purge_plan(self) -> List[str]:
+        """What stop(purge=True) would delete ([paths]); raises where purge is refused (StateDir.purge_plan)."""
+        return self.directory.purge_plan()
+
+    def pid(self, name: str) -> Optional[int]:
+        """The pid of this cluster's daemon `name` while it runs (its recorded pid and start time), else None."""
+        return self.daemons.pid(name)
+
+    def leftover_processes(self) -> List[Tuple[int, str]]:
+        """(pid, name) of this cluster's processes still alive (empty after stop()): Daemons.leftover_processes."""
+        return self.daemons.leftover_processes()
+
+    def log_files(self, names: Optional[Iterable[str]] = None) -> Dict[str, str]:
+        """{daemon: its log file} of `names` (default: every daemon this cluster recorded)."""
+        return self.daemons.log_files(names)
+
+    def slurmds_behind(self) -> List[str]:
+        """Running slurmds that did not register with the running slurmctld (Daemons.slurmds_behind)."""
+        return self.daemons.slurmds_behind()
+
+    def wants_login(self) -> bool:
+        """Whether this cluster runs a login sshd (a jail, and login on)."""
+        return self.login_node.wanted()
+
+    def login_address(self) -> Optional[Dict[str, Any]]:
+        """{'host', 'port', 'user'} of the login sshd (when this cluster has one and its ports are chosen), else None."""
+        return self.login_node.address()
+
+    def restart_login(self) -> Optional[Dict[str, Any]]:
+        """Restart the running login sshd with the command it was started with: after its jail was replaced
+        (jail_populate overwrite=always force=true), its mount namespace held /dev, /proc and the binds in the old
+        jail's directories, now gone. The mount points are made in the jail as it is now; its sessions end.
+        -> {'old_pid', 'new_pid'}, or None when no login sshd of this cluster runs."""
+        with self._locked():
+            return self.login_node.restart()
+
+    def exporter_address(self) -> Optional[str]:
+        """The exporter's /metrics URL when the model enables it, else None."""
+        return self.exporter.address(self.model)
+
+    def monitoring_paths(self) -> Optional[Dict[str, Any]]:
+        """The rule file, scrape job and dashboards for the admin's Prometheus and Grafana when the model enables the
+        exporter, else None (local/exporter.py)."""
+        return self.exporter.monitoring_paths(self.model)
+
     # --- pieces of ensure_started ------------------------------------------------------------------------------
 
     def _check_binaries(self, model):
         names = ["munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel"]
         if model.accounting.enabled:
             names += ["slurmdbd", "mariadbd", "mariadb-install-db", "mariadb"]
-        if self.wants_login():
+        if self.login_node.wanted():
             names += ["sshd", "unshare", "mount"]
         for name in names:
             find_binary(name)
-        if self.wants_login():
-            self._login_jail()                 # refused before anything starts
+        if self.login_node.wanted():
+            self.login_node.jail()             # refused before anything starts
         if self.jail_dir is not None:
             plugin = self.spank_chroot or c.SPANK_CHROOT_PLUGIN
             if not os.path.isfile(plugin):
@@ -340,61 +405,20 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
                 raise LocalClusterError("a jail needs root: slurmd and slurmstepd mount the jail for each job step")
             require_jail_plugin(self.jail_dir, plugin)
 
-    def _ensure_secrets(self, model, changes):
-        lay = self.layout
-        if not os.path.exists(lay.munge_key):
-            files.atomic_write(lay.munge_key, secrets.token_bytes(1024), 0o400)
-            changes.append("generated munge key")
-        if model.accounting.enabled and not os.path.exists(lay.db_password):
-            files.atomic_write(lay.db_password, secrets.token_urlsafe(24), 0o600)
-            changes.append("generated database password")
-
-    def _render(self, model):
-        if self._renderer is not None:
-            return self._renderer(model)
-        return render_slurm_configs(model)
-
-    def _write_configs(self, model, base_port, changes):
-        password = None
-        if model.accounting.enabled:
-            password = read_secret(self.layout.db_password)
-        configs = local_slurm_configs(model, self.layout.state_dir, base_port, user=self.user, db_password=password,
-                                      jail_dir=self.jail_dir, spank_chroot=self.spank_chroot, renderer=self._renderer)
-        etc = self.layout.etc
-        writes = []
-        for name, text in sorted(configs.items()):
-            path = os.path.join(etc, name)
-            old = current_text(path)
-            if old != text:
-                writes.append((path, text, 0o600 if name == c.SLURMDBD_CONF else 0o644))
-                changes.append("%s %s" % ("updated" if old is not None else "wrote", name))
-        try:
-            files.replace_all(writes)             # all or none: daemons never read a half-changed set
-        except OSError as e:
-            if e.errno not in _NO_SPACE:
-                raise
-            raise LocalClusterError("cannot write %s: %s; the Slurm configs in %s were left as they were (none was "
-                                    "replaced). Free space on the filesystem of %s and run again"
-                                    % (e.filename, e.strerror, etc, self.layout.state_dir))
-        for name in sorted(os.listdir(etc)):
-            if name not in configs and not name.startswith("."):
-                os.remove(os.path.join(etc, name))
-                changes.append("removed %s" % name)
-        return configs
-
     # --- nodes -------------------------------------------------------------------------------------------------
 
     def _converge_nodes(self, model, slurm_hash, base_port, changes):
         lay = self.layout
         desired = wanted_nodes(model)
         all_nodes = set(ns.node_name(i) for ns in model.node_sets for i in range(ns.max_replicas))
-        records = self._records()
+        daemons = self.daemons
+        records = daemons.records()
         running = set(n[len("slurmd-"):] for n, r in records.items()
                       if n.startswith("slurmd-") and _record_alive(r))
         ports = node_ports(model, base_port)
-        behind = set(self.slurmds_behind())
+        behind = set(daemons.slurmds_behind())
         # The running slurmds on an old configuration are restarted by the roll (4.), in batches, not here.
-        outdated = outdated_nodes(desired, self._running_records(), slurm_hash)
+        outdated = outdated_nodes(desired, daemons.running_records(), slurm_hash)
         if outdated:
             # one Slurm does not list (not registered, not behind) is no node in service: it just restarts
             listed = set(n["name"] for n in self.sinfo_nodes())
@@ -404,38 +428,41 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
         #    outdated one registered with an earlier slurmctld registers again without a restart (SIGHUP).
         for node in desired:
             _own_dir(lay.node_spool(node))
-            name = "slurmd-%s" % node
+            name = slurmd_name(node)
             if node in outdated:
                 if name not in behind:
                     continue
-                if self._register_again(name, changes):
+                if self.rollout.register_again(name, changes):
                     signalled.append(name)
                     continue
                 outdated.remove(node)       # not signalled: it restarts here, as a slurmd behind does
-            self._ensure_daemon(name, [find_binary("slurmd"), "-D", "-N", node], changes, digest=slurm_hash,
-                                ready=None, ports=[ports[node]],
-                                stale="slurmctld restarted: the node registers again" if name in behind else None)
+            daemons.ensure_slurmd(node, ports[node], slurm_hash, changes,
+                                  stale="slurmctld restarted: the node registers again" if name in behind else None)
         # 2. nodes to remove: running slurmds not wanted, and nodes slurmctld still lists (recovered state).
         visible = dict((n["name"], n) for n in self.sinfo_nodes())
         remove = nodes_to_remove(model, running, visible)   # the order plan_present() reports
         if remove:
             self._scale_down(remove, visible, changes)
         # Records of nodes that left the model entirely.
-        for name in list(self._records()):
+        for name in list(daemons.records()):
             if name.startswith("slurmd-") and name[len("slurmd-"):] not in all_nodes:
-                self._stop_daemon(name)
+                daemons.stop(name)
         # 3. wait until every wanted node answers; undrain ours left over from an unfinished scale-down.
         self._wait_nodes_up(desired, changes)
-        self._registered_again(signalled)
+        self.rollout.registered_again(signalled)
         # 4. restart the outdated slurmds in batches (slurm/rollout.py's plan), busy ones drained first.
-        self.rollout_steps = self._roll_slurmds(model, slurm_hash, outdated, changes)
+        try:
+            self.rollout_steps = self.rollout.roll(model, slurm_hash, outdated, changes)
+        except RolloutFailed as e:
+            self.rollout_steps = e.steps
+            raise
 
     def _scale_down(self, nodes, visible, changes):
         """The shared removal (slurm/removal.py) for the nodes slurmctld lists; every slurmd of `nodes` stopped."""
         known = [n for n in nodes if n in visible]
 
         def stop_slurmds(_present):
-            return ["stopped slurmd %s" % n for n in nodes if self._stop_daemon("slurmd-%s" % n)]
+            return ["stopped slurmd %s" % n for n in nodes if self.daemons.stop_slurmd(n)]
         try:
             changes += removal.remove_nodes(self.slurm(), known, self.model.remediation.drain_reason_prefix,
                                             self.drain_timeout, poll=1.0, stop_nodes=stop_slurmds)
@@ -478,7 +505,7 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
                     changes.append("resumed %s (left drained by an unfinished scale-down)" % name)
                     pending.append(name)
             for name in pending:
-                if not self._running("slurmd-%s" % name):
+                if not self.daemons.running(slurmd_name(name)):
                     raise LocalClusterError("slurmd %s exited:\n%s"
                                             % (name, _tail(self.layout.log_file("slurmd-%s" % name))))
             return not pending, pending
@@ -490,7 +517,14 @@ class LocalCluster(LocalPlan, LocalAccounting, LocalDaemons, LocalExporter, Loca
                           for n in pending if n in seen)))
         wait.wait_until(all_up, "nodes up", self.timeout, poll=0.5, timeout_error=not_up)
 
-    # --- daemon bookkeeping ------------------------------------------------------------------------------------
+    # --- Slurm's side of stopping and starting -----------------------------------------------------------------
+
+    def _ctld_ready(self):
+        try:
+            result = self.slurm(timeout=15).run(["scontrol", "ping"], check=False)[0]
+        except SlurmError:
+            return False
+        return result.rc == 0 and "is UP" in result.stdout
 
     def _cancel_all_jobs(self):
         """Best effort before stopping: cancel every job and wait a little for them to go."""

@@ -22,11 +22,13 @@ import os
 import socket
 import stat
 import sys
+from typing import Any, Dict, List, Optional
 
 from ansible_collections.soperator.slurm.plugins.module_utils import errors, files, retry, wait
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
-    EXPORTER_DAEMON, LOOPBACK, LocalClusterError)
+    EXPORTER_DAEMON, LOOPBACK, Layout, LocalClusterError)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import _digest
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import Daemons
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_file
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir, current_text
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_status
@@ -88,12 +90,18 @@ def _listening(port):
         return s.connect_ex((LOOPBACK, port)) == 0
 
 
-class LocalExporter(object):
-    """LocalCluster's exporter daemon."""
+class Exporter(object):
+    """A local cluster's exporter daemon (started through `daemons`, local/processes.py Daemons) and the rule file
+    and dashboards beside it. `jail_dir`: the jail its health checks look into."""
 
-    def exporter_address(self):
-        """The exporter's /metrics URL when the model enables it, else None."""
-        model = self.model
+    def __init__(self, layout: Layout, jail_dir: Optional[str], daemons: Daemons) -> None:
+        self.layout = layout
+        self.jail_dir = jail_dir
+        self.daemons = daemons
+
+    @staticmethod
+    def address(model: Optional[Any]) -> Optional[str]:
+        """The exporter's /metrics URL when `model` enables it, else None."""
         if model is None or not model.observability.exporter.enabled:
             return None
         return "http://%s:%d/metrics" % (LOOPBACK, model.observability.exporter.port)
@@ -109,10 +117,9 @@ class LocalExporter(object):
     def _exporter_digest(self, model, sources):
         return _digest(*(self._exporter_argv(model) + [sources[k] for k in sorted(sources)]))
 
-    def monitoring_paths(self):
+    def monitoring_paths(self, model: Optional[Any]) -> Optional[Dict[str, Any]]:
         """{'rules': path, 'job': the scrape job the rules expect, 'dashboards': [paths]} of the files for the admin's
-        Prometheus and Grafana when the model enables the exporter, else None."""
-        model = self.model
+        Prometheus and Grafana when `model` enables the exporter, else None."""
         if model is None or not model.observability.exporter.enabled:
             return None
         rules, boards = observe_file_names()
@@ -127,7 +134,8 @@ class LocalExporter(object):
                  if current_text(path) != text or stat.S_IMODE(os.lstat(path).st_mode) != 0o644]
         return steps + [(path, None) for path in _monitoring_on_disk(self.layout) if path not in wanted]
 
-    def _ensure_monitoring_files(self, model, changes):
+    def ensure_monitoring_files(self, model: Any, changes: List[str]) -> None:
+        """The rule file and dashboards as `model` wants them (written, or removed when the exporter is off)."""
         top = self.layout.state_dir
         for path, text in self._monitoring_plan(model):
             rel = os.path.relpath(path, top)
@@ -139,11 +147,12 @@ class LocalExporter(object):
             install_file(path, text, 0o644)
             changes.append("wrote %s" % rel)
 
-    def _ensure_exporter(self, model, changes):
-        self._ensure_monitoring_files(model, changes)
+    def ensure(self, model: Any, changes: List[str]) -> None:
+        """The exporter running as `model` wants it (installed from the collection's sources), or stopped."""
+        self.ensure_monitoring_files(model, changes)
         if not model.observability.exporter.enabled:
-            if self._running(EXPORTER_DAEMON):
-                self._stop_daemon(EXPORTER_DAEMON)
+            if self.daemons.running(EXPORTER_DAEMON):
+                self.daemons.stop(EXPORTER_DAEMON)
                 changes.append("stopped %s (disabled)" % EXPORTER_DAEMON)
             return
         if not metrics.HAS_PROMETHEUS_CLIENT:
@@ -157,11 +166,11 @@ class LocalExporter(object):
                 _own_dir(os.path.join(top, *parts[:depth]))
             install_file(path, text, 0o755 if path.endswith("slurm-exporter") else 0o644)
         port = model.observability.exporter.port
-        self._ensure_daemon(EXPORTER_DAEMON, self._exporter_argv(model), changes,
+        self.daemons.ensure(EXPORTER_DAEMON, self._exporter_argv(model), changes,
                             digest=self._exporter_digest(model, sources), ready=lambda: _listening(port),
                             ports=[port])
 
-    def plan_exporter(self, model):
+    def plan(self, model: Any) -> List[str]:
         """What ensure_started() would do about the exporter, as 'would ...' actions. Reads only."""
         top = self.layout.state_dir
         return [("would remove %s (exporter disabled)" if text is None else "would write %s")
@@ -169,12 +178,12 @@ class LocalExporter(object):
             self._plan_exporter_daemon(model)
 
     def _plan_exporter_daemon(self, model):
-        running = self._running(EXPORTER_DAEMON)
+        running = self.daemons.running(EXPORTER_DAEMON)
         if not model.observability.exporter.enabled:
             return ["would stop %s (disabled)" % EXPORTER_DAEMON] if running else []
         if not running:
             return ["would start %s on %s" % (EXPORTER_DAEMON, LOOPBACK + ":%d" % model.observability.exporter.port)]
         digest = self._exporter_digest(model, exporter_files(self.layout))
-        if self._records()[EXPORTER_DAEMON].get("digest") != digest:
+        if self.daemons.records()[EXPORTER_DAEMON].get("digest") != digest:
             return ["would restart %s (configuration changed)" % EXPORTER_DAEMON]
         return []

@@ -45,7 +45,7 @@ def jail_users(jail_dir):
         cluster = LocalCluster(state_dir)
         configured = None
         daemons = []
-        for name, rec in sorted(cluster._running_records().items()):
+        for name, rec in sorted(cluster.daemons.running_records().items()):
             if not (name.startswith("slurmd-") or name == LOGIN_DAEMON):
                 continue
             used = rec.get("jail")

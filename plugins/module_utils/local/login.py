@@ -14,6 +14,7 @@ import socket
 import stat
 import subprocess
 import sys
+from typing import Any, Dict, Iterable, List, Optional
 
 from ansible_collections.soperator.slurm.plugins.module_utils import files
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
@@ -21,9 +22,10 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     LOGIN_OFFSET,
     LOGIN_USER,
     LOOPBACK,
+    Layout,
     LocalClusterError)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import _digest
-from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import _record_alive, find_binary
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import Daemons, _record_alive, find_binary
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _own_dir, _read_own_file, _saved_base, current_text)
 from ansible_collections.soperator.slurm.plugins.module_utils.node import safe_tree
@@ -145,26 +147,37 @@ os.execv(sshd, [sshd, "-D", "-e", "-f", config])
 """
 
 
-class LocalLogin(object):
-    """LocalCluster's login sshd."""
+class LoginNode(object):
+    """A local cluster's login sshd (started through `daemons`, local/processes.py Daemons), chrooted into
+    `jail_dir`: wanted with a jail when `enabled`; root may log in with the spec's keys plus `authorized_keys`."""
 
-    def wants_login(self):
-        return self.jail_dir is not None and self.login
+    def __init__(self, layout: Layout, jail_dir: Optional[str], enabled: bool, authorized_keys: Iterable[str],
+                 daemons: Daemons) -> None:
+        self.layout = layout
+        self.jail_dir = jail_dir
+        self.enabled = bool(enabled)
+        self.authorized_keys = tuple(authorized_keys or ())
+        self.daemons = daemons
 
-    def login_address(self):
+    def wanted(self) -> bool:
+        """Whether this cluster runs a login sshd: a jail and login on."""
+        return self.jail_dir is not None and self.enabled
+
+    def address(self) -> Optional[Dict[str, Any]]:
         """{'host', 'port', 'user'} of the login sshd (when this cluster has one and its ports are chosen), else None."""
-        if not self.wants_login():
+        if not self.wanted():
             return None
         base = _saved_base(self.layout)
         return {"host": LOOPBACK, "port": base + LOGIN_OFFSET, "user": LOGIN_USER} if base else None
 
-    def _ensure_login(self, model, base_port, changes):
-        if not self.wants_login():
-            if self._stop_login():
+    def ensure(self, model: Any, base_port: int, changes: List[str]) -> None:
+        """The login sshd as `model` wants it on `base_port`'s block (keys, sshd_config, mount points), or stopped."""
+        if not self.wanted():
+            if self.stop():
                 changes.append("stopped %s (no jail or login off)" % LOGIN_DAEMON)
             return
         lay = self.layout
-        jail = self._login_jail()
+        jail = self.jail()
         _own_dir(lay.login)
         _own_dir(lay.authorized_keys)
         self._ensure_host_keys(model, changes)
@@ -184,20 +197,20 @@ class LocalLogin(object):
         for point in ["/dev", "/proc"] + binds:
             _jail_mount_point(jail, point)
         argv = self._login_argv(sshd, lay.sshd_config, jail, binds)
-        self._ensure_daemon(LOGIN_DAEMON, argv, changes, digest=_digest(config, *argv),
-                            ready=lambda: self._login_ready(base_port + LOGIN_OFFSET),
+        self.daemons.ensure(LOGIN_DAEMON, argv, changes, digest=_digest(config, *argv),
+                            ready=lambda: self.ready(base_port + LOGIN_OFFSET),
                             ports=[base_port + LOGIN_OFFSET])
 
-    def plan_login(self, model):
+    def plan(self, model: Any) -> List[str]:
         """What ensure_started() would do about the login sshd, as 'would ...' actions. Reads only."""
         lay = self.layout
-        running = self._running(LOGIN_DAEMON)
-        if not self.wants_login():
+        running = self.daemons.running(LOGIN_DAEMON)
+        if not self.wanted():
             return ["would stop %s (no jail or login off)" % LOGIN_DAEMON] if running else []
         actions = []
         jail = os.path.normpath(self.jail_dir)
         if os.path.isdir(jail):
-            self._login_jail()
+            self.jail()
         else:
             # In a check run an earlier task (jail_populate) may be what makes it: judge the directories it has.
             bad = unsafe_path_components(jail)
@@ -209,7 +222,7 @@ class LocalLogin(object):
             actions.append("would generate the login's SSH host keys")
         if current_text(os.path.join(lay.authorized_keys, LOGIN_USER)) != self._root_keys(model):
             actions.append("would write the login's authorized keys of %s" % LOGIN_USER)
-        address = self.login_address()
+        address = self.address()
         if address is None:
             return actions + ["would write the login's sshd_config", "would start %s" % LOGIN_DAEMON]
         config = render_login_sshd_config(jail, lay, address["port"] - LOGIN_OFFSET)
@@ -218,11 +231,12 @@ class LocalLogin(object):
         if not running:
             return actions + ["would start %s" % LOGIN_DAEMON]
         argv = self._login_argv(find_binary("sshd"), lay.sshd_config, jail, login_binds(lay))
-        if self._records()[LOGIN_DAEMON].get("digest") != _digest(config, *argv):
+        if self.daemons.records()[LOGIN_DAEMON].get("digest") != _digest(config, *argv):
             actions.append("would restart %s (configuration changed)" % LOGIN_DAEMON)
         return actions
 
-    def _login_jail(self):
+    def jail(self) -> str:
+        """The jail the login sshd chroots into; refused (LocalClusterError) where sshd would refuse it."""
         jail = os.path.normpath(self.jail_dir)
         if not os.path.isdir(jail):
             raise LocalClusterError("the login sshd cannot chroot into %s: no such directory" % jail)
@@ -234,7 +248,7 @@ class LocalLogin(object):
         return jail
 
     def _root_keys(self, model):
-        return "".join(k.strip() + "\n" for k in tuple(model.login.ssh_root_public_keys) + self.login_authorized_keys)
+        return "".join(k.strip() + "\n" for k in tuple(model.login.ssh_root_public_keys) + self.authorized_keys)
 
     @staticmethod
     def _login_argv(sshd, config, jail, binds):
@@ -242,28 +256,26 @@ class LocalLogin(object):
         return [find_binary("unshare"), "--mount", "--propagation", "private", sys.executable, "-c",
                 _LOGIN_NAMESPACE_PROGRAM, jail, find_binary("mount"), sshd, config] + list(binds)
 
-    def restart_login(self):
-        """Restart the running login sshd with the command it was started with: after its jail was replaced
-        (jail_populate overwrite=always force=true), its mount namespace held /dev, /proc and the binds in the old
-        jail's directories, now gone. The mount points are made in the jail as it is now; its sessions end.
+    def restart(self) -> Optional[Dict[str, Any]]:
+        """Restart the running login sshd with the command it was started with (the caller holds the state
+        directory's lock): the mount points are made in the jail as it is now; its sessions end.
         -> {'old_pid', 'new_pid'}, or None when no login sshd of this cluster runs."""
-        with self._locked():
-            rec = self._records().get(LOGIN_DAEMON)
-            if rec is None or not _record_alive(rec):
-                return None
-            argv = rec["argv"]
-            program = argv.index(_LOGIN_NAMESPACE_PROGRAM) if _LOGIN_NAMESPACE_PROGRAM in argv else None
-            if program is None or len(argv) < program + 5:
-                raise LocalClusterError("the login sshd of %s was not started by this version (%s): restart the "
-                                        "cluster" % (self.layout.state_dir, " ".join(argv[:4])))
-            jail, binds = argv[program + 1], argv[program + 5:]
-            for point in ["/dev", "/proc"] + binds:
-                _jail_mount_point(jail, point)
-            ports = rec.get("ports") or ()
-            self._stop_daemon(LOGIN_DAEMON)
-            self._start_daemon(LOGIN_DAEMON, argv, rec.get("digest"), ports=ports, jail=rec.get("jail") or jail,
-                               ready=(lambda: self._login_ready(ports[0])) if ports else None)
-            return {"old_pid": rec["pid"], "new_pid": self.pid(LOGIN_DAEMON)}
+        rec = self.daemons.records().get(LOGIN_DAEMON)
+        if rec is None or not _record_alive(rec):
+            return None
+        argv = rec["argv"]
+        program = argv.index(_LOGIN_NAMESPACE_PROGRAM) if _LOGIN_NAMESPACE_PROGRAM in argv else None
+        if program is None or len(argv) < program + 5:
+            raise LocalClusterError("the login sshd of %s was not started by this version (%s): restart the "
+                                    "cluster" % (self.layout.state_dir, " ".join(argv[:4])))
+        jail, binds = argv[program + 1], argv[program + 5:]
+        for point in ["/dev", "/proc"] + binds:
+            _jail_mount_point(jail, point)
+        ports = rec.get("ports") or ()
+        self.daemons.stop(LOGIN_DAEMON)
+        self.daemons.start(LOGIN_DAEMON, argv, rec.get("digest"), ports=ports, jail=rec.get("jail") or jail,
+                           ready=(lambda: self.ready(ports[0])) if ports else None)
+        return {"old_pid": rec["pid"], "new_pid": self.daemons.pid(LOGIN_DAEMON)}
 
     def _ensure_host_keys(self, model, changes):
         """The login's SSH host keys: generated once (secrets.py, as the Kubernetes Secret), then kept."""
@@ -292,15 +304,16 @@ class LocalLogin(object):
         files.atomic_write(path, text, mode)
         return True
 
-    def _login_ready(self, port):
-        """sshd answers with its banner."""
+    @staticmethod
+    def ready(port: int) -> bool:
+        """sshd answers with its banner on 127.0.0.1:`port`."""
         try:
             with socket.create_connection((LOOPBACK, port), timeout=2) as conn:
                 return conn.recv(4).startswith(b"SSH-")
         except OSError:
             return False
 
-    def _stop_login(self):
-        """Stop the login sshd and its sessions (sshd leaves running sessions alone; _stop_daemon stops the
+    def stop(self) -> bool:
+        """Stop the login sshd and its sessions (sshd leaves running sessions alone; Daemons.stop stops the
         children it had). True if it ran."""
-        return self._stop_daemon(LOGIN_DAEMON)
+        return self.daemons.stop(LOGIN_DAEMON)

@@ -15,6 +15,7 @@ import os
 import socket
 import stat
 import tempfile
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.soperator.slurm.plugins.module_utils import files
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
@@ -25,6 +26,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     LOGIN_DAEMON,
     LOGIN_OFFSET,
     LOOPBACK,
+    Layout,
     LocalClusterError,
     node_ports,
     ports_needed)
@@ -139,8 +141,17 @@ def find_free_block(count, claims, state_dir, start=DEFAULT_BASE_PORT, stop=6000
     raise LocalClusterError("no %d free consecutive ports on %s between %d and %d" % (count, LOOPBACK, start, stop))
 
 
-class LocalPorts(object):
-    """LocalCluster's port block: the one it holds, or a free one it claims."""
+class PortBlock(object):
+    """A local cluster's block of loopback ports: the one it holds (cluster.json), `requested_base_port` when given,
+    or a free one it claims (PortClaims). `running_records` gives the records of the cluster's running daemons
+    (local/processes.py Daemons.running_records): the ports they hold count as the cluster's own."""
+
+    def __init__(self, layout: Layout, requested_base_port: Optional[int], timeout: float,
+                 running_records: Callable[[], Dict[str, Dict[str, Any]]]) -> None:
+        self.layout = layout
+        self.requested_base_port = requested_base_port
+        self.timeout = timeout
+        self.running_records = running_records
 
     def _own_ports(self, model, base):
         """Ports this cluster's running daemons listen on: from their records, or for a record of an earlier
@@ -148,7 +159,7 @@ class LocalPorts(object):
         fixed = {"slurmctld": CTLD_OFFSET, "slurmdbd": DBD_OFFSET, "mariadbd": DB_OFFSET, LOGIN_DAEMON: LOGIN_OFFSET}
         nodes = node_ports(model, base)
         ports = set()
-        for name, rec in self._running_records().items():
+        for name, rec in self.running_records().items():
             if "ports" in rec:
                 ports.update(rec["ports"])
             elif name in fixed:
@@ -157,11 +168,11 @@ class LocalPorts(object):
                 ports.add(nodes[name[len("slurmd-"):]])
         return ports
 
-    def plan_ports(self, model):
+    def plan(self, model: Any) -> Tuple[Optional[int], List[str]]:
         """(base port a run would use or None when it would choose one, [what it would do]); reads only. Raises
         like a run would when the stored block is no longer usable while the cluster runs."""
         saved = _saved_base(self.layout)
-        base = self._requested_base_port or saved
+        base = self.requested_base_port or saved
         if base is None:
             return None, []
         claims = PortClaims(self.timeout).read()
@@ -176,17 +187,17 @@ class LocalPorts(object):
         """A block with problems: an error for a requested base port, or while a daemon of this cluster runs (moving
         would restart everything under clients that use the ports); a stopped cluster moves to a new block."""
         block = "%d-%d" % (base, base + ports_needed(model) - 1)
-        if self._requested_base_port:
+        if self.requested_base_port:
             raise LocalClusterError("base_port %d cannot be used for %s (ports %s): %s"
                                     % (base, self.layout.state_dir, block, "; ".join(problems)))
-        running = sorted(self._running_records())
+        running = sorted(self.running_records())
         if running:
             raise LocalClusterError(
                 "the ports of the local cluster in %s (%s) are no longer all its own: %s. Its daemons %s still run "
                 "on them; stop it (state=absent / teardown.yml) and run it again: a stopped cluster moves to a free "
                 "block" % (self.layout.state_dir, block, "; ".join(problems), ", ".join(running)))
 
-    def _base_port(self, model, changes):
+    def choose(self, model: Any, changes: List[str]) -> int:
         """The cluster's block of ports, chosen and recorded under the machine-wide PortClaims lock: kept while it is
         still this cluster's alone (every port not held by our daemons binds, no other live claim overlaps); a
         stopped cluster whose block is taken moves to a free one (configs and daemons follow, as on any port change);
@@ -197,7 +208,7 @@ class LocalPorts(object):
         registry = PortClaims(self.timeout)
         with registry.locked():
             claims = registry.read()
-            base = self._requested_base_port or saved
+            base = self.requested_base_port or saved
             if base is not None:
                 problems = block_problems(base, count, claims, self.layout.state_dir,
                                           self._own_ports(model, base) if base == saved else ())

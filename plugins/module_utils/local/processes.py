@@ -20,16 +20,17 @@ import struct
 import subprocess
 import time
 
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
 from ansible_collections.soperator.slurm.plugins.module_utils import files, wait
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
-    LOGIN_DAEMON, LOOPBACK, LocalClusterError)
+    LOGIN_DAEMON, LOOPBACK, Layout, LocalClusterError)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
-    _digest, natural_key as _natural)
+    SLURMD, _digest, natural_key as _natural)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import _port_free
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _is_real_dir,
     _read_own_file)
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 
 
 # Debian package of each binary we run, for the error when one is missing.
@@ -131,10 +132,36 @@ def _socket_peer(path):
         s.close()
 
 
-class LocalDaemons(object):
-    """LocalCluster's daemons: records, start, stop, readiness."""
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except OSError as e:
+        if e.errno != errno.ESRCH:
+            raise
 
-    def _records(self):
+
+def slurmd_name(node: str) -> str:
+    """The record name of `node`'s slurmd."""
+    return SLURMD + node
+
+
+class Daemons(object):
+    """The daemons of one local cluster, known only by their records under layout.run (pid + start time + argv +
+    configuration digest): start one, stop one by pid + start time (verified gone), readiness, what is left.
+    One node's slurmd: ensure_slurmd(), stop_slurmd(), restart_slurmd().
+
+    `timeout` bounds each start and stop; `env` is what every daemon gets over os.environ (SLURM_CONF); a slurmd or the
+    login sshd started now is recorded with `jail_dir` (local/jail_use.py reads it)."""
+
+    def __init__(self, layout: Layout, timeout: float, env: Mapping[str, str], jail_dir: Optional[str] = None) -> None:
+        self.layout = layout
+        self.timeout = timeout
+        self.env = dict(env)
+        self.jail_dir = jail_dir
+        self._children: Dict[int, Any] = {}    # pid -> Popen of daemons this object started (reaped when they end)
+
+    def records(self) -> Dict[str, Dict[str, Any]]:
+        """{name: record} of every daemon recorded (alive or not)."""
         out = {}
         try:
             names = os.listdir(self.layout.run)
@@ -149,50 +176,59 @@ class LocalDaemons(object):
                     continue
         return out
 
-    def _running(self, name):
+    def running(self, name: str) -> bool:
         return self.pid(name) is not None
 
-    def _running_records(self):
-        return dict((n, r) for n, r in self._records().items() if _record_alive(r))
+    def running_records(self) -> Dict[str, Dict[str, Any]]:
+        return dict((n, r) for n, r in self.records().items() if _record_alive(r))
 
-    def _ensure_daemon(self, name, argv, changes, digest, ready, ports, stale=None):
+    def pid(self, name: str) -> Optional[int]:
+        rec = self.records().get(name)
+        if rec and _record_alive(rec):
+            return rec["pid"]
+        return None
+
+    def ensure(self, name: str, argv: List[str], changes: List[str], digest: Optional[str],
+               ready: Optional[Callable[[], bool]], ports: Sequence[int], stale: Optional[str] = None) -> bool:
         """Start `name` unless it runs with the same digest (configuration); restart it when the digest changed or
         `stale` (the reason) says it must. Returns True when it was (re)started.
         """
-        rec = self._records().get(name)
+        rec = self.records().get(name)
         if rec and _record_alive(rec):
             if rec.get("digest") == digest and not stale:
                 return False
-            self._stop_daemon(name)
+            self.stop(name)
             changes.append("restarted %s (%s)" % (name, "configuration changed" if rec.get("digest") != digest
                                                   else stale))
         else:
             changes.append("started %s" % name)
-        self._start_daemon(name, argv, digest, ready, ports)
+        self.start(name, argv, digest, ready, ports)
         return True
 
     def _daemon_jail(self, name):
         """The jail a daemon started now uses: slurmds enter it for every job step, the login sshd chroots into it."""
-        if self.jail_dir is not None and (name.startswith("slurmd-") or name == LOGIN_DAEMON):
+        if self.jail_dir is not None and (name.startswith(SLURMD) or name == LOGIN_DAEMON):
             return os.path.realpath(self.jail_dir)
         return None
 
-    def _start_daemon(self, name, argv, digest, ready, ports=(), jail=None):
+    def start(self, name: str, argv: List[str], digest: Optional[str], ready: Optional[Callable[[], bool]],
+              ports: Sequence[int] = (), jail: Optional[str] = None) -> None:
         """Start `name` and record it (pid, start time, argv, digest, ports, and `jail`: the jail it uses, by default
-        this cluster's for a slurmd or the login sshd; local/jail_use.py reads it)."""
+        this cluster's for a slurmd or the login sshd; local/jail_use.py reads it). `ready`: a probe waited for
+        (bounded by the timeout); None: the process must only survive its start."""
         lay = self.layout
         held = [p for p in ports if not _port_free(p)]
         if held:
             raise LocalClusterError("cannot start %s of %s: port %s on %s is in use by another process (not a daemon "
                                     "of this cluster)" % (name, lay.state_dir, ", ".join(map(str, held)), LOOPBACK))
         extra = {"ports": list(ports)}
-        if name.startswith("slurmd-"):
-            extra["ctld"] = self._ctld_instance()       # the slurmctld it registers with (slurmds_behind)
+        if name.startswith(SLURMD):
+            extra["ctld"] = self.ctld_instance()       # the slurmctld it registers with (slurmds_behind)
         jail = jail or self._daemon_jail(name)
         if jail:
             extra["jail"] = jail
         env = dict(os.environ)
-        env.update(self.env())
+        env.update(self.env)
         out_path = lay.output(name)
         try:
             fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -238,16 +274,16 @@ class LocalDaemons(object):
         logs = sorted(set([lay.output(name), lay.log_file(name)]), key=lambda p: p != lay.output(name))
         return "\n".join("== %s\n%s" % (p, _tail(p)) for p in logs if os.path.exists(p))
 
-    def log_files(self, names=None):
+    def log_files(self, names: Optional[Iterable[str]] = None) -> Dict[str, str]:
         """{daemon: its log file} of `names` (default: every daemon this cluster recorded)."""
         if names is None:
-            names = self._records()
+            names = self.records()
         return dict((name, self.layout.log_file(name)) for name in sorted(names))
 
-    def _stop_daemon(self, name, sig=signal.SIGTERM):
+    def stop(self, name: str, sig: int = signal.SIGTERM) -> bool:
         """Stop a recorded daemon (SIGTERM, then SIGKILL after the timeout); drop its record. True if it ran."""
         path = self.layout.record(name)
-        rec = self._records().get(name)
+        rec = self.records().get(name)
         if rec is None:
             return False
         pid, start = rec["pid"], rec.get("start_time")
@@ -261,12 +297,12 @@ class LocalDaemons(object):
             # it is verified alive; those that outlive it are stopped after it.
             family = [(child, _proc_start_time(child)) for child in _descendants(pid)]
             family = [(child, t) for child, t in family if t is not None and _pid_alive(pid, start)]
-            self._signal(pid, sig)
+            _signal(pid, sig)
             if not self._wait_gone(pid, start, self.timeout):
-                self._signal(pid, signal.SIGKILL)
+                _signal(pid, signal.SIGKILL)
                 if not self._wait_gone(pid, start, 10):
                     raise LocalClusterError("%s (pid %d) does not exit even on SIGKILL" % (name, pid))
-            self._stop_pids(family)
+            self.stop_pids(family)
         try:
             os.remove(path)
         except OSError as e:
@@ -274,13 +310,13 @@ class LocalDaemons(object):
                 raise
         return was_alive
 
-    @staticmethod
-    def _signal(pid, sig):
-        try:
-            os.kill(pid, sig)
-        except OSError as e:
-            if e.errno != errno.ESRCH:
-                raise
+    def send_signal(self, name: str, sig: int) -> bool:
+        """Send `sig` to the recorded daemon `name` when it runs (its pid with the recorded start time). True if sent."""
+        rec = self.records().get(name)
+        if rec is None or not _record_alive(rec):
+            return False
+        _signal(rec["pid"], sig)
+        return True
 
     def _wait_gone(self, pid, start, timeout):
         def gone():
@@ -294,18 +330,18 @@ class LocalDaemons(object):
         except wait.WaitTimeout:
             return False
 
-    def _stop_pids(self, procs):
+    def stop_pids(self, procs: Iterable[Tuple[int, Optional[int]]]) -> None:
         """SIGTERM, then SIGKILL after 10s, the (pid, start time) still alive with that start time."""
         procs = [(pid, t) for pid, t in procs if t is not None and _pid_alive(pid, t)]
         for pid, t in procs:
             if _pid_alive(pid, t):
-                self._signal(pid, signal.SIGTERM)
+                _signal(pid, signal.SIGTERM)
         for pid, t in procs:
             if not self._wait_gone(pid, t, 10) and _pid_alive(pid, t):
-                self._signal(pid, signal.SIGKILL)
+                _signal(pid, signal.SIGKILL)
                 self._wait_gone(pid, t, 10)
 
-    def _step_daemons(self):
+    def step_daemons(self) -> List[Tuple[int, int, str]]:
         """(pid, start time, socket) of the slurmstepds of this cluster's jobs: the processes of our user listening
         on the step sockets (<node>_<job>.<step>) in this cluster's spool directories (SO_PEERCRED)."""
         found = []
@@ -339,82 +375,109 @@ class LocalDaemons(object):
                     found.append((peer[0], start, path))
         return found
 
-    def leftover_processes(self):
+    def leftover_processes(self) -> List[Tuple[int, str]]:
         """(pid, name) of this cluster's processes still alive (empty after stop()): the daemons it recorded and the
         slurmstepds listening on step sockets in its spool. Found by what we recorded and created, never by a
         command line or an open file."""
-        found = [(r["pid"], n) for n, r in sorted(self._records().items()) if _record_alive(r)]
-        found += [(pid, "slurmstepd") for pid, _start, _path in self._step_daemons()]
+        found = [(r["pid"], n) for n, r in sorted(self.records().items()) if _record_alive(r)]
+        found += [(pid, "slurmstepd") for pid, _start, _path in self.step_daemons()]
         return found
 
-    def pid(self, name):
-        rec = self._records().get(name)
-        if rec and _record_alive(rec):
-            return rec["pid"]
-        return None
-
-    def _munged_argv(self):
-        lay = self.layout
-        argv = [find_binary("munged"), "--foreground", "--key-file=%s" % lay.munge_key,
-                "--socket=%s" % lay.munge_socket, "--pid-file=%s" % os.path.join(lay.run, "munged.pid"),
-                "--log-file=%s" % lay.log_file("munged"), "--seed-file=%s" % lay.munge_seed]
-        if not self._socket_path_open(lay.run):
-            # munged refuses a socket whose directory path is not o+x all the way up (pytest's tmp dirs are 0700);
-            # --force turns that into a warning. Nobody else can reach the socket then, which is fine here.
-            argv.append("--force")
-        return argv
-
-    def _munged_digest(self):
-        """What munged runs with, recorded with it: its command line and the digest of the key file (None: no key
-        of ours there yet). munged reads the key only when it starts, so a key deleted (a new one generated) or
-        replaced under a running munged differs from this record and restarts it. Restarting munged alone is enough:
-        slurmctld, slurmd and slurmdbd hold no key, they ask this munged for every credential; what it issued with
-        the old key (in flight, within munge's 5-minute TTL) no longer decodes. The old key cannot be restored: it
-        lives only in the running munged."""
-        key = _read_own_file(self.layout.munge_key, limit=1 << 20)
-        return _digest(*(self._munged_argv() + ["key:%s" % (_digest(key) if key is not None else None)]))
-
-    @staticmethod
-    def _socket_path_open(path):
-        while True:
-            try:
-                if not os.stat(path).st_mode & stat.S_IXOTH:
-                    return False
-            except OSError:
-                return False
-            parent = os.path.dirname(path)
-            if parent == path:
-                return True
-            path = parent
-
-    def _munge_ready(self):
-        if not os.path.exists(self.layout.munge_socket):
-            return False
-        try:
-            proc = subprocess.run([find_binary("munge"), "--socket=%s" % self.layout.munge_socket, "-n"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
-        except subprocess.TimeoutExpired:
-            return False
-        return proc.returncode == 0
-
-    def _ctld_ready(self):
-        try:
-            result = self.slurm(timeout=15).run(["scontrol", "ping"], check=False)[0]
-        except SlurmError:
-            return False
-        return result.rc == 0 and "is UP" in result.stdout
-
-    def _ctld_instance(self):
+    def ctld_instance(self) -> Optional[List[Any]]:
         """[pid, start time] of the running slurmctld, or None."""
-        rec = self._records().get("slurmctld")
+        rec = self.records().get("slurmctld")
         if rec and _record_alive(rec):
             return [rec["pid"], rec.get("start_time")]
         return None
 
-    def slurmds_behind(self):
+    def slurmds_behind(self) -> List[str]:
         """Running slurmds started before the running slurmctld (or while none ran). A slurmd registers once, when it
         starts: a slurmctld started after it - e.g. after one that refused its configuration - keeps its node FUTURE
         until the slurmd starts again. ensure_started() restarts these; their jobs' slurmstepds keep running."""
-        ctld = self._ctld_instance()
-        return sorted((n for n, r in self._running_records().items()
-                       if n.startswith("slurmd-") and (ctld is None or r.get("ctld") != ctld)), key=_natural)
+        ctld = self.ctld_instance()
+        return sorted((n for n, r in self.running_records().items()
+                       if n.startswith(SLURMD) and (ctld is None or r.get("ctld") != ctld)), key=_natural)
+
+    def mark_registered(self, name: str) -> None:
+        """Record the running daemon `name` (a slurmd) as registered with the running slurmctld (slurmds_behind)."""
+        ctld = self.ctld_instance()
+        rec = self.records().get(name)
+        if rec is not None and ctld is not None and self.running(name):
+            rec["ctld"] = ctld
+            files.atomic_write(self.layout.record(name), json.dumps(rec) + "\n")
+
+    # --- one node's slurmd (what the scale-up/down, the roll and remediation start and stop) --------------------
+
+    def ensure_slurmd(self, node: str, port: int, digest: Optional[str], changes: List[str],
+                      stale: Optional[str] = None) -> bool:
+        """`node`'s slurmd (`slurmd -D -N node`) running on `port` with configuration `digest`: started, or restarted
+        when its digest differs or `stale` says why. True when it was (re)started."""
+        return self.ensure(slurmd_name(node), [find_binary("slurmd"), "-D", "-N", node], changes, digest=digest,
+                           ready=None, ports=[port], stale=stale)
+
+    def stop_slurmd(self, node: str) -> bool:
+        """Stop `node`'s slurmd (by its recorded pid + start time) and drop its record. True if it ran."""
+        return self.stop(slurmd_name(node))
+
+    def restart_slurmd(self, node: str, digest: Optional[str]) -> Dict[str, Any]:
+        """Restart `node`'s slurmd with the command, ports and jail it was started with, recorded with `digest`.
+        -> {'node', 'old_pid', 'new_pid'}."""
+        name = slurmd_name(node)
+        rec = self.records().get(name)
+        if rec is None:
+            raise LocalClusterError("no slurmd of node %s was started in %s" % (node, self.layout.state_dir))
+        old_pid = self.pid(name)
+        self.stop(name)
+        self.start(name, rec["argv"], digest, ready=None, ports=rec.get("ports") or (), jail=rec.get("jail"))
+        return {"node": node, "old_pid": old_pid, "new_pid": self.pid(name)}
+
+
+# --- munged ---------------------------------------------------------------------------------------------------------
+
+def munged_argv(layout):
+    """munged of the cluster in `layout`: its key, socket, pid, log and seed files."""
+    lay = layout
+    argv = [find_binary("munged"), "--foreground", "--key-file=%s" % lay.munge_key,
+            "--socket=%s" % lay.munge_socket, "--pid-file=%s" % os.path.join(lay.run, "munged.pid"),
+            "--log-file=%s" % lay.log_file("munged"), "--seed-file=%s" % lay.munge_seed]
+    if not _socket_path_open(lay.run):
+        # munged refuses a socket whose directory path is not o+x all the way up (pytest's tmp dirs are 0700);
+        # --force turns that into a warning. Nobody else can reach the socket then, which is fine here.
+        argv.append("--force")
+    return argv
+
+
+def munged_digest(layout):
+    """What munged runs with, recorded with it: its command line and the digest of the key file (None: no key
+    of ours there yet). munged reads the key only when it starts, so a key deleted (a new one generated) or
+    replaced under a running munged differs from this record and restarts it. Restarting munged alone is enough:
+    slurmctld, slurmd and slurmdbd hold no key, they ask this munged for every credential; what it issued with
+    the old key (in flight, within munge's 5-minute TTL) no longer decodes. The old key cannot be restored: it
+    lives only in the running munged."""
+    key = _read_own_file(layout.munge_key, limit=1 << 20)
+    return _digest(*(munged_argv(layout) + ["key:%s" % (_digest(key) if key is not None else None)]))
+
+
+def _socket_path_open(path):
+    while True:
+        try:
+            if not os.stat(path).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+        parent = os.path.dirname(path)
+        if parent == path:
+            return True
+        path = parent
+
+
+def munge_ready(layout):
+    """munged of `layout` answers on its socket."""
+    if not os.path.exists(layout.munge_socket):
+        return False
+    try:
+        proc = subprocess.run([find_binary("munge"), "--socket=%s" % layout.munge_socket, "-n"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.returncode == 0

@@ -23,16 +23,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import os
 import signal
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.soperator.slurm.plugins.module_utils import files
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import Layout, LocalClusterError
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import outdated_nodes, wanted_nodes
+from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import Daemons
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import rollout as slurm_rollout
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError, SlurmRunner
 
 ROLLED_TYPE = "slurmAware"
 
@@ -54,50 +54,63 @@ def change_line(entry, check_mode=False):
         " [%s]" % ", ".join(entry["steps"]) if entry.get("steps") else "", entry["reason"])
 
 
+class RolloutFailed(LocalClusterError):
+    """A roll's errors, raised after its entries were recorded: `steps` are the entries up to then."""
+
+    def __init__(self, msg, steps):
+        super(RolloutFailed, self).__init__(msg)
+        self.steps = steps
+
+
 class _HeldLock(object):
     """remediation.LocalReplacer's cluster inside a run: the run holds the state directory's lock already, and the
     restarted slurmd is recorded with the configuration it starts with."""
 
-    def __init__(self, cluster, digest):
-        self.cluster = cluster
+    def __init__(self, daemons, digest):
+        self.daemons = daemons
         self.digest = digest
 
     def restart_node(self, node):
-        return self.cluster.restart_node_locked(node, self.digest)
+        return self.daemons.restart_slurmd(node, self.digest)
 
 
-class LocalRollout(object):
-    """LocalCluster's rolling slurmd restarts (mixed into it)."""
+class Rollout(object):
+    """A local cluster's rolling slurmd restarts: through `daemons` (local/processes.py Daemons), with the cluster's
+    Slurm runner from `slurm` and its health check under layout.bin. `timeout` bounds a slurmd's registration and
+    a health check, `rollout_timeout` the wait for a busy node's jobs."""
 
-    def _register_again(self, name, changes):
+    def __init__(self, layout: Layout, daemons: Daemons, slurm: Callable[[], SlurmRunner], timeout: float,
+                 rollout_timeout: float) -> None:
+        self.layout = layout
+        self.daemons = daemons
+        self.slurm = slurm
+        self.timeout = timeout
+        self.rollout_timeout = rollout_timeout
+
+    def register_again(self, name: str, changes: List[str]) -> bool:
         """SIGHUP an outdated slurmd that registered with an earlier slurmctld: it re-reads the configs and
         registers with the running one, its jobs untouched. True when signalled."""
-        rec = self._records().get(name)
-        if rec is None or self._ctld_instance() is None or not self._running(name):
+        if self.daemons.ctld_instance() is None or not self.daemons.send_signal(name, signal.SIGHUP):
             return False
-        self._signal(rec["pid"], signal.SIGHUP)
         changes.append("signalled %s to register with the restarted slurmctld (SIGHUP; it keeps its jobs and is "
                        "restarted by the roll)" % name)
         return True
 
-    def _registered_again(self, names):
+    def registered_again(self, names: Iterable[str]) -> None:
         """Record `names` as registered with the running slurmctld (slurmds_behind), once Slurm showed them
         responding: a slurmd that did not register is still behind, and the next run signals it again."""
-        ctld = self._ctld_instance()
         for name in names:
-            rec = self._records().get(name)
-            if rec is not None and ctld is not None and self._running(name):
-                rec["ctld"] = ctld
-                files.atomic_write(self.layout.record(name), json.dumps(rec) + "\n")
+            self.daemons.mark_registered(name)
 
     def _revisions(self, nodes):
-        running = self._running_records()
+        running = self.daemons.running_records()
         return dict((n, (running.get("slurmd-%s" % n) or {}).get("digest")) for n in nodes)
 
-    def _roll_slurmds(self, model, digest, outdated, changes, check_mode=False):
+    def roll(self, model: Any, digest: str, outdated: Sequence[str], changes: List[str],
+             check_mode: bool = False) -> List[Dict[str, Any]]:
         """Roll each NodeSet's `outdated` nodes onto `digest`; -> the roll's entries (slurm/rollout.py). Acted
-        entries go to `changes`; a roll's errors raise LocalClusterError after its entries were recorded."""
-        steps = []
+        entries go to `changes`; a roll's errors raise RolloutFailed (with the entries so far)."""
+        steps: List[Dict[str, Any]] = []
         if not outdated:
             return steps
         prefix = model.remediation.drain_reason_prefix
@@ -114,8 +127,8 @@ class LocalRollout(object):
             checker = rm.LocalChecker(os.path.join(self.layout.bin, "health-check"),
                                       slurm_conf=self.layout.slurm_conf, timeout=self.timeout)
             remediator = rm.Remediator(self.slurm(), prefix, checker,
-                                       replacer=rm.LocalReplacer(_HeldLock(self, digest)), check_mode=check_mode,
-                                       register_timeout=self.timeout, poll=0.5)
+                                       replacer=rm.LocalReplacer(_HeldLock(self.daemons, digest)),
+                                       check_mode=check_mode, register_timeout=self.timeout, poll=0.5)
             roll = slurm_rollout.Rollout(self.slurm(), prefix, inputs, remediator,
                                          node_set.update_strategy.max_unavailable, self.rollout_timeout,
                                          node_set.name, check_mode=check_mode, poll=0.5)
@@ -126,17 +139,17 @@ class LocalRollout(object):
             steps += done
             changes += [change_line(s, check_mode) for s in done if slurm_rollout.acted(s, check_mode)]
             if roll.errors:
-                self.rollout_steps = steps
-                raise LocalClusterError("rolling the slurmds of NodeSet %s: %s" % (node_set.name,
-                                                                                   "; ".join(roll.errors)))
+                raise RolloutFailed("rolling the slurmds of NodeSet %s: %s" % (node_set.name, "; ".join(roll.errors)),
+                                    steps)
         return steps
 
-    def plan_rollout(self, model, digest, status):
+    def plan(self, model: Any, digest: Optional[str], status: Mapping[str, Any]) -> Tuple[List[Dict[str, Any]],
+                                                                                           List[str]]:
         """Check mode: the roll a run would make, from the same plan, over the nodes Slurm lists now (their slurmds
         register again, unrestarted, when slurmctld restarts). -> (entries, 'would ...' actions)."""
         running = set(n for n, p in status["processes"].items() if p["running"])
         if digest is None or "slurmctld" not in running or status.get("nodes") is None:
             return [], []
-        outdated = outdated_nodes(wanted_nodes(model), self._running_records(), digest)
-        actions = []
-        return self._roll_slurmds(model, digest, outdated, actions, check_mode=True), actions
+        outdated = outdated_nodes(wanted_nodes(model), self.daemons.running_records(), digest)
+        actions: List[str] = []
+        return self.roll(model, digest, outdated, actions, check_mode=True), actions

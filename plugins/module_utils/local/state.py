@@ -18,10 +18,12 @@ import secrets
 import shutil
 import stat
 import time
+from typing import Any, Iterator, List, Optional
 
 from ansible_collections.soperator.slurm.plugins.module_utils import files, wait
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     LOCK_FILE,
+    Layout,
     LocalClusterError,
     MARKER,
     MARKER_KIND,
@@ -151,10 +153,22 @@ def _remove_entry(path):
 MOUNT_POINT_STAYS = "kept the directory: it is a mount point; its contents were deleted"
 
 
-class LocalStateDir(object):
-    """LocalCluster's state directory: ownership, lock, purge."""
+class StateDir(object):
+    """A local cluster's state directory (`layout.state_dir`): ownership, the lock, its folders, purge. An operation
+    waits up to `lock_timeout` for another's lock. What taking it did (created, adopted) is kept for the run's
+    changes: take_notes()."""
 
-    def ownership(self):
+    def __init__(self, layout: Layout, lock_timeout: float) -> None:
+        self.layout = layout
+        self.lock_timeout = lock_timeout
+        self._notes: List[str] = []
+
+    def take_notes(self) -> List[str]:
+        """What taking the directory did since the last call ('created state directory ...', 'marked ...')."""
+        notes, self._notes = self._notes, []
+        return notes
+
+    def ownership(self) -> str:
         """What `state_dir` is: 'absent', 'empty' (nothing but our lock file), 'marked' (it carries our marker) or
         'legacy' (made by a version before the marker: only our entries, our cluster.json and an etc/slurm.conf that
         adapt_configs wrote for this very path; it gets the marker on the next operation). Anything else - a folder
@@ -183,7 +197,7 @@ class LocalStateDir(object):
             "folders, its cluster.json and an etc/slurm.conf written for this path); nothing was stopped or deleted"
             % (path, MARKER))
 
-    def purge_plan(self):
+    def purge_plan(self) -> List[str]:
         """What purge would delete ([paths]); raises LocalClusterError (nothing deleted) where purge is refused: a
         directory that is not ours, or one holding another local cluster's state directory."""
         path = self.layout.state_dir
@@ -198,7 +212,7 @@ class LocalStateDir(object):
         ours = [n for n in sorted(names) if n in STATE_ENTRIES or n in (MARKER, LOCK_FILE) or _TMP_ENTRY.match(n)]
         return [os.path.join(path, n) for n in ours]
 
-    def _purge(self):
+    def purge(self) -> str:
         """Delete what the local backend created (under the lock, processes stopped); the directory itself when
         nothing else is left in it. A link is removed, never followed."""
         path = self.layout.state_dir
@@ -217,25 +231,25 @@ class LocalStateDir(object):
         return "purged %s" % path
 
     @contextlib.contextmanager
-    def _locked(self, create=False):
+    def locked(self, create: bool = False, cluster_name: Optional[str] = None) -> Iterator[Optional[int]]:
         """One operation at a time per state directory (two playbook runs must not start two slurmctlds), and only
-        on a directory that is ours (ownership()). `create`: make the directory (with our marker) when there is
-        none. Yields the lock's fd, or None when there is no state directory (and not `create`)."""
+        on a directory that is ours (ownership()). `create`: make the directory (with our marker naming
+        `cluster_name`) when there is none. Yields the lock's fd, or None when there is no state directory (and not
+        `create`)."""
         lay = self.layout
         kind = self.ownership()
         if kind == "absent" and not create:
             yield None
             return
         if kind in ("absent", "empty") and create:
-            self._check_not_nested()
+            self.check_not_nested()
             if kind == "absent":
                 os.makedirs(lay.state_dir, 0o755)
                 self._notes.append("created state directory %s" % lay.state_dir)
         lock = os.path.join(lay.state_dir, LOCK_FILE)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
-            # the operation holding it may wait for jobs: on a node it removes, or on one its roll drained
-            _flock(fd, max(self.timeout, self.drain_timeout, getattr(self, "rollout_timeout", 0)) * 2, lock)
+            _flock(fd, self.lock_timeout, lock)
             try:
                 same = os.fstat(fd).st_ino == os.lstat(lock).st_ino
             except OSError:
@@ -244,7 +258,7 @@ class LocalStateDir(object):
                 raise LocalClusterError("%s was purged by another operation meanwhile" % lay.state_dir)
             kind = self.ownership()                    # again, now that nobody else acts on it
             if kind == "legacy" or (kind == "empty" and create):
-                self._write_marker(adopted=kind == "legacy")
+                self.write_marker(cluster_name, adopted=kind == "legacy")
                 if kind == "legacy":
                     self._notes.append("marked %s as this cluster's state directory (made by an earlier version)"
                                        % lay.state_dir)
@@ -252,33 +266,37 @@ class LocalStateDir(object):
         finally:
             os.close(fd)
 
-    def _check_not_nested(self):
+    def check_not_nested(self) -> None:
         other = _marked_ancestor(self.layout.state_dir)
         if other is not None:
             raise LocalClusterError("state_dir %s is inside the state directory of the local cluster in %s"
                                     % (self.layout.state_dir, other))
 
-    def plan_take(self):
+    def plan_take(self) -> str:
         """ownership(), and for a new or empty folder the check ensure_started() makes before creating it (not inside
         another cluster's state directory); reads only, raises as a run would."""
         kind = self.ownership()
         if kind in ("absent", "empty"):
-            self._check_not_nested()
+            self.check_not_nested()
         return kind
 
-    def _write_marker(self, adopted=False):
+    def write_marker(self, cluster_name: Optional[str] = None, adopted: bool = False) -> None:
+        """Make the directory ours: the marker with a new id (a port claim names it), the cluster's name, whether an
+        earlier version's directory was adopted."""
         marker = {"kind": MARKER_KIND, "id": secrets.token_hex(16), "state_dir": self.layout.state_dir,
-                  "cluster": self.model.name if self.model is not None else None, "adopted": adopted,
+                  "cluster": cluster_name, "adopted": adopted,
                   "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         files.atomic_write(os.path.join(self.layout.state_dir, MARKER), json.dumps(marker, indent=1) + "\n", 0o644)
 
-    def _prepare_dirs(self, changes):
+    def prepare_dirs(self) -> None:
+        """The folders every run needs, ours (a link there fails) and with their modes."""
         lay = self.layout
         for path, mode in ((lay.state_dir, 0o755), (lay.etc, 0o755), (lay.secrets, 0o700), (lay.run, 0o755),
                            (lay.log, 0o755), (lay.ctld_state, 0o700), (lay.spool, 0o755)):
             os.chmod(_own_dir(path, mode), mode)
 
-    def _check_path_lengths(self, model):
+    def check_path_lengths(self, model: Any) -> None:
+        """Refuse a state directory so long that slurmstepd's sockets under it would not fit in sun_path."""
         longest = max([len(ns.node_name(max(ns.max_replicas - 1, 0))) for ns in model.node_sets] or [1])
         sock = len(self.layout.spool) + 2 + 2 * longest + len("_4294967295.4294967295")
         if sock > MAX_SOCKET_PATH:

@@ -47,14 +47,14 @@ def test_rule_file_and_dashboards_for_the_admins_prometheus(tmp_path):
     assert cluster.plan_exporter(on)[:len(names)] == ["would write %s" % n for n in names]
     assert not (state / "prometheus").exists()            # the plan wrote nothing
     changes = []
-    cluster._ensure_monitoring_files(on, changes)
+    cluster.exporter.ensure_monitoring_files(on, changes)
     assert changes == ["wrote %s" % n for n in names]
     paths = cluster.monitoring_paths()
     assert paths["rules"] == str(state / rules) and paths["job"] == "small-exporter"
     assert paths["dashboards"] == [str(state / n) for n in boards]
     assert "job=\"small-exporter\"" in (state / rules).read_text()
     changes = []
-    cluster._ensure_monitoring_files(on, changes)
+    cluster.exporter.ensure_monitoring_files(on, changes)
     assert changes == [] and not [a for a in cluster.plan_exporter(on) if "write" in a]
     (state / "prometheus" / "mine.yml").write_text("groups: []\n")
     os.unlink(str(state / boards[0]))
@@ -62,7 +62,7 @@ def test_rule_file_and_dashboards_for_the_admins_prometheus(tmp_path):
     removed = boards[1:] + [rules]
     assert cluster.plan_exporter(off) == ["would remove %s (exporter disabled)" % n for n in removed]
     changes = []
-    cluster._ensure_monitoring_files(off, changes)
+    cluster.exporter.ensure_monitoring_files(off, changes)
     assert changes == ["removed %s (exporter disabled)" % n for n in removed]
     assert sorted(os.listdir(str(state / "prometheus"))) == ["mine.yml"]
     assert os.path.islink(str(state / boards[0]))
