@@ -37,8 +37,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import 
 from ansible_collections.soperator.slurm.plugins.module_utils.local.planner import Planner
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import PortBlock
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
-    Daemons, _descendants, _pid_alive, _proc_start_time, _record_alive, _tail, find_binary, munge_ready, munged_argv,
-    munged_digest, slurmd_name)
+    Daemons, _record_alive, _tail, find_binary, munge_ready, munged_argv, munged_digest, slurmd_name)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_health_programs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.rollout import Rollout, RolloutFailed
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import StateDir, _own_dir
@@ -240,12 +239,7 @@ class LocalCluster(object):
         for name in stop_order(daemons.records()):     # the order plan_absent() reports
             if daemons.stop(name):
                 stopped.append(name)
-        steps = daemons.step_daemons()                 # of jobs that could not be cancelled (no slurmctld)
-        # their job's processes (children of a slurmstepd of ours) go with them, taken while it is verified alive
-        family = [(child, _proc_start_time(child)) for pid, start, _path in steps for child in _descendants(pid)
-                  if _pid_alive(pid, start)]
-        daemons.stop_pids([(pid, start) for pid, start, _path in steps])
-        daemons.stop_pids(family)
+        steps = daemons.stop_step_daemons()            # of jobs that could not be cancelled (no slurmctld)
         stopped += ["slurmstepd[%d] (leftover of %s)" % (pid, os.path.basename(path)) for pid, _s, path in steps]
         alive = ["%s[%d]" % (comm, pid) for pid, comm in self.leftover_processes()]
         if alive:

@@ -375,6 +375,16 @@ class Daemons(object):
                     found.append((peer[0], start, path))
         return found
 
+    def stop_step_daemons(self) -> List[Tuple[int, int, str]]:
+        """Stop the slurmstepds step_daemons() finds (of jobs that could not be cancelled) and their job's processes
+        (children of a slurmstepd of ours, taken while it is verified alive). -> the slurmstepds, as step_daemons()."""
+        steps = self.step_daemons()
+        family = [(child, _proc_start_time(child)) for pid, start, _path in steps for child in _descendants(pid)
+                  if _pid_alive(pid, start)]
+        self.stop_pids([(pid, start) for pid, start, _path in steps])
+        self.stop_pids(family)
+        return steps
+
     def leftover_processes(self) -> List[Tuple[int, str]]:
         """(pid, name) of this cluster's processes still alive (empty after stop()): the daemons it recorded and the
         slurmstepds listening on step sockets in its spool. Found by what we recorded and created, never by a
