@@ -143,8 +143,8 @@ class Rollout(object):
                                     steps)
         return steps
 
-    def plan(self, model: Any, digest: Optional[str], status: Mapping[str, Any]) -> Tuple[List[Dict[str, Any]],
-                                                                                           List[str]]:
+    def plan(self, model: Any, digest: Optional[str],
+             status: Mapping[str, Any]) -> Tuple[List[Dict[str, Any]], List[str]]:
         """Check mode: the roll a run would make, from the same plan, over the nodes Slurm lists now (their slurmds
         register again, unrestarted, when slurmctld restarts). -> (entries, 'would ...' actions)."""
         running = set(n for n, p in status["processes"].items() if p["running"])
