@@ -32,8 +32,9 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.exporter imp
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     CTLD_OFFSET, Layout, LocalClusterError, LOGIN_DAEMON, _current_user, check_path, node_ports)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.login import LoginNode, require_jail_plugin
+from ansible_collections.soperator.slurm.plugins.module_utils.local import power
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
-    nodes_to_remove, outdated_nodes, slurm_digest, stop_order, wanted_nodes)
+    cloud_nodes, nodes_to_remove, outdated_nodes, slurm_digest, stop_order, wanted_nodes)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.planner import Planner
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import PortBlock
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
@@ -176,6 +177,14 @@ class LocalCluster(object):
         slurm_hash = slurm_digest(configs)
         for name in install_health_programs(self.layout):
             changes.append("installed %s" % os.path.join(self.layout.bin, name))
+        # Power saving's programs start and stop the CLOUD nodes' slurmds (local/power.py), with what the backend
+        # writes here; slurmctld checks the programs when it starts.
+        ports = node_ports(model, base_port)
+        jail = os.path.realpath(self.jail_dir) if self.jail_dir is not None else None
+        power.ensure(self.layout, dict(
+            (node, power.launch(self.layout, node, ports[node], slurm_hash, self.daemons.env, jail,
+                                model.remediation.drain_reason_prefix, find_binary("slurmd")))
+            for node in cloud_nodes(model)), changes)
 
         lay = self.layout
         self.daemons.ensure("munged", munged_argv(lay), changes, digest=munged_digest(lay),

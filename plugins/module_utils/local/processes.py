@@ -28,6 +28,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
     SLURMD, _digest, natural_key as _natural)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import _port_free
+from ansible_collections.soperator.slurm.plugins.module_utils.node.power_local import proc_start_time
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _is_real_dir,
     _read_own_file)
@@ -73,17 +74,8 @@ def find_binary(name):
     return path
 
 
-def _proc_start_time(pid):
-    """Start time (clock ticks since boot) of a live, non-zombie process; None when there is none."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            data = f.read()
-    except (IOError, OSError):
-        return None
-    fields = data[data.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
+# One reading of a process's start time for the backend and the power programs it installs (node/power_local.py).
+_proc_start_time = proc_start_time
 
 
 def _proc_comm(pid):

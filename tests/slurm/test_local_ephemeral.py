@@ -1,0 +1,115 @@
+"""Ephemeral NodeSets on the local backend, against the host's real slurmctld and slurmd (Slurm's own power saving):
+a job given powered-down nodes starts their slurmds through our ResumeProgram and runs; idle nodes are powered down
+again by our SuspendProgram; a re-run of ensure_started() changes nothing about them; a resume that cannot succeed
+ends with the node DOWN with our reason and the job requeued, not lost.
+
+Slurm's power saving runs on its own clock (it looks for idle nodes every 10 s): the waits below are bounded by the
+spec's times plus that interval, never asserted as timings."""
+import json
+import os
+import socket
+
+from local_helpers import ROOT, job_state, wait_job
+from waiting import wait_for
+
+
+SUSPEND_TIME, RESUME_TIMEOUT, SUSPEND_TIMEOUT = 10, 30, 10
+# Slurm's power_save_interval (10 s) and a margin for this shared 2-core machine.
+SLACK = 60
+
+
+def spec_text():
+    with open(os.path.join(ROOT, "examples", "ephemeral-cpu.yml")) as f:
+        text = f.read()
+    times = "suspendTime: %d\n    suspendTimeout: %d" % (SUSPEND_TIME, SUSPEND_TIMEOUT)
+    return text.replace("suspendTime: 300", times).replace("resumeTimeout: 300", "resumeTimeout: %d" % RESUME_TIMEOUT)
+
+
+def nodes(cluster):
+    """sinfo --json's nodes by name: (state, sorted flags)."""
+    out = json.loads(cluster.run(["sinfo", "--json"], timeout=30).stdout)["nodes"]
+    return dict((n["name"], (n["state"].lower(), sorted(n.get("state_flags") or []))) for n in out)
+
+
+def powered_down(cluster, names):
+    now = nodes(cluster)
+    return all("POWERED_DOWN" in now[n][1] for n in names), now
+
+
+def slurmd_records(cluster):
+    return sorted(n for n in cluster.status()["processes"] if n.startswith("slurmd-"))
+
+
+def sbatch(cluster, *args):
+    return cluster.run(["sbatch", "--parsable"] + list(args), timeout=30).stdout.strip().split(";")[0]
+
+
+def test_jobs_power_ephemeral_workers_up_and_idle_ones_down(local_cluster, tmp_path):
+    cluster = local_cluster(spec_text())
+    burst = ["burst-0", "burst-1", "burst-2", "burst-3"]
+    # at the start only the fixed NodeSet runs; Slurm shows the ephemeral nodes powered down
+    assert slurmd_records(cluster) == ["slurmd-cpu-0"]
+    start = nodes(cluster)
+    assert all("POWERED_DOWN" in start[n][1] and "CLOUD" in start[n][1] for n in burst), start
+    assert start["cpu-0"] == ("idle", []), start
+
+    out = tmp_path / "out-%j.txt"
+    job = sbatch(cluster, "-p", "burst", "-N2", "-o", str(out), "--wrap", "srun hostname")
+    assert wait_job(cluster, job, timeout=RESUME_TIMEOUT + SLACK) == "COMPLETED"
+    assert (tmp_path / ("out-%s.txt" % job)).read_text().split() == [socket.gethostname()] * 2
+    # exactly the two nodes Slurm gave the job were started, by our ResumeProgram
+    started = slurmd_records(cluster)
+    assert len(started) == 3 and "slurmd-cpu-0" in started, started
+    ran = [n[len("slurmd-"):] for n in started if n != "slurmd-cpu-0"]
+    log = open(os.path.join(cluster.state_dir, "log", "power.log")).read()
+    assert all("resume %s: started slurmd" % n in log for n in ran), log
+
+    # idle for SuspendTime: powered down by our SuspendProgram, their slurmds gone
+    wait_for(lambda: powered_down(cluster, ran), "%s powered down" % ran, SUSPEND_TIME + SUSPEND_TIMEOUT + SLACK,
+             poll=1, done=lambda result: result[0])
+    wait_for(lambda: slurmd_records(cluster) == ["slurmd-cpu-0"], "the ephemeral slurmds stopped", SLACK, poll=1)
+    assert all("suspend %s: stopped slurmd" % n in open(os.path.join(cluster.state_dir, "log", "power.log")).read()
+               for n in ran)
+
+    # a re-run (site.yml) changes nothing about powered-down nodes: no slurmd started, none removed from Slurm
+    again = cluster.ensure_started()
+    assert again["changed"] is False, again
+    assert slurmd_records(cluster) == ["slurmd-cpu-0"]
+    assert all("POWERED_DOWN" in nodes(cluster)[n][1] for n in burst)
+
+    # a second job brings workers back (once SuspendTimeout has passed, Slurm may resume them)
+    job = sbatch(cluster, "-p", "burst", "-N2", "-o", str(out), "--wrap", "srun hostname")
+    assert wait_job(cluster, job, timeout=SUSPEND_TIMEOUT + RESUME_TIMEOUT + SLACK) == "COMPLETED"
+
+    # stop() stops what the power programs started too
+    cluster.stop()
+    assert slurmd_records(cluster) == []
+    assert cluster.leftover_processes() == []
+
+
+def test_a_resume_that_fails_sets_the_node_down_with_our_reason_and_requeues(local_cluster, tmp_path):
+    cluster = local_cluster(spec_text())
+    # burst-0's slurmd cannot start: something else listens on its port (the local cluster's loopback ports)
+    with open(os.path.join(cluster.state_dir, "run", "slurmd-burst-0.launch.json")) as f:
+        port = json.load(f)["record"]["ports"][0]
+    blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    blocker.bind(("127.0.0.1", port))
+    blocker.listen(1)
+    try:
+        job = sbatch(cluster, "-p", "burst", "-w", "burst-0", "-o", str(tmp_path / "o-%j"), "--wrap", "hostname")
+        # Slurm gives up after ResumeTimeout; our ResumeFailProgram says why on the node
+        wait_for(lambda: nodes(cluster)["burst-0"][0] == "down", "burst-0 DOWN", RESUME_TIMEOUT + SLACK, poll=1)
+        reason = wait_for(lambda: cluster.run(["sinfo", "-h", "-n", "burst-0", "-o", "%E"], timeout=30).stdout.strip(),
+                          "our reason on burst-0", SLACK, poll=1, done=lambda r: "resume-failed" in r)
+        assert reason.startswith("soperator: resume-failed"), reason
+        # the job is not lost: Slurm requeued it
+        assert job_state(cluster, job) in ("PENDING", "CONFIGURING", "REQUEUED"), job_state(cluster, job)
+        show = cluster.run(["scontrol", "show", "job", "-o", job], timeout=30).stdout
+        assert "Restarts=0" not in show, show
+        assert "slurmd-burst-0" not in slurmd_records(cluster)
+    finally:
+        blocker.close()
+    # once the cause is gone, the admin's RESUME makes the node usable: the requeued job runs
+    cluster.run(["scontrol", "update", "NodeName=burst-0", "State=RESUME"], timeout=30)
+    assert wait_job(cluster, job, timeout=RESUME_TIMEOUT + 120 + SLACK) == "COMPLETED"
