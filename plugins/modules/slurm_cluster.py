@@ -214,7 +214,8 @@ options:
   manage_rbac:
     description:
       - With O(target=kubernetes), apply and prune the cluster's RBAC objects (the remediation Role and RoleBinding,
-        and the ClusterRole and ClusterRoleBinding of C(cordonKubernetesNode)) and the remediation ServiceAccount.
+        the ClusterRole and ClusterRoleBinding of C(cordonKubernetesNode), the power programs' Role and RoleBinding
+        of ephemeral NodeSets) and the ServiceAccounts they bind (remediation's, the power programs').
       - V(false) leaves them alone - neither read, applied nor pruned - so a run needs no RBAC rights. The
         in-cluster remediation CronJob reconciles this way (with O(install_crds=false) and
         O(create_namespace=false)); it may not grant itself rights, so whoever deploys the cluster applies them.

@@ -187,11 +187,13 @@ class KubeCluster(SlurmConfigReload):
         return live
 
     def manages(self, obj):
-        """False for the objects manage_rbac=false leaves alone: RBAC kinds and the remediation ServiceAccount."""
+        """False for the objects manage_rbac=false leaves alone: RBAC kinds and the ServiceAccounts they grant rights
+        to (remediation's, the power programs')."""
         if self.options.manage_rbac:
             return True
         return obj["kind"] not in RBAC_KINDS and not (
-            obj["kind"] == "ServiceAccount" and obj["metadata"]["name"] == names.remediation_name(self.model))
+            obj["kind"] == "ServiceAccount"
+            and obj["metadata"]["name"] in (names.remediation_name(self.model), names.power_name(self.model)))
 
     def ensure_namespace(self):
         ns = self.model.namespace

@@ -13,6 +13,8 @@ Choices the objects encode (the images and the kube backend rely on them):
 - Workers are one StatefulSet per NodeSet, named exactly like the NodeSet (pod `gpu-3` is Slurm node `gpu-3`), all
   governed by one headless Service `<name>-workers`; every pod searches that domain and the controller's, so short
   Slurm node names resolve. Worker StatefulSets update OnDelete: nothing restarts a worker behind Slurm's back.
+  An ephemeral NodeSet's StatefulSet keeps its always-up floor; the pods of the nodes Slurm powers up are made by
+  the controller's power programs from templates rendered in power_kube.py.
 - PersistentVolumeClaim templates carry no managed-by label: the claims they create are data, never pruned.
 """
 
@@ -28,6 +30,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_builders as kb
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
 from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_objects import observability_objects
+from ansible_collections.soperator.slurm.plugins.module_utils.render.power_kube import (
+    give_controller_power, power_objects)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import (
     ACCOUNTING, ACCOUNTING_DB, CHECKS, CONFIG, CONTROLLER, JAIL, KIND_ORDER, LOGIN, REMEDIATION, WORKER, labels,
     selector_labels)
@@ -493,9 +497,11 @@ def render_manifests(model, slurm_configs, secret_material):
         if model.accounting.in_cluster is not None:
             objects.append(_accounting_db(model))
         objects.append(_accounting(model))
-    objects.append(_controller(model))
+    objects.append(give_controller_power(model, _controller(model)))
     objects.append(_login(model))
-    objects += [_worker(model, node_set) for node_set in model.node_sets]
+    workers = dict((node_set.name, _worker(model, node_set)) for node_set in model.node_sets)
+    objects += [workers[node_set.name] for node_set in model.node_sets]
+    objects += power_objects(model, workers)
     objects += _disruption_budgets(model)
     if model.remediation.enabled:
         objects += [_remediation_cron_job(model), _remediation_status(model)]
