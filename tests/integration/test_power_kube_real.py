@@ -1,0 +1,250 @@
+"""Ephemeral NodeSets on the real API server (RBAC authorizer, StatefulSet controller): the power ServiceAccount's
+Role judged by SubjectAccessReviews, and the power program (plugins/module_utils/node/power_kube.py) run on this
+machine with that ServiceAccount's own token (a TokenRequest) and the ConfigMap the cluster was given, expanding its
+hostlist with the host's `scontrol show hostnames`. No kubelet: kwok's nodes run no container (the pods stay Pending
+on an unbound jail claim), which is all the power program and the StatefulSet controller need."""
+import base64
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+import yaml
+
+import ansible_run
+from waiting import wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROGRAM = os.path.join(ROOT, "plugins", "module_utils", "node", "power_kube.py")
+EPHEMERAL_LABEL = "slurm.soperator.dev/ephemeral-nodeset"
+CLOUD = ["gpu-%d" % i for i in range(6)]          # maxReplicas 6, minReplicas 0: every gpu node is CLOUD
+SPEC = """
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: SlurmCluster
+metadata: {name: small, namespace: NS}
+spec:
+  jail: {volume: {size: 1Gi}}
+  remediation: {drainReasonPrefix: "it:"}
+---
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: NodeSet
+metadata: {name: cpu, namespace: NS}
+spec: {clusterName: small, replicas: 1, resources: {cpu: "1", memory: 1Gi}}
+---
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: NodeSet
+metadata: {name: gpu, namespace: NS}
+spec:
+  clusterName: small
+  maxReplicas: 6
+  resources: {cpu: "1", memory: 1Gi}
+  ephemeral: {enabled: true, minReplicas: 0, suspendTime: 60}
+"""
+
+
+
+def _apply(kubeconfig, docs, check=False):
+    return ansible_run.module("slurm_cluster", dict(state="present", target="kubernetes", definition=docs,
+                                                   kubeconfig=kubeconfig), check=check)
+
+
+@pytest.fixture(scope="module")
+def deployed(real_cluster):
+    namespace = "soperator-it-%s" % uuid.uuid4().hex[:8]
+    docs = list(yaml.safe_load_all(SPEC.replace("NS", namespace)))
+    first = _apply(real_cluster.kubeconfig, docs)
+    assert first["changed"], first
+    yield namespace, docs
+    ansible_run.module("slurm_cluster", dict(state="absent", target="kubernetes", definition=docs,
+                                             kubeconfig=real_cluster.kubeconfig, purge_volumes=True),
+                       expect_failed=None)
+    real_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _core(real_cluster):
+    from kubernetes import client, config
+    return client.CoreV1Api(config.new_client_from_config(config_file=real_cluster.kubeconfig))
+
+
+def allowed(real_cluster, user, namespace, verb, resource, name="", group="", subresource=""):
+    """The RBAC authorizer's answer to a SubjectAccessReview, exactly as given."""
+    from kubernetes import client, config
+    with config.new_client_from_config(config_file=real_cluster.kubeconfig) as api:
+        review = client.AuthorizationV1Api(api).create_subject_access_review({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": ["system:serviceaccounts", "system:authenticated",
+                                              "system:serviceaccounts:%s" % namespace],
+                     "resourceAttributes": {"namespace": namespace, "verb": verb, "group": group,
+                                            "resource": resource, "subresource": subresource, "name": name}}})
+        return review.status.allowed
+
+
+def test_the_power_service_account_creates_pods_and_gets_and_deletes_only_cloud_nodes(real_cluster, deployed):
+    namespace, _docs = deployed
+    user = "system:serviceaccount:%s:small-power" % namespace
+    assert allowed(real_cluster, user, namespace, "create", "pods")
+    for node in CLOUD:
+        for verb in ("get", "delete"):
+            assert allowed(real_cluster, user, namespace, verb, "pods", node), (verb, node)
+        for verb in ("update", "patch", "list", "watch", "deletecollection"):
+            assert not allowed(real_cluster, user, namespace, verb, "pods", node), (verb, node)
+        assert not allowed(real_cluster, user, namespace, "create", "pods", node, subresource="exec")
+        assert not allowed(real_cluster, user, namespace, "get", "pods", node, subresource="log")
+        assert not allowed(real_cluster, user, namespace, "patch", "pods", node, subresource="status")
+    # Other pods: the fixed NodeSet's, the controller's, a name past maxReplicas, any pod at all.
+    for node in ("cpu-0", "small-controller-0", "small-login-0", "gpu-6", ""):
+        for verb in ("get", "delete", "update", "patch"):
+            assert not allowed(real_cluster, user, namespace, verb, "pods", node), (verb, node)
+    for verb in ("list", "watch", "deletecollection"):
+        assert not allowed(real_cluster, user, namespace, verb, "pods")
+    for resource, group in (("secrets", ""), ("configmaps", ""), ("services", ""), ("serviceaccounts", ""),
+                            ("statefulsets", "apps"), ("roles", "rbac.authorization.k8s.io"),
+                            ("nodesets", "slurm.soperator.dev")):
+        for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
+            assert not allowed(real_cluster, user, namespace, verb, resource, group=group), (verb, resource)
+    assert not allowed(real_cluster, user, namespace, "get", "secrets", "small-munge")
+    assert not allowed(real_cluster, user, namespace, "patch", "statefulsets", "gpu", group="apps")
+    # Nowhere else.
+    assert not allowed(real_cluster, user, "default", "create", "pods")
+    assert not allowed(real_cluster, user, "default", "get", "pods", "gpu-3")
+    assert not allowed(real_cluster, user, "", "list", "nodes")
+
+
+@pytest.fixture(scope="module")
+def power(real_cluster, deployed, tmp_path_factory):
+    """run(action, hostlist) -> the finished power program, run as slurmctld would (by its three names), with the
+    power ServiceAccount's token, the cluster's CA and the ConfigMap's file."""
+    namespace, _docs = deployed
+    tmp = tmp_path_factory.mktemp("power")
+    with open(real_cluster.kubeconfig) as f:
+        kubeconfig = yaml.safe_load(f)
+    cluster = kubeconfig["clusters"][0]["cluster"]
+    (tmp / "ca.crt").write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+    token = real_cluster.kubectl("create", "token", "small-power", "-n", namespace, "--duration=1h").stdout
+    (tmp / "token").write_text(token.strip())
+    config = json.loads(real_cluster.kubectl("get", "configmap", "small-power", "-n", namespace,
+                                             "-o", "json").stdout)["data"]["power.json"]
+    (tmp / "power.json").write_text(config)
+    # scontrol show hostnames reads a slurm.conf first; any valid one will do.
+    (tmp / "slurm.conf").write_text("ClusterName=it\nSlurmctldHost=localhost\n")
+    (tmp / "bin").mkdir()
+    for name in ("power-resume", "power-suspend", "power-resume-fail"):
+        os.symlink(PROGRAM, str(tmp / "bin" / name))
+    env = dict(os.environ, SLURM_CONF=str(tmp / "slurm.conf"), SOPERATOR_KUBE_API=cluster["server"],
+               SOPERATOR_KUBE_TOKEN_FILE=str(tmp / "token"), SOPERATOR_KUBE_CA_FILE=str(tmp / "ca.crt"),
+               SOPERATOR_KUBE_NAMESPACE=namespace, SOPERATOR_POWER_CONFIG=str(tmp / "power.json"),
+               SOPERATOR_POWER_LOG=str(tmp / "power.log"))
+
+    def run(action, hostlist):
+        proc = subprocess.run([sys.executable, str(tmp / "bin" / ("power-" + action)), hostlist], env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+        with open(str(tmp / "power.log")) as f:
+            proc.log = f.read()
+        return proc
+    return run
+
+
+def pod_or_none(core, namespace, name):
+    from kubernetes import client
+    try:
+        return core.read_namespaced_pod(name, namespace)
+    except client.exceptions.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def gpu_pods(core, namespace):
+    return sorted(n for n in CLOUD if pod_or_none(core, namespace, n) is not None)
+
+
+def test_resume_and_suspend_create_and_delete_exactly_the_pods_slurm_names(real_cluster, deployed, power):
+    namespace, docs = deployed
+    core = _core(real_cluster)
+    config = json.loads(real_cluster.kubectl("get", "configmap", "small-power", "-n", namespace,
+                                             "-o", "json").stdout)["data"]["power.json"]
+    template = json.loads(config)["nodeSets"]["gpu"]["pod"]
+
+    done = power("resume", "gpu-[3,5]")
+    assert done.returncode == 0, (done.stderr, done.log)
+    assert gpu_pods(core, namespace) == ["gpu-3", "gpu-5"]
+    uids = {}
+    for name in ("gpu-3", "gpu-5"):
+        pod = pod_or_none(core, namespace, name)
+        uids[name] = pod.metadata.uid
+        assert (pod.spec.hostname, pod.spec.subdomain) == (name, "small-workers")
+        assert pod.metadata.labels == template["metadata"]["labels"]
+        assert pod.metadata.labels[EPHEMERAL_LABEL] == "gpu" and not pod.metadata.owner_references
+        slurmd = pod.spec.containers[0]
+        assert (slurmd.name, slurmd.image, slurmd.args) == ("slurmd", template["spec"]["containers"][0]["image"],
+                                                            ["slurmd", "-b", "-D", "-N", "$(POD_NAME)"])
+        assert (pod.spec.service_account_name, pod.spec.automount_service_account_token) == ("small-worker", False)
+        assert [v.name for v in pod.spec.volumes] == [v["name"] for v in template["spec"]["volumes"]]
+
+    # Again: nothing to do, the same pods (Slurm may ask twice).
+    again = power("resume", "gpu-3")
+    assert again.returncode == 0 and "exists already" in again.log, again.log
+    assert pod_or_none(core, namespace, "gpu-3").metadata.uid == uids["gpu-3"]
+
+    # The site.yml apply of the unchanged cluster changes nothing, and leaves the powered-up pods alone.
+    for check in (True, False):
+        result = _apply(real_cluster.kubeconfig, docs, check=check)
+        assert not result["changed"], [o for o in result.get("objects") or [] if o.get("action") != "unchanged"]
+    assert dict((n, pod_or_none(core, namespace, n).metadata.uid) for n in ("gpu-3", "gpu-5")) == uids
+
+    done = power("suspend", "gpu-[3,5]")
+    assert done.returncode == 0, (done.stderr, done.log)
+    wait_for(lambda: gpu_pods(core, namespace) == [], "gpu-3 and gpu-5 deleted", timeout=120)
+    # Nothing left to remove: still a success.
+    assert power("suspend", "gpu-[3,5]").returncode == 0
+
+
+def test_a_pod_not_ours_with_a_cloud_nodes_name_is_refused_and_kept(real_cluster, deployed, power):
+    namespace, _docs = deployed
+    core = _core(real_cluster)
+    foreign = core.create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-1", "labels": {"app": "someone-else"}},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/other:1"}]}})
+    try:
+        for action in ("suspend", "resume", "resume-fail"):
+            done = power(action, "gpu-1")
+            assert done.returncode == 1, (action, done.log)
+            assert "not one of ours" in done.log.splitlines()[-1], done.log
+            pod = pod_or_none(core, namespace, "gpu-1")
+            assert pod.metadata.uid == foreign.metadata.uid and pod.metadata.deletion_timestamp is None
+        # A name that is no CLOUD node is refused before any request: no pod made, the fixed NodeSet's left.
+        for action, node in (("resume", "gpu-6"), ("suspend", "cpu-0"), ("resume-fail", "small-controller-0")):
+            before = pod_or_none(core, namespace, node)
+            done = power(action, node)
+            assert done.returncode == 1 and "not a node Slurm powers up" in done.log.splitlines()[-1], done.log
+            after = pod_or_none(core, namespace, node)
+            assert (before and before.metadata.uid) == (after and after.metadata.uid), node
+            assert after is None or after.metadata.deletion_timestamp is None
+    finally:
+        core.delete_namespaced_pod("gpu-1", namespace, grace_period_seconds=0)
+
+
+def test_the_statefulset_adopts_a_pod_with_its_selector_but_not_ours(real_cluster, deployed, power):
+    """Why the ephemeral pods lack the NodeSet label: a pod named like the StatefulSet's ordinals and matching its
+    selector is adopted by the StatefulSet controller and deleted (ordinal above replicas). Ours, created before
+    that pod, is left alone by the same controller."""
+    namespace, _docs = deployed
+    core = _core(real_cluster)
+    assert power("resume", "gpu-2").returncode == 0
+    ours = pod_or_none(core, namespace, "gpu-2")
+    labels = dict(ours.metadata.labels, **{"slurm.soperator.dev/nodeset": "gpu"})
+    labels.pop(EPHEMERAL_LABEL)
+    matching = core.create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-4", "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/other:1"}]}})
+
+    def gone():
+        pod = pod_or_none(core, namespace, "gpu-4")
+        return pod is None or pod.metadata.uid != matching.metadata.uid
+    wait_for(gone, "the StatefulSet controller to delete gpu-4 (adopted, above replicas)", timeout=120)
+    kept = pod_or_none(core, namespace, "gpu-2")
+    assert kept.metadata.uid == ours.metadata.uid and not kept.metadata.owner_references
+    assert kept.metadata.deletion_timestamp is None
+    assert power("suspend", "gpu-2").returncode == 0
