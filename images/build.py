@@ -60,7 +60,8 @@ DPKG_OPTS = ["path-exclude=/usr/share/man/*", "path-exclude=/usr/share/doc/*",
 ROOTFS = {
     # Only to compile the SPANK plugin against this suite's <slurm/spank.h>.
     "build": {"packages": ["libslurm-dev", "gcc", "libc6-dev", "make"]},
-    "controller": {"packages": ["slurmctld", "slurm-client", "munge", "util-linux", "tini"]},
+    # python3: Slurm's power saving programs of ephemeral NodeSets (node/power_kube.py) run in this image.
+    "controller": {"packages": ["slurmctld", "slurm-client", "munge", "util-linux", "python3", "tini"]},
     # dmesg (util-linux) and scontrol for the health check; procps for ps/kill in jobs' epilogs. tini (every Slurm
     # image) is PID 1: it reaps the orphans the daemons leave (slurmstepd double-forks, munged daemonizes), which
     # slurmd as PID 1 leaves as zombies.
@@ -109,7 +110,8 @@ ROOTFS = {
 
 # Image component -> (Containerfile dir, root filesystem, files for the build context: name -> source path).
 IMAGE_RECIPES = {
-    "controller": ("controller", "controller", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh")}),
+    "controller": ("controller", "controller", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
+                                                "power_kube.py": os.path.join(NODE, "power_kube.py")}),
     "worker": ("worker", "worker", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
                                     "spank_chroot.so": "{plugin}",
                                     "health_check.py": os.path.join(NODE, "health_check.py"),
