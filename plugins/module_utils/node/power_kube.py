@@ -58,7 +58,10 @@ class KubeApi(object):
     def __init__(self, base, token, ca_file):
         self.base = base.rstrip("/")
         self.token = token
-        self.context = ssl.create_default_context(cafile=ca_file)
+        try:
+            self.context = ssl.create_default_context(cafile=ca_file)
+        except (IOError, OSError, ssl.SSLError) as e:
+            raise PowerError("the cluster's CA %s: %s" % (ca_file, e))
 
     def request(self, method, path, body=None):
         """(HTTP status, decoded JSON body or None)."""
