@@ -12,6 +12,7 @@ __metaclass__ = type
 import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
+from ansible_collections.soperator.slurm.plugins.module_utils.render.power_kube import EPHEMERAL_LABEL
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation import RemediationError
 from ansible_collections.soperator.slurm.plugins.module_utils.wait import wait_until
 
@@ -33,6 +34,10 @@ class KubeReplacer(object):
     def replace(self, node, check_mode=False):
         try:
             pod = self.client.get("Pod", node, self.namespace)
+            if EPHEMERAL_LABEL in (((pod or {}).get("metadata") or {}).get("labels") or {}):
+                # No StatefulSet makes it again: Slurm's power saving owns this worker (docs/ephemeral-workers.md).
+                raise RemediationError("pod %s/%s is an ephemeral worker's: not replaced (Slurm's power saving "
+                                       "starts and removes it)" % (self.namespace, node))
             info = {"pod": "%s/%s" % (self.namespace, node)}
             host = ((pod or {}).get("spec") or {}).get("nodeName")
             if host:
