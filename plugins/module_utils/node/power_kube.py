@@ -21,7 +21,7 @@ CLOUD node names only). For tests, SOPERATOR_KUBE_API, SOPERATOR_KUBE_TOKEN_FILE
 SOPERATOR_KUBE_NAMESPACE, SOPERATOR_POWER_CONFIG and SOPERATOR_POWER_LOG replace the in-cluster defaults.
 
 Standard library only: the controller image has python3 but no kubernetes client, so the few API calls (create, get,
-delete of one pod) are made here with urllib.
+delete of one pod) are made here with http.client.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -36,8 +36,8 @@ import ssl
 import subprocess
 import sys
 import time
-from urllib.error import HTTPError
-from urllib.request import Request, urlopen
+from http.client import HTTPException, HTTPSConnection
+from urllib.parse import urlsplit
 
 ACTIONS = {"power-resume": "resume", "power-suspend": "suspend", "power-resume-fail": "resume-fail"}
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -56,7 +56,10 @@ class KubeApi(object):
     """Just enough of the Kubernetes API: a JSON request with a bearer token, verified against the cluster's CA."""
 
     def __init__(self, base, token, ca_file):
-        self.base = base.rstrip("/")
+        url = urlsplit(base)
+        if url.scheme != "https" or not url.hostname:
+            raise PowerError("the API server must be an https:// URL, got %r" % base)
+        self.host, self.port, self.prefix = url.hostname, url.port or 443, url.path.rstrip("/")
         self.token = token
         try:
             self.context = ssl.create_default_context(cafile=ca_file)
@@ -66,14 +69,18 @@ class KubeApi(object):
     def request(self, method, path, body=None):
         """(HTTP status, decoded JSON body or None)."""
         data = None if body is None else json.dumps(body).encode("utf-8")
-        req = Request(self.base + path, data=data, method=method,
-                      headers={"Authorization": "Bearer " + self.token, "Accept": "application/json",
-                               "Content-Type": "application/json"})
+        headers = {"Authorization": "Bearer " + self.token, "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        conn = HTTPSConnection(self.host, self.port, timeout=REQUEST_TIMEOUT, context=self.context)
         try:
-            with urlopen(req, timeout=REQUEST_TIMEOUT, context=self.context) as resp:
-                return resp.status, _json(resp.read())
-        except HTTPError as e:
-            return e.code, _json(e.read())
+            conn.request(method, self.prefix + path, body=data, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, _json(resp.read())
+        except HTTPException as e:
+            raise PowerError("%s %s: %s" % (method, path, e))
+        finally:
+            conn.close()
 
 
 def _json(raw):
@@ -106,7 +113,7 @@ class KubePower(object):
     def nodes(self, hostlist):
         """Slurm's hostlist, expanded by Slurm (scontrol show hostnames)."""
         result = subprocess.run([self.scontrol, "show", "hostnames", hostlist], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+                                stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False)
         if result.returncode != 0:
             raise PowerError("scontrol show hostnames %s: %s" % (hostlist, result.stderr.strip()))
         return result.stdout.split()
@@ -194,7 +201,8 @@ class KubePower(object):
         self.suspend(node)
         reason = "%s %s: not registered within ResumeTimeout" % (self.config["reasonPrefix"], RESUME_FAILED)
         result = subprocess.run([self.scontrol, "update", "NodeName=%s" % node, "State=DOWN", "Reason=%s" % reason],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60,
+                                check=False)
         if result.returncode != 0:
             raise PowerError("scontrol update %s: %s" % (node, result.stderr.strip()))
         self.say("resume-fail %s: DOWN, %r" % (node, reason))
@@ -219,8 +227,8 @@ def _read(path):
 
 def from_environment(env, out=None):
     """A KubePower from the pod's ServiceAccount and the power ConfigMap, or what the environment names instead."""
-    api = env.get("SOPERATOR_KUBE_API") or "https://%s:%s" % (env["KUBERNETES_SERVICE_HOST"],
-                                                               env["KUBERNETES_SERVICE_PORT"])
+    api = env.get("SOPERATOR_KUBE_API") or "https://%s:%s" % (
+        env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"])
     token = _read(env.get("SOPERATOR_KUBE_TOKEN_FILE") or os.path.join(SA_DIR, "token"))
     ca_file = env.get("SOPERATOR_KUBE_CA_FILE") or os.path.join(SA_DIR, "ca.crt")
     namespace = env.get("SOPERATOR_KUBE_NAMESPACE") or _read(os.path.join(SA_DIR, "namespace"))
@@ -259,4 +267,4 @@ def main(argv=None, env=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
