@@ -6,6 +6,7 @@ on an unbound jail claim), which is all the power program and the StatefulSet co
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -44,10 +45,9 @@ spec:
 """
 
 
-
 def _apply(kubeconfig, docs, check=False):
-    return ansible_run.module("slurm_cluster", dict(state="present", target="kubernetes", definition=docs,
-                                                   kubeconfig=kubeconfig), check=check)
+    args = dict(state="present", target="kubernetes", definition=docs, kubeconfig=kubeconfig)
+    return ansible_run.module("slurm_cluster", args, check=check)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,11 @@ def power(real_cluster, deployed, tmp_path_factory):
     with open(real_cluster.kubeconfig) as f:
         kubeconfig = yaml.safe_load(f)
     cluster = kubeconfig["clusters"][0]["cluster"]
-    (tmp / "ca.crt").write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+    if "certificate-authority-data" in cluster:
+        (tmp / "ca.crt").write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+    else:
+        shutil.copy(os.path.join(os.path.dirname(real_cluster.kubeconfig), cluster["certificate-authority"]),
+                    str(tmp / "ca.crt"))
     token = real_cluster.kubectl("create", "token", "small-power", "-n", namespace, "--duration=1h").stdout
     (tmp / "token").write_text(token.strip())
     config = json.loads(real_cluster.kubectl("get", "configmap", "small-power", "-n", namespace,
@@ -137,8 +141,9 @@ def power(real_cluster, deployed, tmp_path_factory):
                SOPERATOR_KUBE_NAMESPACE=namespace, SOPERATOR_POWER_CONFIG=str(tmp / "power.json"),
                SOPERATOR_POWER_LOG=str(tmp / "power.log"))
 
-    def run(action, hostlist):
-        proc = subprocess.run([sys.executable, str(tmp / "bin" / ("power-" + action)), hostlist], env=env,
+    def run(action, hostlist, slurm_conf=None):
+        proc = subprocess.run([sys.executable, str(tmp / "bin" / ("power-" + action)), hostlist],
+                              env=dict(env, SLURM_CONF=slurm_conf) if slurm_conf else env,
                               capture_output=True, text=True, timeout=300, check=False)
         with open(str(tmp / "power.log")) as f:
             proc.log = f.read()
@@ -248,3 +253,63 @@ def test_the_statefulset_adopts_a_pod_with_its_selector_but_not_ours(real_cluste
     assert kept.metadata.uid == ours.metadata.uid and not kept.metadata.owner_references
     assert kept.metadata.deletion_timestamp is None
     assert power("suspend", "gpu-2").returncode == 0
+
+
+LOCAL_SLURM = """
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: SlurmCluster
+metadata: {name: it-local, namespace: slurm}
+spec:
+  jail: {volume: {size: 1Gi}}
+  login: {replicas: 0}
+---
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: NodeSet
+metadata: {name: gpu, namespace: slurm}
+spec: {clusterName: it-local, replicas: 4, resources: {cpu: "1", memory: 256Mi}}
+"""
+
+
+@pytest.fixture
+def slurm_with_gpu_nodes(tmp_path):
+    """Real slurmctld and slurmds (the local backend) with nodes gpu-0..3, for the program's scontrol update: the
+    resume-fail program only needs a slurmctld that knows the node."""
+    import tempfile
+    from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb
+    from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import ports_needed
+    from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import find_free_base_port
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
+    from requires import SLURM, skip_without
+    skip_without(SLURM)
+    model = validate.build_model(load_documents(LOCAL_SLURM))
+    state = tempfile.mkdtemp(prefix="sop-", dir="/tmp")     # short: slurmstepd's socket paths
+    os.chmod(state, 0o755)
+    cluster = lb.LocalCluster(state, model, timeout=120, drain_timeout=60, base_port=find_free_base_port(
+        ports_needed(model), start=20000 + (os.getpid() % 100) * 100))
+    try:
+        cluster.ensure_started()
+        yield cluster
+    finally:
+        cluster.stop(purge=True)
+
+
+def test_resume_fail_removes_the_pod_and_sets_the_node_down_with_our_reason(
+        real_cluster, deployed, power, slurm_with_gpu_nodes):
+    from ansible_collections.soperator.slurm.plugins.module_utils.observe.metrics import power_word
+    from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import read_nodes
+    namespace, _docs = deployed
+    core = _core(real_cluster)
+    slurm_conf = slurm_with_gpu_nodes.env()["SLURM_CONF"]
+    assert power("resume", "gpu-3").returncode == 0
+    assert pod_or_none(core, namespace, "gpu-3") is not None
+
+    done = power("resume-fail", "gpu-3", slurm_conf=slurm_conf)
+    assert done.returncode == 0, done.log
+    wait_for(lambda: pod_or_none(core, namespace, "gpu-3") is None, "gpu-3 deleted", timeout=120)
+    records = read_nodes(slurm_with_gpu_nodes.slurm())
+    assert records["gpu-3"].base_state == "DOWN"
+    assert records["gpu-3"].reason == "it: resume-failed: not registered within ResumeTimeout"
+    # What the exporter reports (and SlurmNodeResumeFailed alerts on), with the cluster's drain reason prefix.
+    assert power_word(records["gpu-3"], "it:") == "resume_failed"
+    assert records["gpu-2"].base_state != "DOWN" and not records["gpu-2"].reason
