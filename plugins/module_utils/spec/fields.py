@@ -556,9 +556,9 @@ NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict
             and v["maxReplicas"] < v["replicas"] else None, _window_problem],
     cel=[("!has(self.maxReplicas) || !has(self.replicas) || self.maxReplicas >= self.replicas",
           "maxReplicas must be >= replicas")] + EPHEMERAL_CEL + [
-         # on the spec, not on updateStrategy: a rule there would drop updateStrategy's {} default from the CRD
-         ("!has(self.updateStrategy) || (has(self.updateStrategy.type) && self.updateStrategy.type == 'scheduled')"
-          " == has(self.updateStrategy.window)", WINDOW_RULE)])
+        # on the spec, not on updateStrategy: a rule there would drop updateStrategy's {} default from the CRD
+        ("!has(self.updateStrategy) || (has(self.updateStrategy.type) && self.updateStrategy.type == 'scheduled')"
+         " == has(self.updateStrategy.window)", WINDOW_RULE)])
 
 
 METADATA = Obj("Object metadata.", {

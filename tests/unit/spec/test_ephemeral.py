@@ -75,8 +75,8 @@ def test_a_cluster_without_ephemeral_nodesets_gets_no_power_saving():
     text = slurm_conf(docs(CPU, ("gpu", {"maxReplicas": 6, "ephemeral": {"enabled": False, "minReplicas": 1}})))
     for key in ("Suspend", "Resume", "CLOUD", "PrivateData", "SlurmctldParameters"):
         assert key not in text
-    assert re.findall(r"^NodeName=(\S+) State=(\S+)", text, re.M) == [("cpu-[0-1]", "FUTURE"),
-                                                                       ("gpu-[0-5]", "FUTURE")]
+    assert re.findall(r"^NodeName=(\S+) State=(\S+)", text, re.M) == [
+        ("cpu-[0-1]", "FUTURE"), ("gpu-[0-5]", "FUTURE")]
 
 
 def test_all_nodes_ephemeral_excludes_none():
