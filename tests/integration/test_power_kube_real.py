@@ -145,10 +145,15 @@ def power(real_cluster, deployed, tmp_path_factory):
         proc = subprocess.run([sys.executable, str(tmp / "bin" / ("power-" + action)), hostlist],
                               env=dict(env, SLURM_CONF=slurm_conf) if slurm_conf else env,
                               capture_output=True, text=True, timeout=300, check=False)
-        with open(str(tmp / "power.log")) as f:
-            proc.log = f.read()
+        proc.log = power_log(run)
         return proc
+    run.log_file = str(tmp / "power.log")
     return run
+
+
+def power_log(power):
+    with open(power.log_file) as f:
+        return f.read()
 
 
 def pod_or_none(core, namespace, name):
@@ -313,3 +318,45 @@ def test_resume_fail_removes_the_pod_and_sets_the_node_down_with_our_reason(
     # What the exporter reports (and SlurmNodeResumeFailed alerts on), with the cluster's drain reason prefix.
     assert power_word(records["gpu-3"], "it:") == "resume_failed"
     assert records["gpu-2"].base_state != "DOWN" and not records["gpu-2"].reason
+
+
+def test_resume_waits_for_a_terminating_pod_of_ours_then_makes_a_new_one(real_cluster, deployed, power):
+    """Slurm may resume a node right after suspending it: the old pod is still terminating (here held by a
+    finalizer), and the new one can only be made once it is gone."""
+    import threading
+    namespace, _docs = deployed
+    core = _core(real_cluster)
+    assert power("resume", "gpu-0").returncode == 0
+    old = pod_or_none(core, namespace, "gpu-0")
+    core.patch_namespaced_pod("gpu-0", namespace, {"metadata": {"finalizers": ["it.soperator.dev/hold"]}})
+    core.delete_namespaced_pod("gpu-0", namespace)
+    assert pod_or_none(core, namespace, "gpu-0").metadata.deletion_timestamp is not None
+    result = {}
+    resumer = threading.Thread(target=lambda: result.setdefault("done", power("resume", "gpu-0")))
+    resumer.start()
+    try:
+        wait_for(lambda: "resume gpu-0: waiting for the old pod" in power_log(power),
+                 "the program to wait for the old pod", timeout=120)
+        assert pod_or_none(core, namespace, "gpu-0").metadata.uid == old.metadata.uid   # not replaced meanwhile
+    finally:
+        core.patch_namespaced_pod("gpu-0", namespace, {"metadata": {"finalizers": None}})
+        resumer.join(timeout=300)
+    done = result["done"]
+    assert done.returncode == 0, done.log
+    new = pod_or_none(core, namespace, "gpu-0")
+    assert new.metadata.uid != old.metadata.uid and new.metadata.deletion_timestamp is None
+    assert power("suspend", "gpu-0").returncode == 0
+
+
+def test_resume_replaces_an_ended_pod_of_ours(real_cluster, deployed, power):
+    """An evicted or failed pod keeps its name until deleted: resume removes it (ours) and makes a new one."""
+    namespace, _docs = deployed
+    core = _core(real_cluster)
+    assert power("resume", "gpu-1").returncode == 0
+    old = pod_or_none(core, namespace, "gpu-1")
+    core.patch_namespaced_pod_status("gpu-1", namespace, {"status": {"phase": "Failed", "reason": "Evicted"}})
+    done = power("resume", "gpu-1")
+    assert done.returncode == 0, done.log
+    new = pod_or_none(core, namespace, "gpu-1")
+    assert new.metadata.uid != old.metadata.uid and new.status.phase != "Failed"
+    assert power("suspend", "gpu-1").returncode == 0
