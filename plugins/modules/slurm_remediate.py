@@ -20,7 +20,7 @@ description:
     (V(skipped-scale-down)). A node of ours that still runs jobs is left for a later pass (V(skipped-busy)).
   - A node Slurm's power saving has powered down (or is powering up or down, in an ephemeral NodeSet) is never
     replaced (V(skipped-power-saving)); Slurm starts its worker when a job needs it. With O(target=kubernetes) the pod
-    of a powered-up node of an ephemeral NodeSet is not replaced either (no StatefulSet would make it again): the
+    of a powered-up node of an ephemeral NodeSet is not replaced either (no StatefulSet would make it again); the
     replacement fails and the node stays drained.
   - A node drained with our prefix and idle is replaced - with O(target=kubernetes) its worker pod (named like the
     node) is deleted so its StatefulSet recreates it, optionally after cordoning the Kubernetes node it ran on; with
