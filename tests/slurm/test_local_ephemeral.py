@@ -87,6 +87,14 @@ def test_jobs_power_ephemeral_workers_up_and_idle_ones_down(local_cluster, tmp_p
     assert cluster.leftover_processes() == []
 
 
+def reason_of(cluster, node):
+    return cluster.run(["sinfo", "-h", "-n", node, "-o", "%E"], timeout=30).stdout.strip()
+
+
+def _resume_failed(reason):
+    return "resume-failed" in reason
+
+
 def test_a_resume_that_fails_sets_the_node_down_with_our_reason_and_requeues(local_cluster, tmp_path):
     cluster = local_cluster(spec_text())
     # burst-0's slurmd cannot start: something else listens on its port (the local cluster's loopback ports)
@@ -100,8 +108,8 @@ def test_a_resume_that_fails_sets_the_node_down_with_our_reason_and_requeues(loc
         job = sbatch(cluster, "-p", "burst", "-w", "burst-0", "-o", str(tmp_path / "o-%j"), "--wrap", "hostname")
         # Slurm gives up after ResumeTimeout; our ResumeFailProgram says why on the node
         wait_for(lambda: nodes(cluster)["burst-0"][0] == "down", "burst-0 DOWN", RESUME_TIMEOUT + SLACK, poll=1)
-        reason = wait_for(lambda: cluster.run(["sinfo", "-h", "-n", "burst-0", "-o", "%E"], timeout=30).stdout.strip(),
-                          "our reason on burst-0", SLACK, poll=1, done=lambda r: "resume-failed" in r)
+        reason = wait_for(lambda: reason_of(cluster, "burst-0"), "our reason on burst-0", SLACK, poll=1,
+                          done=_resume_failed)
         assert reason.startswith("soperator: resume-failed"), reason
         # the job is not lost: Slurm requeued it
         assert job_state(cluster, job) in ("PENDING", "CONFIGURING", "REQUEUED"), job_state(cluster, job)

@@ -88,7 +88,7 @@ class LocalPower(object):
     def nodes(self, hostlist):
         """Slurm's hostlist, expanded by Slurm (scontrol show hostnames)."""
         result = subprocess.run([self.scontrol, "show", "hostnames", hostlist], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+                                stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False)
         if result.returncode != 0:
             raise PowerError("scontrol show hostnames %s: %s" % (hostlist, result.stderr.strip()))
         return result.stdout.split()
@@ -125,7 +125,7 @@ class LocalPower(object):
             proc = subprocess.Popen(launch["argv"], stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                                     env=launch["env"], cwd=launch["cwd"], close_fds=True, start_new_session=True)
         start = None
-        for _ in range(100):
+        for _attempt in range(100):
             start = proc_start_time(proc.pid)
             if start is not None or proc.poll() is not None:
                 break
@@ -161,7 +161,8 @@ class LocalPower(object):
         self.stop(node)
         reason = "%s resume-failed: not registered within ResumeTimeout" % launch["reason_prefix"]
         result = subprocess.run([self.scontrol, "update", "NodeName=%s" % node, "State=DOWN", "Reason=%s" % reason],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60,
+                                check=False)
         if result.returncode != 0:
             raise PowerError("scontrol update %s: %s" % (node, result.stderr.strip()))
         self.say("resume-fail %s: DOWN, %r" % (node, reason))
@@ -207,4 +208,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
