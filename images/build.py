@@ -111,7 +111,8 @@ ROOTFS = {
 # Image component -> (Containerfile dir, root filesystem, files for the build context: name -> source path).
 IMAGE_RECIPES = {
     "controller": ("controller", "controller", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
-                                                "power_kube.py": os.path.join(NODE, "power_kube.py")}),
+                                                "power_kube.py": os.path.join(NODE, "power_kube.py"),
+                                                "power_program.py": os.path.join(NODE, "power_program.py")}),
     "worker": ("worker", "worker", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
                                     "spank_chroot.so": "{plugin}",
                                     "health_check.py": os.path.join(NODE, "health_check.py"),

@@ -4,11 +4,12 @@
 """A local cluster's power saving (ephemeral NodeSets): what the backend prepares for slurmctld's programs.
 
 slurmctld runs <state_dir>/bin/power-resume, power-suspend and power-resume-fail (render/power_save.py puts them in
-slurm.conf) with a hostlist; they run node/power_local.py, copied to <state_dir>/lib because a module's payload is
-gone when the module ends. For each node Slurm may power up, run/slurmd-<node>.launch.json says how to start its
-slurmd (`slurmd -D -b -N <node>`: -b reports a boot, which slurmctld waits for after a resume) and what to record
-about it, in the records' own format (local/processes.py): so the backend sees, stops and reports these slurmds like
-its own. The backend itself never starts or stops them: Slurm does, through the programs.
+slurm.conf) with a hostlist; they run node/power_local.py (with node/power_program.py), copied to <state_dir>/lib
+because a module's payload is gone when the module ends. For each node Slurm may power up,
+run/slurmd-<node>.launch.json says how to start its slurmd (`slurmd -D -b -N <node>`: -b reports a boot, which
+slurmctld waits for after a resume) and what to record about it, in the records' own format (local/processes.py):
+so the backend sees, stops and reports these slurmds like its own. The backend itself never starts or stops them:
+Slurm does, through the programs.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -26,7 +27,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import slurmd_name
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_file
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir, current_text
-from ansible_collections.soperator.slurm.plugins.module_utils.node import power_local
+from ansible_collections.soperator.slurm.plugins.module_utils.node import power_local, power_program
 
 PROGRAMS = (("power-resume", "resume"), ("power-suspend", "suspend"), ("power-resume-fail", "resume-fail"))
 LAUNCH_SUFFIX = ".launch.json"
@@ -48,7 +49,8 @@ def program_files(lay: Layout, python: str = "") -> Dict[str, Any]:
     lib = os.path.join(lay.state_dir, "lib")
     program = os.path.join(lib, "power_local.py")
     # through the import system: in a module run the file lives inside Ansible's payload zip
-    out = {program: (inspect.getsource(power_local), 0o644)}
+    out = {program: (inspect.getsource(power_local), 0o644),
+           os.path.join(lib, "power_program.py"): (inspect.getsource(power_program), 0o644)}
     for name, action in PROGRAMS:
         out[os.path.join(lay.bin, name)] = (_WRAPPER % {
             "action": action, "slurm_conf": lay.slurm_conf, "path": _PATH, "python": python, "program": program,

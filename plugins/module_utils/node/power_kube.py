@@ -39,17 +39,18 @@ import time
 from http.client import HTTPException, HTTPSConnection
 from urllib.parse import urlsplit
 
+try:
+    from ansible_collections.soperator.slurm.plugins.module_utils.node.power_program import PowerError, PowerProgram
+except ImportError:  # run as a program from the controller image: power_program.py lies beside it
+    sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+    from power_program import PowerError, PowerProgram
+
 ACTIONS = {"power-resume": "resume", "power-suspend": "suspend", "power-resume-fail": "resume-fail"}
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 CONFIG_FILE = "/etc/soperator/power/power.json"
 LOG_FILE = "/var/log/slurm/power.log"
 REQUEST_TIMEOUT = 30        # seconds per API request
 GONE_WAIT = 120             # seconds a resume waits for a terminating Pod of the node to go away
-RESUME_FAILED = "resume-failed"     # slurm/nodes.py RESUME_FAILED_REASON: what the exporter and alert look for
-
-
-class PowerError(Exception):
-    pass
 
 
 class KubeApi(object):
@@ -94,29 +95,18 @@ def _message(status, body):
     return "HTTP %d: %s" % (status, (body or {}).get("message") if isinstance(body, dict) else body)
 
 
-class KubePower(object):
+class KubePower(PowerProgram):
     """The power programs' work on one namespace, with the config render/power_kube.py writes."""
 
     def __init__(self, api, namespace, config, scontrol="scontrol", out=None, gone_wait=GONE_WAIT):
+        super(KubePower, self).__init__(scontrol, out)
         self.api = api
         self.namespace = namespace
         self.config = config
-        self.scontrol = scontrol
-        self.out = out
         self.gone_wait = gone_wait
 
-    def say(self, text):
-        if self.out is not None:
-            self.out.write("%s %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), text))
-            self.out.flush()
-
-    def nodes(self, hostlist):
-        """Slurm's hostlist, expanded by Slurm (scontrol show hostnames)."""
-        result = subprocess.run([self.scontrol, "show", "hostnames", hostlist], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False)
-        if result.returncode != 0:
-            raise PowerError("scontrol show hostnames %s: %s" % (hostlist, result.stderr.strip()))
-        return result.stdout.split()
+    def prefix(self, node):
+        return self.config["reasonPrefix"]
 
     def template(self, node):
         """The Pod of a CLOUD node of an ephemeral NodeSet; refuses any other name."""
@@ -195,29 +185,6 @@ class KubePower(object):
         deleted = self._delete(live)
         self.say("suspend %s: deleted pod (uid %s)" % (node, live["metadata"]["uid"]))
         return deleted
-
-    def resume_failed(self, node):
-        """Remove what was started, and set the node DOWN with our reason (Slurm requeues its jobs)."""
-        self.suspend(node)
-        reason = "%s %s: not registered within ResumeTimeout" % (self.config["reasonPrefix"], RESUME_FAILED)
-        result = subprocess.run([self.scontrol, "update", "NodeName=%s" % node, "State=DOWN", "Reason=%s" % reason],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60,
-                                check=False)
-        if result.returncode != 0:
-            raise PowerError("scontrol update %s: %s" % (node, result.stderr.strip()))
-        self.say("resume-fail %s: DOWN, %r" % (node, reason))
-
-    def act(self, action, hostlist):
-        """Every node of the hostlist (one failing does not stop the others); the errors."""
-        do = {"resume": self.resume, "suspend": self.suspend, "resume-fail": self.resume_failed}[action]
-        errors = []
-        for node in self.nodes(hostlist):
-            try:
-                do(node)
-            except (PowerError, OSError, ValueError, KeyError) as e:
-                errors.append("%s %s: %s" % (action, node, e))
-                self.say(errors[-1])
-        return errors
 
 
 def _read(path):

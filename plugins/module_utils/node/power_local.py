@@ -30,13 +30,15 @@ import subprocess
 import sys
 import time
 
+try:
+    from ansible_collections.soperator.slurm.plugins.module_utils.node.power_program import PowerError, PowerProgram
+except ImportError:  # run as a program from a local cluster's lib/: power_program.py lies beside it
+    sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+    from power_program import PowerError, PowerProgram
+
 ACTIONS = ("resume", "suspend", "resume-fail")
 STOP_WAIT = 30          # seconds a slurmd gets to exit on SIGTERM before SIGKILL
 LOCK = "power.lock"     # one power program at a time per cluster (slurmctld may run several at once)
-
-
-class PowerError(Exception):
-    pass
 
 
 def proc_start_time(pid):
@@ -72,26 +74,16 @@ def _write_json(path, value):
     os.rename(tmp, path)
 
 
-class LocalPower(object):
+class LocalPower(PowerProgram):
     """The power programs' work on one state directory."""
 
     def __init__(self, state_dir, scontrol="scontrol", out=None):
+        super(LocalPower, self).__init__(scontrol, out or sys.stderr)
         self.state_dir = state_dir
         self.run_dir = os.path.join(state_dir, "run")
-        self.scontrol = scontrol
-        self.out = out or sys.stderr
 
-    def say(self, text):
-        self.out.write("%s %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), text))
-        self.out.flush()
-
-    def nodes(self, hostlist):
-        """Slurm's hostlist, expanded by Slurm (scontrol show hostnames)."""
-        result = subprocess.run([self.scontrol, "show", "hostnames", hostlist], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False)
-        if result.returncode != 0:
-            raise PowerError("scontrol show hostnames %s: %s" % (hostlist, result.stderr.strip()))
-        return result.stdout.split()
+    def prefix(self, node):
+        return self._launch(node)["reason_prefix"]
 
     def _paths(self, node):
         base = os.path.join(self.run_dir, "slurmd-%s" % node)
@@ -135,7 +127,7 @@ class LocalPower(object):
         self.say("resume %s: started slurmd (pid %d)" % (node, proc.pid))
         return True
 
-    def stop(self, node):
+    def suspend(self, node):
         """Stop the node's slurmd (by pid and start time: only the process we recorded); drop its record."""
         self._launch(node)              # only an ephemeral node's slurmd, never one the backend keeps running
         _launch_path, record_path = self._paths(node)
@@ -155,37 +147,16 @@ class LocalPower(object):
             os.remove(record_path)
         return record is not None
 
-    def resume_failed(self, node):
-        """Remove what was started, and say why the node is DOWN with our reason (Slurm requeues its jobs)."""
-        launch = self._launch(node)
-        self.stop(node)
-        reason = "%s resume-failed: not registered within ResumeTimeout" % launch["reason_prefix"]
-        result = subprocess.run([self.scontrol, "update", "NodeName=%s" % node, "State=DOWN", "Reason=%s" % reason],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60,
-                                check=False)
-        if result.returncode != 0:
-            raise PowerError("scontrol update %s: %s" % (node, result.stderr.strip()))
-        self.say("resume-fail %s: DOWN, %r" % (node, reason))
-
     def act(self, action, hostlist):
         called = time.time()
-        names = self.nodes(hostlist)
         if action == "resume":
             # slurmctld accepts a resumed node only once its boot time is at or after the resume request, in whole
             # seconds; `slurmd -b` reports a boot one second before it registers: so start in the next second.
             time.sleep(max(0.0, int(called) + 1.05 - time.time()))
-        do = {"resume": self.resume, "suspend": self.stop, "resume-fail": self.resume_failed}[action]
-        errors = []
         fd = os.open(os.path.join(self.run_dir, LOCK), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         with os.fdopen(fd, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            for node in names:
-                try:
-                    do(node)
-                except (PowerError, OSError, ValueError, KeyError) as e:
-                    errors.append("%s %s: %s" % (action, node, e))
-                    self.say(errors[-1])
-        return errors
+            return super(LocalPower, self).act(action, hostlist)
 
 
 def main(argv=None):

@@ -6,6 +6,7 @@ import json
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.node import power_kube as program
+from ansible_collections.soperator.slurm.plugins.module_utils.node import power_program
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as rk
 from ansible_collections.soperator.slurm.plugins.module_utils.render import power_kube as pk
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
@@ -98,7 +99,7 @@ def test_the_config_map_holds_each_ephemeral_nodeset_and_the_reason_prefix():
     assert (got["nodeSets"]["gpu"]["firstOrdinal"], got["nodeSets"]["gpu"]["endOrdinal"]) == (1, 6)
     assert (got["nodeSets"]["big-mem"]["firstOrdinal"], got["nodeSets"]["big-mem"]["endOrdinal"]) == (0, 2)
     # The reason the program sets is the one slurm/nodes.py (exporter, alert) recognises.
-    assert program.RESUME_FAILED == RESUME_FAILED_REASON
+    assert power_program.RESUME_FAILED == RESUME_FAILED_REASON
 
 
 def test_the_pod_template_is_the_statefulsets_with_slurmd_b_and_the_workers_subdomain():
