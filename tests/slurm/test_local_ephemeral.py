@@ -45,7 +45,11 @@ def sbatch(cluster, *args):
 
 
 def test_jobs_power_ephemeral_workers_up_and_idle_ones_down(local_cluster, tmp_path):
-    cluster = local_cluster(spec_text())
+    cluster = local_cluster(spec_text(), start=False)
+    # check mode says the power programs would be installed; the run installs them
+    planned = cluster.plan_present(cluster.model, cluster.status())
+    assert "would install %s" % os.path.join(cluster.state_dir, "bin", "power-resume") in planned, planned
+    cluster.ensure_started()
     burst = ["burst-0", "burst-1", "burst-2", "burst-3"]
     # at the start only the fixed NodeSet runs; Slurm shows the ephemeral nodes powered down
     assert slurmd_records(cluster) == ["slurmd-cpu-0"]
@@ -72,6 +76,7 @@ def test_jobs_power_ephemeral_workers_up_and_idle_ones_down(local_cluster, tmp_p
                for n in ran)
 
     # a re-run (site.yml) changes nothing about powered-down nodes: no slurmd started, none removed from Slurm
+    assert cluster.plan_present(cluster.model, cluster.status()) == []
     again = cluster.ensure_started()
     assert again["changed"] is False, again
     assert slurmd_records(cluster) == ["slurmd-cpu-0"]

@@ -19,6 +19,7 @@ __metaclass__ = type
 import inspect
 import json
 import os
+import stat
 import sys
 from typing import Any, Dict, List
 
@@ -56,6 +57,14 @@ def program_files(lay: Layout, python: str = "") -> Dict[str, Any]:
             "action": action, "slurm_conf": lay.slurm_conf, "path": _PATH, "python": python, "program": program,
             "state_dir": lay.state_dir}, 0o755)
     return out
+
+
+def plan(lay: Layout, has_cloud_nodes: bool) -> List[str]:
+    """What ensure() would install: the programs that are missing or differ (check mode)."""
+    if not has_cloud_nodes:
+        return []
+    return ["would install %s" % path for path, (text, mode) in sorted(program_files(lay).items())
+            if current_text(path) != text or stat.S_IMODE(os.stat(path).st_mode) != mode]
 
 
 def launch_path(lay: Layout, node: str) -> str:
