@@ -96,6 +96,7 @@ bench:
 	$(PYTHON) bench/bench_health_drain.py
 	$(PYTHON) bench/bench_exporter.py
 	$(PYTHON) bench/bench_registration.py --nodes 256
+	$(PYTHON) bench/bench_ephemeral.py --samples 3
 
 crds:
 	$(PYTHON) tools/generate_crds.py

@@ -31,7 +31,11 @@ def test_example_nodes_as_slurmctld_sees_them(local_cluster, path):
     no_workers = dataclasses.replace(model, node_sets=tuple(dataclasses.replace(ns, replicas=0)
                                                             for ns in model.node_sets))
     cluster = local_cluster(model=no_workers)
-    assert cluster.sinfo_nodes() == []                     # all FUTURE: nothing listed yet
+    # FUTURE nodes are not listed yet; ephemeral NodeSets' CLOUD nodes are, powered down (PrivateData=cloud)
+    cloud = [ns.node_name(i) for ns in model.node_sets for i in range(ns.max_replicas) if ns.is_cloud_node(i)]
+    listed = cluster.sinfo_nodes()
+    assert sorted(n["name"] for n in listed) == sorted(cloud)
+    assert all("POWERED_DOWN" in n["state_flags"] for n in listed), listed
 
     assert_nodes_as_specified(cluster, model, "config-check")
 
@@ -45,7 +49,7 @@ ADAPTED_KEYS = {
                    "authinfo", "accountingstoragehost", "accountingstorageport", "accountingstoragepass",
                    "communicationparameters", "slurmdparameters", "proctracktype", "taskplugin",
                    "jobacctgathertype", "prologflags", "mpidefault", "healthcheckprogram", "healthcheckinterval",
-                   "healthchecknodestate", "nodename"},
+                   "healthchecknodestate", "nodename", "resumeprogram", "suspendprogram", "resumefailprogram"},
     "gres.conf": {"nodename"},
     "plugstack.conf": {"required", "optional"},
     "slurmdbd.conf": {"dbdhost", "dbdaddr", "dbdport", "slurmuser", "authinfo", "storagehost", "storageport",
