@@ -70,12 +70,15 @@ def server_field_paths(stderr):
     return paths
 
 
+DROP = object()     # a field the case removes from the example's NodeSet
+
+
 @pytest.mark.parametrize("bad", [
     {"replicas": -1}, {"replicas": 5, "maxReplicas": 4}, {"maxReplicas": -3},
     {"updateStrategy": {"type": "scheduled"}},
     {"updateStrategy": {"window": {"start": "2026-11-28T02:00:00Z", "durationMinutes": 60}}},
     {"updateStrategy": {"type": "scheduled", "window": {"start": "2026-11-28T02:00:00", "durationMinutes": 0}}},
-    {"ephemeral": {"enabled": True}},
+    {"ephemeral": {"enabled": True}, "maxReplicas": DROP},
     {"ephemeral": {"enabled": True, "minReplicas": 4}, "maxReplicas": 4},
     {"ephemeral": {"enabled": True, "minReplicas": 1}, "maxReplicas": 4, "replicas": 2},
     {"ephemeral": {"enabled": True, "suspendTime": 5, "resumeTimeout": 0}, "maxReplicas": 4},
@@ -87,6 +90,8 @@ def test_a_bad_nodeset_is_refused_at_our_field_path(crds, namespace, bad):
     if "ephemeral" in bad:
         docs[1]["spec"].pop("replicas", None)     # an ephemeral NodeSet leaves it out, unless a case gives it
     docs[1]["spec"].update(bad)
+    for key in [k for k, v in bad.items() if v is DROP]:
+        del docs[1]["spec"][key]
     ours = our_field_paths(docs)
     nodeset = docs[1]
     nodeset["metadata"]["namespace"] = namespace
