@@ -50,6 +50,7 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 CONFIG_FILE = "/etc/soperator/power/power.json"
 LOG_FILE = "/var/log/slurm/power.log"
 REQUEST_TIMEOUT = 30        # seconds per API request
+IN_CLUSTER_API = "https://kubernetes.default.svc"
 GONE_WAIT = 120             # seconds a resume waits for a terminating Pod of the node to go away
 
 
@@ -194,8 +195,12 @@ def _read(path):
 
 def from_environment(env, out=None):
     """A KubePower from the pod's ServiceAccount and the power ConfigMap, or what the environment names instead."""
-    api = env.get("SOPERATOR_KUBE_API") or "https://%s:%s" % (
-        env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"])
+    api = env.get("SOPERATOR_KUBE_API")
+    if not api and env.get("KUBERNETES_SERVICE_HOST"):
+        api = "https://%s:%s" % (env["KUBERNETES_SERVICE_HOST"], env.get("KUBERNETES_SERVICE_PORT", "443"))
+    # slurmctld runs the programs through slurmscriptd with a few variables of its own, not the pod's: the API
+    # server's Service by its DNS name then (the API server's certificate names it)
+    api = api or IN_CLUSTER_API
     token = _read(env.get("SOPERATOR_KUBE_TOKEN_FILE") or os.path.join(SA_DIR, "token"))
     ca_file = env.get("SOPERATOR_KUBE_CA_FILE") or os.path.join(SA_DIR, "ca.crt")
     namespace = env.get("SOPERATOR_KUBE_NAMESPACE") or _read(os.path.join(SA_DIR, "namespace"))

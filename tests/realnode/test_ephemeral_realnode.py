@@ -1,0 +1,155 @@
+"""Ephemeral workers on a real node (site.yml with the images of `make images`): a NodeSet with no worker running;
+`sbatch -N2` makes slurmctld run our ResumeProgram in the controller pod, which creates exactly the two pods Slurm
+asked for; the job runs in them and completes; after suspendTime our SuspendProgram deletes them and sinfo shows the
+nodes powered down; site.yml run again changes nothing about them (audit log). A NodeSet whose image does not exist:
+its node ends DOWN with our reason after resumeTimeout and the job is requeued, not lost.
+
+Slurm's power saving runs on its own clock (idle nodes are looked for every 10 s; a batch job on resumed nodes starts
+at slurmctld's next 30 s check): the waits are bounded, never asserted as timings.
+"""
+import json
+
+import pytest
+
+import ansible_run
+from realnode_audit import Audit
+from realnode_wait import wait
+
+NS = "slurm-eph"
+CLUSTER = "eph"
+CONTROLLER = CLUSTER + "-controller-0"
+LOGIN = CLUSTER + "-login-0"
+SUSPEND_TIME, RESUME_TIMEOUT = 10, 150
+SPEC = """
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: SlurmCluster
+metadata: {name: eph, namespace: slurm-eph}
+spec:
+  jail: {volume: {size: 1Gi}}
+  login: {replicas: 1}
+  slurmConfig: {SlurmdTimeout: 120}
+  remediation: {enabled: false}
+  healthChecks: {passive: {interval: 0}}
+  partitions:
+    - {name: burst, default: true, nodeSets: [burst]}
+    - {name: broken, nodeSets: [broken]}
+---
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: NodeSet
+metadata: {name: burst, namespace: slurm-eph}
+spec:
+  clusterName: eph
+  maxReplicas: 2
+  ephemeral: {enabled: true, suspendTime: %(suspend)d, resumeTimeout: %(resume)d, suspendTimeout: 10}
+  resources: {cpu: 500m, memory: 512Mi}
+  slurmNode: {cpus: 1}
+---
+apiVersion: slurm.soperator.dev/v1alpha1
+kind: NodeSet
+metadata: {name: broken, namespace: slurm-eph}
+spec:
+  clusterName: eph
+  maxReplicas: 1
+  image: localhost/soperator-test/no-such-image:0
+  ephemeral: {enabled: true, suspendTime: %(suspend)d, resumeTimeout: %(resume)d, suspendTimeout: 10}
+  resources: {cpu: 500m, memory: 512Mi}
+  slurmNode: {cpus: 1}
+""" % {"suspend": SUSPEND_TIME, "resume": RESUME_TIMEOUT}
+
+
+@pytest.fixture(scope="module")
+def cluster(real_node, tmp_path_factory):
+    path = tmp_path_factory.mktemp("slurm-eph") / "eph.yml"
+    path.write_text(SPEC)
+    try:
+        site(real_node, path)
+        wait("the controller answering", lambda: (bool(_sinfo(real_node)), _sinfo(real_node)), 240, poll=2)
+        wait("the login pod", lambda: (_login_ready(real_node), None), 240, poll=2)
+        yield real_node, path
+    finally:
+        real_node.kubectl("delete", "namespace", NS, "--wait=true", timeout=300, check=False)
+
+
+def site(node, path):
+    ansible_run.playbook("site.yml", "-e", "spec_file=%s" % path, "-e", "kubeconfig=" + node.kubeconfig, timeout=900)
+
+
+def _in_controller(node, *argv):
+    return node.kubectl("-n", NS, "exec", CONTROLLER, "-c", "slurmctld", "--", *argv, timeout=60, check=False)
+
+
+def _sinfo(node):
+    """{node: (state, reason)} as sinfo in the controller pod shows them ('~' powered down, '#' powering up)."""
+    out = _in_controller(node, "sinfo", "-h", "-N", "-o", "%N|%t|%E").stdout
+    return dict((line.split("|")[0], tuple(line.split("|")[1:])) for line in out.splitlines() if "|" in line)
+
+
+def _power_log(node):
+    """The power programs' log and slurmctld's power lines in the controller pod: what a failed wait shows."""
+    log = _in_controller(node, "sh", "-c", "tail -n 20 /var/log/slurm/power.log; "
+                         "grep -iE 'power|resume|suspend' /var/log/slurm/slurmctld.log | tail -n 20")
+    return log.stdout + log.stderr
+
+
+def _login_ready(node):
+    out = node.kubectl("-n", NS, "get", "pod", LOGIN, "-o", "json", timeout=60, check=False).stdout
+    return bool(out) and any(c["type"] == "Ready" and c["status"] == "True"
+                             for c in json.loads(out).get("status", {}).get("conditions", []))
+
+
+def _worker_pods(node):
+    out = node.kubectl("-n", NS, "get", "pods", "-o", "json", timeout=60).stdout
+    return sorted(p["metadata"]["name"] for p in json.loads(out)["items"]
+                  if p["metadata"]["name"].startswith(("burst-", "broken-")))
+
+
+def _sbatch(node, *args):
+    """sbatch in the login pod, as users do (the controller image has no chroot SPANK plugin for the clients)."""
+    done = node.kubectl("-n", NS, "exec", LOGIN, "--", "sbatch", "--parsable", *args, timeout=60, check=False)
+    job = done.stdout.strip().split(";")[0]
+    assert job.isdigit(), (done.stdout, done.stderr)
+    return job
+
+
+def _job_state(node, job):
+    out = _in_controller(node, "scontrol", "show", "job", "-o", job).stdout
+    return dict(w.split("=", 1) for w in out.split() if "=" in w)
+
+
+def test_a_job_starts_two_worker_pods_and_idle_ones_go_away(cluster):
+    node, path = cluster
+    assert _worker_pods(node) == []
+    assert all(state.endswith("~") for state, _reason in _sinfo(node).values()), _sinfo(node)
+    job = _sbatch(node, "-p", "burst", "-N2", "-o", "/dev/null", "--wrap", "srun hostname")
+    wait("the two burst pods", lambda: (_worker_pods(node) == ["burst-0", "burst-1"],
+                                        (_worker_pods(node), _power_log(node))), 120, poll=2)
+    state = wait("job %s completed" % job, lambda: (_job_state(node, job).get("JobState") in (
+        "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"), _job_state(node, job)), RESUME_TIMEOUT + 120, poll=2)[1]
+    assert state["JobState"] == "COMPLETED", state
+    # exactly what Slurm asked for: the broken NodeSet's node was never started
+    assert "broken-0" not in _worker_pods(node)
+    wait("the burst pods gone and powered down", lambda: (
+        _worker_pods(node) == [] and all(_sinfo(node)[n][0].endswith("~") for n in ("burst-0", "burst-1")),
+        (_worker_pods(node), _sinfo(node))), SUSPEND_TIME + 120, poll=2)
+
+    # site.yml again: no pod of the NodeSet is created or deleted, the nodes stay powered down
+    audit = Audit(node.info["audit_log"])
+    mark = audit.mark()
+    site(node, path)
+    touched = [r for r in audit.writes(mark)
+               if r.resource == "pods" and (r.name or "").startswith(("burst-", "broken-"))]
+    assert touched == [], touched
+    assert _worker_pods(node) == []
+
+
+def test_a_worker_that_cannot_start_ends_down_with_our_reason_and_the_job_is_requeued(cluster):
+    node, _path = cluster
+    job = _sbatch(node, "-p", "broken", "-N1", "-o", "/dev/null", "--wrap", "hostname")
+    wait("the broken-0 pod", lambda: ("broken-0" in _worker_pods(node), _worker_pods(node)), 120, poll=1)
+    reason = wait("broken-0 down with our reason", lambda: (
+        "resume-failed" in _sinfo(node).get("broken-0", ("", ""))[1], _sinfo(node)), RESUME_TIMEOUT + 120, poll=2)[1]
+    assert reason["broken-0"][1].startswith("soperator: resume-failed"), reason
+    state = _job_state(node, job)
+    assert state["JobState"] in ("PENDING", "REQUEUED", "CONFIGURING") and state.get("Restarts") != "0", state
+    # the ResumeFailProgram removed what it had started
+    wait("the broken-0 pod removed", lambda: ("broken-0" not in _worker_pods(node), _worker_pods(node)), 120, poll=2)
