@@ -34,3 +34,16 @@ def cluster_and_rest(name, **values):
     cluster's spec (its document's last block) between the two."""
     cluster, separator, rest = spec_text(name, **values).partition("---\n")
     return cluster, separator + rest
+
+
+API = "slurm.soperator.dev/v1alpha1"
+
+
+def documents(*node_sets, **cluster_spec):
+    """A SlurmCluster `c` (namespace slurm, a 1Ti jail, plus `cluster_spec`'s fields) and one NodeSet per
+    (name, extra spec fields) of `node_sets` (2 CPUs, 1Gi each): for tests that vary a few fields in Python."""
+    cluster = {"apiVersion": API, "kind": "SlurmCluster", "metadata": {"name": "c", "namespace": "slurm"},
+               "spec": dict({"jail": {"volume": {"size": "1Ti"}}}, **cluster_spec)}
+    return [cluster] + [{"apiVersion": API, "kind": "NodeSet", "metadata": {"name": name, "namespace": "slurm"},
+                         "spec": dict({"clusterName": "c", "resources": {"cpu": "2", "memory": "1Gi"}}, **extra)}
+                        for name, extra in node_sets]

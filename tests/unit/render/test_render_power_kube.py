@@ -13,20 +13,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf 
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import RESUME_FAILED_REASON
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 
-API = "slurm.soperator.dev/v1alpha1"
-
-
-def docs(*node_sets, remediation=None):
-    cluster = {"apiVersion": API, "kind": "SlurmCluster", "metadata": {"name": "c", "namespace": "slurm"},
-               "spec": {"jail": {"volume": {"size": "1Ti"}}}}
-    if remediation:
-        cluster["spec"]["remediation"] = remediation
-    out = [cluster]
-    for name, extra in node_sets:
-        out.append({"apiVersion": API, "kind": "NodeSet", "metadata": {"name": name, "namespace": "slurm"},
-                    "spec": dict({"clusterName": "c", "resources": {"cpu": "2", "memory": "1Gi"}}, **extra)})
-    return out
-
+from specs import documents
 
 GPU = ("gpu", {"maxReplicas": 6, "ephemeral": {"enabled": True, "minReplicas": 1, "suspendTime": 60}})
 BIG = ("big-mem", {"maxReplicas": 2, "ephemeral": {"enabled": True, "suspendTime": 60}})
@@ -47,7 +34,7 @@ def controller_pod(objects):
 
 
 def test_a_cluster_without_ephemeral_nodesets_gets_none_of_it():
-    _model, objects = render(docs(CPU, ("gpu", {"maxReplicas": 6, "ephemeral": {"enabled": False}})))
+    _model, objects = render(documents(CPU, ("gpu", {"maxReplicas": 6, "ephemeral": {"enabled": False}})))
     assert not [o for o in objects if o["metadata"]["labels"].get(c.LABEL_COMPONENT) == pk.POWER]
     assert "c-power" not in by_kind(objects, "ServiceAccount")
     pod = controller_pod(objects)
@@ -56,7 +43,7 @@ def test_a_cluster_without_ephemeral_nodesets_gets_none_of_it():
 
 
 def test_the_power_objects_are_a_service_account_role_binding_and_config_map():
-    _model, objects = render(docs(CPU, GPU, BIG))
+    _model, objects = render(documents(CPU, GPU, BIG))
     power = sorted((o["kind"], o["metadata"]["name"]) for o in objects
                    if o["metadata"]["labels"].get(c.LABEL_COMPONENT) == pk.POWER)
     assert power == [("ConfigMap", "c-power"), ("Role", "c-power"), ("RoleBinding", "c-power"),
@@ -69,7 +56,7 @@ def test_the_power_objects_are_a_service_account_role_binding_and_config_map():
 
 
 def test_the_role_creates_pods_and_gets_and_deletes_only_the_cloud_nodes():
-    _model, objects = render(docs(CPU, GPU, BIG))
+    _model, objects = render(documents(CPU, GPU, BIG))
     cloud = ["big-mem-0", "big-mem-1", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5"]
     assert by_kind(objects, "Role")["c-power"]["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
@@ -77,7 +64,7 @@ def test_the_role_creates_pods_and_gets_and_deletes_only_the_cloud_nodes():
 
 
 def test_the_controller_pod_runs_as_the_power_service_account_with_its_config():
-    _model, objects = render(docs(CPU, GPU))
+    _model, objects = render(documents(CPU, GPU))
     pod = controller_pod(objects)
     assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == ("c-power", True)
     assert {"name": "power", "configMap": {"name": "c-power"}} in pod["volumes"]
@@ -92,7 +79,7 @@ def config(objects):
 
 
 def test_the_config_map_holds_each_ephemeral_nodeset_and_the_reason_prefix():
-    _model, objects = render(docs(CPU, GPU, BIG, remediation={"drainReasonPrefix": "ops:"}))
+    _model, objects = render(documents(CPU, GPU, BIG, remediation={"drainReasonPrefix": "ops:"}))
     got = config(objects)
     assert got["reasonPrefix"] == "ops:"
     assert sorted(got["nodeSets"]) == ["big-mem", "gpu"]
@@ -103,7 +90,7 @@ def test_the_config_map_holds_each_ephemeral_nodeset_and_the_reason_prefix():
 
 
 def test_the_pod_template_is_the_statefulsets_with_slurmd_b_and_the_workers_subdomain():
-    _model, objects = render(docs(CPU, GPU))
+    _model, objects = render(documents(CPU, GPU))
     template = by_kind(objects, "StatefulSet")["gpu"]["spec"]["template"]
     pod = config(objects)["nodeSets"]["gpu"]["pod"]
     assert (pod["apiVersion"], pod["kind"], pod["metadata"]["namespace"]) == ("v1", "Pod", "slurm")
@@ -121,7 +108,7 @@ def matches(selector, labels):
 def test_the_pods_labels_are_ours_the_services_and_not_the_statefulsets():
     """The worker Service selects the pod (its DNS name); the StatefulSet's selector must not, or the StatefulSet
     would adopt `gpu-3` (a name of its own) and delete it as an ordinal above its replicas."""
-    _model, objects = render(docs(CPU, GPU))
+    _model, objects = render(documents(CPU, GPU))
     labels = config(objects)["nodeSets"]["gpu"]["pod"]["metadata"]["labels"]
     assert labels == {c.LABEL_NAME: "slurm", c.LABEL_INSTANCE: "c", c.LABEL_COMPONENT: "worker",
                       c.LABEL_MANAGED_BY: "soperator.slurm", pk.EPHEMERAL_LABEL: "gpu"}
@@ -133,7 +120,7 @@ def test_the_pods_labels_are_ours_the_services_and_not_the_statefulsets():
 
 
 def test_the_program_makes_each_nodes_pod_from_its_template_and_refuses_other_names():
-    _model, objects = render(docs(CPU, GPU, BIG))
+    _model, objects = render(documents(CPU, GPU, BIG))
     power = program.KubePower(api=None, namespace="slurm", config=config(objects))
     pod = power.template("gpu-5")
     assert (pod["metadata"]["name"], pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("gpu-5", "gpu-5",
@@ -151,7 +138,7 @@ def test_manage_rbac_false_leaves_the_power_rbac_and_service_account_alone():
     """Like remediation's: whoever deploys the cluster grants rights; the in-cluster reconcile (manage_rbac=false)
     neither applies nor prunes them, but still applies the ConfigMap and the controller that uses them."""
     from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster, KubeOptions
-    model, objects = render(docs(CPU, GPU))
+    model, objects = render(documents(CPU, GPU))
     left = [(o["kind"], o["metadata"]["name"]) for o in objects
             if not KubeCluster(None, model, KubeOptions(manage_rbac=False)).manages(o)]
     assert ("ServiceAccount", "c-power") in left and ("Role", "c-power") in left

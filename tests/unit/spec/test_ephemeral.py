@@ -9,20 +9,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
 
-API = "slurm.soperator.dev/v1alpha1"
-
-
-def docs(*node_sets, slurm_config=None):
-    cluster = {"apiVersion": API, "kind": "SlurmCluster", "metadata": {"name": "c", "namespace": "slurm"},
-               "spec": {"jail": {"volume": {"size": "1Ti"}}}}
-    if slurm_config:
-        cluster["spec"]["slurmConfig"] = slurm_config
-    out = [cluster]
-    for name, extra in node_sets:
-        out.append({"apiVersion": API, "kind": "NodeSet", "metadata": {"name": name, "namespace": "slurm"},
-                    "spec": dict({"clusterName": "c", "resources": {"cpu": "2", "memory": "1Gi"}}, **extra)})
-    return out
-
+from specs import documents
 
 GPU = ("gpu", {"maxReplicas": 6, "ephemeral": {"enabled": True, "minReplicas": 1, "suspendTime": 60}})
 CPU = ("cpu", {"replicas": 2})
@@ -43,21 +30,21 @@ def settings(text):
 
 
 def test_the_model_keeps_the_floor_running_and_the_rest_to_slurm():
-    gpu = {ns.name: ns for ns in spec.build_model(docs(CPU, GPU)).node_sets}["gpu"]
+    gpu = {ns.name: ns for ns in spec.build_model(documents(CPU, GPU)).node_sets}["gpu"]
     assert (gpu.replicas, gpu.max_replicas, gpu.ephemeral.enabled) == (1, 6, True)
     assert (gpu.static_range, gpu.cloud_range) == ("gpu-0", "gpu-[1-5]")
     assert [gpu.is_cloud_node(i) for i in (0, 1, 5, 6)] == [False, True, True, False]
-    cpu = {ns.name: ns for ns in spec.build_model(docs(CPU, GPU)).node_sets}["cpu"]
+    cpu = {ns.name: ns for ns in spec.build_model(documents(CPU, GPU)).node_sets}["cpu"]
     assert (cpu.static_range, cpu.cloud_range, cpu.ephemeral.enabled) == ("cpu-[0-1]", None, False)
 
 
 def test_a_nodeset_without_replicas_still_runs_one_worker():
-    ns = spec.build_model(docs(("cpu", {}))).node_sets[0]
+    ns = spec.build_model(documents(("cpu", {}))).node_sets[0]
     assert (ns.replicas, ns.max_replicas) == (1, 1)
 
 
 def test_slurm_conf_defines_cloud_nodes_and_power_saving():
-    text = slurm_conf(docs(CPU, GPU))
+    text = slurm_conf(documents(CPU, GPU))
     nodes = re.findall(r"^NodeName=(\S+) State=(\S+)", text, re.M)
     assert nodes == [("cpu-[0-1]", "FUTURE"), ("gpu-0", "FUTURE"), ("gpu-[1-5]", "CLOUD")]
     assert "NodeSet=gpu Nodes=gpu-[0-5]" in text
@@ -72,7 +59,7 @@ def test_slurm_conf_defines_cloud_nodes_and_power_saving():
 
 
 def test_a_cluster_without_ephemeral_nodesets_gets_no_power_saving():
-    text = slurm_conf(docs(CPU, ("gpu", {"maxReplicas": 6, "ephemeral": {"enabled": False, "minReplicas": 1}})))
+    text = slurm_conf(documents(CPU, ("gpu", {"maxReplicas": 6, "ephemeral": {"enabled": False, "minReplicas": 1}})))
     for key in ("Suspend", "Resume", "CLOUD", "PrivateData", "SlurmctldParameters"):
         assert key not in text
     assert re.findall(r"^NodeName=(\S+) State=(\S+)", text, re.M) == [
@@ -80,15 +67,16 @@ def test_a_cluster_without_ephemeral_nodesets_gets_no_power_saving():
 
 
 def test_all_nodes_ephemeral_excludes_none():
-    text = slurm_conf(docs(("gpu", {"maxReplicas": 3, "ephemeral": {"enabled": True}})))
+    text = slurm_conf(documents(("gpu", {"maxReplicas": 3, "ephemeral": {"enabled": True}})))
     assert "SuspendExcNodes" not in text
     assert re.findall(r"^NodeName=(\S+) State=(\S+)", text, re.M) == [("gpu-[0-2]", "CLOUD")]
 
 
 def test_the_users_words_are_kept_and_ours_added():
-    text = slurm_conf(docs(CPU, GPU, slurm_config={"slurmctldparameters": "enable_configless",
-                                                   "PrivateData": "jobs,cloud"}))
-    assert re.findall(r"^slurmctldparameters=(\S+)$", text, re.M) == ["enable_configless,cloud_dns,idle_on_node_suspend"]
+    users = {"slurmctldparameters": "enable_configless", "PrivateData": "jobs,cloud"}
+    text = slurm_conf(documents(CPU, GPU, slurmConfig=users))
+    assert re.findall(r"^slurmctldparameters=(\S+)$", text, re.M) == [
+        "enable_configless,cloud_dns,idle_on_node_suspend"]
     assert re.findall(r"^PrivateData=(\S+)$", text, re.M) == ["jobs,cloud"]
     assert "SlurmctldParameters=" not in text
 
@@ -111,24 +99,24 @@ def test_the_users_words_are_kept_and_ours_added():
 ], ids=["no-max", "min-not-below-max", "replicas", "suspend-time-short", "resume-timeout-zero",
         "suspend-timeout-16-bits", "times-differ"])
 def test_bad_ephemeral_specs_fail_at_their_field(node_sets, path, fragment):
-    found = issues_of(docs(*node_sets))
+    found = issues_of(documents(*node_sets))
     assert path in found and fragment in found[path], found
 
 
 def test_slurm_config_may_not_set_what_power_saving_owns():
-    found = issues_of(docs(GPU, slurm_config={"suspendtime": "30", "ResumeProgram": "/bin/true"}))
+    found = issues_of(documents(GPU, slurmConfig={"suspendtime": "30", "ResumeProgram": "/bin/true"}))
     assert "owned" not in found
     assert "SlurmCluster/c spec.slurmConfig.suspendtime" in found
     assert "SlurmCluster/c spec.slurmConfig.ResumeProgram" in found
     # without an ephemeral NodeSet they are the user's
-    model = spec.build_model(docs(CPU, slurm_config={"SuspendTime": "30"}))
+    model = spec.build_model(documents(CPU, slurmConfig={"SuspendTime": "30"}))
     assert model.slurm_config == {"SuspendTime": "30"}
 
 
 def test_replicas_equal_to_the_floor_is_accepted():
     gpu = copy.deepcopy(GPU)
     gpu[1]["replicas"] = 1
-    assert spec.build_model(docs(gpu)).node_sets[0].replicas == 1
+    assert spec.build_model(documents(gpu)).node_sets[0].replicas == 1
 
 
 def test_the_exporter_counts_power_states_per_ephemeral_nodeset():
