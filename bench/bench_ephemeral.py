@@ -60,7 +60,7 @@ def ephemeral_slurmds(cluster):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--samples", type=int, default=3)
     args = parser.parse_args()
     state_dir = tempfile.mkdtemp(prefix="bench-eph-", dir="/tmp")
