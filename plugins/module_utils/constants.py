@@ -32,6 +32,9 @@ HEALTH_CHECK_PROGRAM = "/opt/soperator/bin/health-check"
 RESUME_PROGRAM = "/opt/soperator/bin/power-resume"
 SUSPEND_PROGRAM = "/opt/soperator/bin/power-suspend"
 RESUME_FAIL_PROGRAM = "/opt/soperator/bin/power-resume-fail"
+# slurmd's "report a boot" flag: slurmctld accepts a resumed node only once it reports a boot after the resume
+# request, and a worker's container or a local slurmd does not reboot the host it runs on.
+SLURMD_BOOTED_FLAG = "-b"
 # Beside slurm.conf: the health check program's config (render/health_json.py).
 HEALTH_CONFIG_FILE = "health.json"
 # Runs one active check (plugins/module_utils/node/active_check.py) from the checks CronJob.

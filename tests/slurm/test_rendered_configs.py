@@ -32,7 +32,7 @@ def test_example_nodes_as_slurmctld_sees_them(local_cluster, path):
                                                             for ns in model.node_sets))
     cluster = local_cluster(model=no_workers)
     # FUTURE nodes are not listed yet; ephemeral NodeSets' CLOUD nodes are, powered down (PrivateData=cloud)
-    cloud = [ns.node_name(i) for ns in model.node_sets for i in range(ns.max_replicas) if ns.is_cloud_node(i)]
+    cloud = model.cloud_nodes
     listed = cluster.sinfo_nodes()
     assert sorted(n["name"] for n in listed) == sorted(cloud)
     assert all("POWERED_DOWN" in n["state_flags"] for n in listed), listed

@@ -34,7 +34,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
 from ansible_collections.soperator.slurm.plugins.module_utils.local.login import LoginNode, require_jail_plugin
 from ansible_collections.soperator.slurm.plugins.module_utils.local import power
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
-    cloud_nodes, nodes_to_remove, outdated_nodes, slurm_digest, stop_order, wanted_nodes)
+    nodes_to_remove, outdated_nodes, slurm_digest, stop_order, wanted_nodes)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.planner import Planner
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import PortBlock
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
@@ -184,7 +184,7 @@ class LocalCluster(object):
         power.ensure(self.layout, dict(
             (node, power.launch(self.layout, node, ports[node], slurm_hash, self.daemons.env, jail,
                                 model.remediation.drain_reason_prefix, find_binary("slurmd")))
-            for node in cloud_nodes(model)), changes)
+            for node in model.cloud_nodes), changes)
 
         lay = self.layout
         self.daemons.ensure("munged", munged_argv(lay), changes, digest=munged_digest(lay),
@@ -195,7 +195,7 @@ class LocalCluster(object):
             self.accounting.ensure_off(changes)
         self.daemons.ensure("slurmctld", [find_binary("slurmctld"), "-D"], changes, digest=slurm_hash,
                             ready=self._ctld_ready, ports=[base_port + CTLD_OFFSET])
-        self._converge_nodes(model, slurm_hash, base_port, changes)
+        self._converge_nodes(model, slurm_hash, ports, changes)
         self.login_node.ensure(model, base_port, changes)
         self.exporter.ensure(model, changes)
         return {"changed": bool(changes), "changes": changes}
@@ -410,7 +410,8 @@ class LocalCluster(object):
 
     # --- nodes -------------------------------------------------------------------------------------------------
 
-    def _converge_nodes(self, model, slurm_hash, base_port, changes):
+    def _converge_nodes(self, model, slurm_hash, ports, changes):
+        """`ports`: {node: slurmd port} (local/layout.py node_ports)."""
         lay = self.layout
         desired = wanted_nodes(model)
         all_nodes = set(ns.node_name(i) for ns in model.node_sets for i in range(ns.max_replicas))
@@ -418,7 +419,6 @@ class LocalCluster(object):
         records = daemons.records()
         running = set(n[len("slurmd-"):] for n, r in records.items()
                       if n.startswith("slurmd-") and _record_alive(r))
-        ports = node_ports(model, base_port)
         behind = set(daemons.slurmds_behind())
         # The running slurmds on an old configuration are restarted by the roll (4.), in batches, not here.
         outdated = outdated_nodes(desired, daemons.running_records(), slurm_hash)

@@ -70,13 +70,8 @@ def stop_order(names):
     return login + slurmds + services + rest
 
 
-def cloud_nodes(model):
-    """The nodes Slurm powers up and down (ephemeral NodeSets' State=CLOUD nodes), in model order."""
-    return [ns.node_name(i) for ns in model.node_sets for i in range(ns.max_replicas) if ns.is_cloud_node(i)]
-
-
 def nodes_to_remove(model, running_nodes, listed_nodes):
     """Nodes a run drains and removes: running slurmds and nodes slurmctld lists that the model does not want.
     Nodes Slurm powers up and down are Slurm's: never removed here, running or not."""
-    keep = set(wanted_nodes(model)) | set(cloud_nodes(model))
+    keep = set(wanted_nodes(model)) | set(model.cloud_nodes)
     return sorted((set(running_nodes) | set(listed_nodes)) - keep, key=natural_key)

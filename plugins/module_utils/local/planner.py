@@ -17,7 +17,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
 from ansible_collections.soperator.slurm.plugins.module_utils.local.login import LoginNode
 from ansible_collections.soperator.slurm.plugins.module_utils.local import power
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
-    SLURMD, cloud_nodes, nodes_to_remove, outdated_nodes, slurm_digest, start_order, stop_order, wanted_nodes)
+    SLURMD, nodes_to_remove, outdated_nodes, slurm_digest, start_order, stop_order, wanted_nodes)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import PortBlock
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import Daemons, munged_digest
 from ansible_collections.soperator.slurm.plugins.module_utils.local.rollout import Rollout
@@ -54,11 +54,11 @@ class Planner(object):
             actions = ["would create state directory %s" % lay.state_dir, "would generate munge key"]
             if model.accounting.enabled:
                 actions += ["would initialize the accounting database"]
-            actions += ["would write the Slurm configs to %s" % lay.etc] + power.plan(lay, bool(cloud_nodes(model)))
+            actions += ["would write the Slurm configs to %s" % lay.etc] + power.plan(lay, bool(model.cloud_nodes))
             actions += ["would start %s" % d for d in start_order(model)]
             return actions + self.login.plan(model) + self.exporter.plan(model), []
         actions, slurm_changed, dbd_changed, digest = self._plan_configs(model)
-        actions = pre + actions + power.plan(lay, bool(cloud_nodes(model)))
+        actions = pre + actions + power.plan(lay, bool(model.cloud_nodes))
         key_missing = not os.path.exists(lay.munge_key)
         if key_missing:
             actions.append("would generate munge key")

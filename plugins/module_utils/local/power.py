@@ -19,14 +19,14 @@ __metaclass__ = type
 import inspect
 import json
 import os
-import stat
 import sys
 from typing import Any, Dict, List
 
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils import files
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import Layout
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import slurmd_name
-from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_file
+from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import file_differs, install_file
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir, current_text
 from ansible_collections.soperator.slurm.plugins.module_utils.node import power_local, power_program
 
@@ -64,7 +64,7 @@ def plan(lay: Layout, has_cloud_nodes: bool) -> List[str]:
     if not has_cloud_nodes:
         return []
     return ["would install %s" % path for path, (text, mode) in sorted(program_files(lay).items())
-            if current_text(path) != text or stat.S_IMODE(os.stat(path).st_mode) != mode]
+            if file_differs(path, text, mode)]
 
 
 def launch_path(lay: Layout, node: str) -> str:
@@ -77,8 +77,8 @@ def launch(lay: Layout, node: str, port: int, digest: str, env: Dict[str, str], 
     record: Dict[str, Any] = {"digest": digest, "ports": [port]}
     if jail:
         record["jail"] = jail
-    return {"argv": [slurmd, "-D", "-b", "-N", node], "env": dict(env, PATH=_PATH), "cwd": lay.state_dir,
-            "output": lay.output(slurmd_name(node)), "record": record, "reason_prefix": prefix}
+    return {"argv": [slurmd, "-D", c.SLURMD_BOOTED_FLAG, "-N", node], "env": dict(env, PATH=_PATH),
+            "cwd": lay.state_dir, "output": lay.output(slurmd_name(node)), "record": record, "reason_prefix": prefix}
 
 
 def ensure(lay: Layout, launches: Dict[str, Dict[str, Any]], changes: List[str]) -> None:

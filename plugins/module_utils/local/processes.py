@@ -28,7 +28,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
     SLURMD, _digest, natural_key as _natural)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import _port_free
-from ansible_collections.soperator.slurm.plugins.module_utils.node.power_local import proc_start_time
+from ansible_collections.soperator.slurm.plugins.module_utils.node.power_local import proc_start_time, record_alive
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _is_real_dir,
     _read_own_file)
@@ -92,10 +92,8 @@ def _pid_alive(pid, start_time=None):
     return now is not None and (start_time is None or now == start_time)
 
 
-def _record_alive(rec):
-    """Whether the process of a record still runs: the pid with the recorded start time. A record without a start
-    time proves nothing (the pid may be another process by now): not alive, never signalled."""
-    return rec.get("start_time") is not None and _pid_alive(rec["pid"], rec["start_time"])
+# One rule for a record's process, here and in the power programs: the pid with the recorded start time.
+_record_alive = record_alive
 
 
 def _tail(path, lines=25):

@@ -45,9 +45,14 @@ def install_health_programs(lay, python=None):
             if install_file(os.path.join(lay.bin, name), text, mode)]
 
 
+def file_differs(path, text, mode):
+    """Whether `path` does not hold `text` with `mode` (install_file would write it; check mode says so)."""
+    return current_text(path) != text or stat.S_IMODE(os.stat(path).st_mode) != mode
+
+
 def install_file(path, text, mode):
     """Write `path` (atomically) unless it already holds `text` with `mode`. -> whether it was written."""
-    if current_text(path) == text and stat.S_IMODE(os.stat(path).st_mode) == mode:
+    if not file_differs(path, text, mode):
         return False
     files.atomic_write(path, text, mode)
     return True

@@ -26,6 +26,7 @@ import fcntl
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -52,6 +53,13 @@ def proc_start_time(pid):
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
+def record_alive(record):
+    """Whether the process of a record still runs: the pid with the recorded start time. A record without a start
+    time proves nothing (the pid may be another process by now): not alive, never signalled."""
+    return record is not None and record.get("start_time") is not None \
+        and proc_start_time(record["pid"]) == record["start_time"]
+
+
 def _read_json(path):
     """A JSON file of ours: a regular file, not through a link, or None when absent."""
     try:
@@ -61,7 +69,8 @@ def _read_json(path):
             return None
         raise PowerError("cannot read %s: %s" % (path, e))
     with os.fdopen(fd, "rb") as f:
-        if not os.path.isfile(path) or os.fstat(f.fileno()).st_uid not in (0, os.getuid()):
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid not in (0, os.getuid()):
             raise PowerError("%s is not a file of this cluster" % path)
         return json.loads(f.read(1 << 20).decode("utf-8"))
 
@@ -99,17 +108,13 @@ class LocalPower(PowerProgram):
     def _ctld(self):
         """[pid, start time] of the running slurmctld (the backend records which one a slurmd registered with)."""
         record = _read_json(os.path.join(self.run_dir, "slurmctld.proc.json"))
-        return [record["pid"], record["start_time"]] if self._alive(record) else None
-
-    def _alive(self, record):
-        return record is not None and record.get("start_time") is not None \
-            and proc_start_time(record["pid"]) == record["start_time"]
+        return [record["pid"], record["start_time"]] if record_alive(record) else None
 
     def resume(self, node):
         """Start the node's slurmd unless it runs; record it as the backend does."""
         launch = self._launch(node)
         _launch_path, record_path = self._paths(node)
-        if self._alive(_read_json(record_path)):
+        if record_alive(_read_json(record_path)):
             self.say("resume %s: its slurmd runs already" % node)
             return False
         fd = os.open(launch["output"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -132,7 +137,7 @@ class LocalPower(PowerProgram):
         self._launch(node)              # only an ephemeral node's slurmd, never one the backend keeps running
         _launch_path, record_path = self._paths(node)
         record = _read_json(record_path)
-        if self._alive(record):
+        if record_alive(record):
             pid, start = record["pid"], record["start_time"]
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + STOP_WAIT

@@ -23,6 +23,7 @@ except ImportError:  # only the exporter program builds metrics; the modules imp
     CounterMetricFamily = GaugeMetricFamily = None
     HAS_PROMETHEUS_CLIENT = False
 
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import NODE_NAME
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     RESUME_FAILED_REASON, SCALE_DOWN_REASON, UPGRADE_REASON)
 
@@ -227,7 +228,6 @@ def node_families(nodes, prefix):
 
 # Ephemeral NodeSets' nodes by where power saving has them; resume_failed: DOWN with our ResumeFailProgram's reason.
 POWER_STATES = ("powered_down", "powering_up", "powering_down", "resume_failed")
-_NODE_NAME = re.compile(r"^(.+)-(?:0|[1-9][0-9]*)$")     # <nodeset>-<ordinal>, as NodeSet.node_name makes them
 
 
 def power_word(record, prefix):
@@ -248,7 +248,7 @@ def power_families(nodes, prefix):
         word = power_word(r, prefix)
         if word:
             node_power.add_metric([r.name, word], 1)
-        match = _NODE_NAME.match(r.name)
+        match = NODE_NAME.match(r.name)
         if r.cloud and match:
             per = counts.setdefault(match.group(1), dict((w, 0) for w in POWER_STATES))
             if word:

@@ -24,6 +24,7 @@ __metaclass__ = type
 import copy
 import json
 
+from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_builders as kb
 from ansible_collections.soperator.slurm.plugins.module_utils.render.power_save import ephemeral_node_sets
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import power_name
@@ -32,13 +33,6 @@ POWER = "power"                      # the component of these objects
 EPHEMERAL_LABEL = "slurm.soperator.dev/ephemeral-nodeset"
 POWER_CONFIG_DIR = "/etc/soperator/power"
 POWER_CONFIG_FILE = "power.json"
-SLURMD_BOOTED_FLAG = "-b"
-
-
-def cloud_node_names(model):
-    """Every node Slurm may power up: the names the power ServiceAccount may get and delete pods of."""
-    return [ns.node_name(i) for ns in ephemeral_node_sets(model)
-            for i in range(ns.ephemeral.min_replicas, ns.max_replicas)]
 
 
 def ephemeral_pod_labels(model, node_set):
@@ -55,7 +49,7 @@ def ephemeral_pod(model, worker_stateful_set, node_set):
     spec["subdomain"] = model.worker_service
     for container in spec["containers"]:
         if container["name"] == "slurmd":
-            container["args"] = container["args"][:1] + [SLURMD_BOOTED_FLAG] + container["args"][1:]
+            container["args"] = container["args"][:1] + [c.SLURMD_BOOTED_FLAG] + container["args"][1:]
     metadata = {"namespace": model.namespace, "labels": ephemeral_pod_labels(model, node_set)}
     if template["metadata"].get("annotations"):
         metadata["annotations"] = dict(template["metadata"]["annotations"])
@@ -67,14 +61,14 @@ def power_config(model, worker_stateful_sets):
     CLOUD ordinals and pod template. worker_stateful_sets: NodeSet name -> its rendered StatefulSet."""
     return {
         "reasonPrefix": model.remediation.drain_reason_prefix,
-        "nodeSets": dict((ns.name, {"firstOrdinal": ns.ephemeral.min_replicas, "endOrdinal": ns.max_replicas,
+        "nodeSets": dict((ns.name, {"firstOrdinal": ns.first_cloud_ordinal, "endOrdinal": ns.max_replicas,
                                     "pod": ephemeral_pod(model, worker_stateful_sets[ns.name], ns)})
                          for ns in ephemeral_node_sets(model)),
     }
 
 
 def power_rules(model):
-    names = cloud_node_names(model)
+    names = model.cloud_nodes     # what the power ServiceAccount may get and delete pods of
     return [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["pods"], "resourceNames": names, "verbs": ["get", "delete"]},

@@ -33,12 +33,11 @@ def ephemeral_node_sets(model: ClusterModel) -> List[NodeSet]:
 def node_ranges(node_set: NodeSet) -> List[Tuple[str, str, int, int]]:
     """(hostlist, State, first ordinal, end) of each NodeName line of a NodeSet: FUTURE nodes the backends start, and
     an ephemeral NodeSet's CLOUD nodes."""
-    out = []
-    end = node_set.ephemeral.min_replicas if node_set.cloud_range else node_set.max_replicas
+    first, out = node_set.first_cloud_ordinal, []
     if node_set.static_range:
-        out.append((node_set.static_range, "FUTURE", 0, end))
+        out.append((node_set.static_range, "FUTURE", 0, first))
     if node_set.cloud_range:
-        out.append((node_set.cloud_range, "CLOUD", end, node_set.max_replicas))
+        out.append((node_set.cloud_range, "CLOUD", first, node_set.max_replicas))
     return out
 
 

@@ -18,8 +18,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
-
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render import power_save
 from ansible_collections.soperator.slurm.plugins.module_utils.render import slurm_conf_parts as parts
@@ -29,10 +27,9 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render.topology_co
     render_topology_conf, topology_enabled)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys, hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import NODE_NAME
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_syntax import (
     comment, plugstack_line, slurm_line, slurm_word)
-
-NODE_NAME = re.compile(r"^(.+)-(0|[1-9][0-9]*)$")    # <nodeset>-<ordinal>, as NodeSet.node_name makes them
 
 
 def accounting_host(model):

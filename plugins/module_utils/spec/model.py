@@ -10,12 +10,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
 
 API_GROUP = "slurm.soperator.dev"
 API_VERSION = API_GROUP + "/v1alpha1"
 MANAGED_BY = "soperator.slurm"
+# A node's name, <nodeset>-<ordinal>, as NodeSet.node_name makes it: groups (nodeset, ordinal).
+NODE_NAME = re.compile(r"^(.+)-(0|[1-9][0-9]*)$")
 
 
 @dataclass(frozen=True)
@@ -134,17 +137,24 @@ class NodeSet:
         return "%s-[%d-%d]" % (self.name, first, end - 1)
 
     @property
+    def first_cloud_ordinal(self) -> int:
+        """Where the nodes Slurm powers up and down begin: an ephemeral NodeSet's minReplicas; max_replicas (none)
+        for a NodeSet of fixed size. Below it: the nodes the backends keep running."""
+        return self.ephemeral.min_replicas if self.ephemeral.enabled else self.max_replicas
+
+    @property
     def static_range(self) -> Optional[str]:
         """Nodes whose workers the backends keep running: all of them, or an ephemeral NodeSet's floor."""
-        return self.range_of(0, self.ephemeral.min_replicas if self.ephemeral.enabled else self.max_replicas)
+        return self.range_of(0, self.first_cloud_ordinal)
 
     @property
     def cloud_range(self) -> Optional[str]:
         """Nodes Slurm powers up and down (State=CLOUD); None for a NodeSet of fixed size."""
-        return self.range_of(self.ephemeral.min_replicas, self.max_replicas) if self.ephemeral.enabled else None
+        return self.range_of(self.first_cloud_ordinal, self.max_replicas)
 
-    def is_cloud_node(self, ordinal: int) -> bool:
-        return self.ephemeral.enabled and self.ephemeral.min_replicas <= ordinal < self.max_replicas
+    @property
+    def cloud_nodes(self) -> List[str]:
+        return [self.node_name(i) for i in range(self.first_cloud_ordinal, self.max_replicas)]
 
     @property
     def node_range(self) -> Optional[str]:
@@ -382,6 +392,11 @@ class ClusterModel:
 
     def dns_name(self, host: str, service: str) -> str:
         return "%s.%s.%s.svc.%s" % (host, service, self.namespace, self.cluster_domain)
+
+    @property
+    def cloud_nodes(self) -> List[str]:
+        """Every node Slurm powers up and down (the ephemeral NodeSets' State=CLOUD nodes), in model order."""
+        return [node for ns in self.node_sets for node in ns.cloud_nodes]
 
     @property
     def total_workers(self) -> int:

@@ -33,9 +33,10 @@ def test_the_model_keeps_the_floor_running_and_the_rest_to_slurm():
     gpu = {ns.name: ns for ns in spec.build_model(documents(CPU, GPU)).node_sets}["gpu"]
     assert (gpu.replicas, gpu.max_replicas, gpu.ephemeral.enabled) == (1, 6, True)
     assert (gpu.static_range, gpu.cloud_range) == ("gpu-0", "gpu-[1-5]")
-    assert [gpu.is_cloud_node(i) for i in (0, 1, 5, 6)] == [False, True, True, False]
+    assert gpu.cloud_nodes == ["gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5"]
     cpu = {ns.name: ns for ns in spec.build_model(documents(CPU, GPU)).node_sets}["cpu"]
     assert (cpu.static_range, cpu.cloud_range, cpu.ephemeral.enabled) == ("cpu-[0-1]", None, False)
+    assert cpu.cloud_nodes == []
 
 
 def test_a_nodeset_without_replicas_still_runs_one_worker():
