@@ -31,6 +31,7 @@ class Images:
     mariadb: str
     remediation: str
     pull_policy: str
+    worker_gpu: str                     # the default of NodeSets with GRES gpu
     pull_secrets: Tuple[str, ...]
 
 
@@ -60,6 +61,7 @@ class Scheduling:
     tolerations: Tuple[Toleration, ...] = ()
     affinity: Optional[dict] = None
     priority_class_name: Optional[str] = None
+    runtime_class_name: Optional[str] = None
 
 
 UPDATE_STRATEGIES = ("slurmAware", "scheduled", "onDelete")
