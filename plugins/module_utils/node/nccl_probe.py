@@ -186,22 +186,22 @@ def main(argv=None, stack_factory=Stack, out=None):
     try:
         stack = stack_factory()
         for key, value in stack.versions():
-            print("%s: %s" % (key, value), file=out)
+            out.write("%s: %s\n" % (key, value))
         if args.versions:
             return OK
         visible, why = stack.device_count()
-        print("gpus: %d" % visible, file=out)
+        out.write("gpus: %d\n" % visible)
         if not visible:
-            print("no-gpu: %s" % why, file=out)
+            out.write("no-gpu: %s\n" % why)
             return NO_GPU
         gpus = min(args.gpus, visible) if args.gpus > 0 else visible
         seconds, wrong = stack.all_reduce(gpus, max(4, args.bytes), max(1, args.iterations))
     except ProbeError as e:
-        print("error: %s" % e, file=out)
+        out.write("error: %s\n" % e)
         return FAILED
     algbw = args.bytes / seconds / 1e9 if seconds > 0 else 0.0
-    print("all-reduce: bytes %d gpus %d time-ms %.3f algbw-GBs %.2f busbw-GBs %.2f wrong %d"
-          % (args.bytes, gpus, seconds * 1e3, algbw, bus_bandwidth(algbw, gpus), wrong), file=out)
+    out.write("all-reduce: bytes %d gpus %d time-ms %.3f algbw-GBs %.2f busbw-GBs %.2f wrong %d\n"
+              % (args.bytes, gpus, seconds * 1e3, algbw, bus_bandwidth(algbw, gpus), wrong))
     return WRONG if wrong else OK
 
 
