@@ -16,7 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import (
@@ -48,7 +48,7 @@ DEFAULT_ENTRY_CACHE_TIMEOUT = 60
 MAX_ENTRY_CACHE_TIMEOUT = 86400
 
 
-def uri_host_port(uri):
+def uri_host_port(uri: str) -> Optional[Tuple[str, str, Optional[int]]]:
     """(scheme, host, port) of a URI that matched LDAP_URI; port None when not given."""
     match = compile_pattern(LDAP_URI).match(uri)
     if match is None:
@@ -64,7 +64,7 @@ def _port_problem(uri):
     return None
 
 
-def filter_problem(text):
+def filter_problem(text: str) -> Optional[str]:
     """Why `text` is not one balanced LDAP filter, or None."""
     depth = 0
     escaped = False
