@@ -16,13 +16,18 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 import os
 import sys
-from typing import List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError
+from ansible_collections.soperator.slurm.plugins.module_utils import files
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LOGIN_DAEMON, LocalClusterError
+from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import SLURMD
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
-from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import SSS_STATE_DIR
+from ansible_collections.soperator.slurm.plugins.module_utils.node.sssd_config import SssdConfigError, with_bind_password
+from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import (
+    SSS_STATE_DIR, render_nsswitch, render_sssd_conf)
 
 # sssd's directories below /var/lib/sss, with the modes its package gives them.
 SSS_DIRS = (("db", 0o700), ("pipes", 0o755), ("pipes/private", 0o700), ("mc", 0o775), ("pubconf", 0o755),
@@ -87,3 +92,101 @@ def sssd_argv(sss_dir: str, config: str) -> List[str]:
     return in_identity_namespace([sssd, "-i", "-c", config, "--logger=files"], sss_dir,
                                  extra=[(os.path.join(sss_dir, "log"), SSSD_LOG_DIR),
                                         (os.path.join(sss_dir, "run"), "/run")])
+
+
+# Daemons that resolve users: they run in the identity namespace (slurmstepd, started by slurmd, inherits it).
+def resolves_users(name: str) -> bool:
+    return name in ("slurmctld", "slurmdbd", LOGIN_DAEMON) or name.startswith(SLURMD)
+
+
+def already_wrapped(argv: Sequence[str]) -> bool:
+    return _NAMESPACE_PROGRAM in argv
+
+
+SSSD_DAEMON = "sssd"
+
+
+class LocalIdentity(object):
+    """A local cluster's spec.identity: its sssd (rendered sssd.conf + the bind password from `secrets`, the stand-in
+    of the Kubernetes Secrets: {name: {key: bytes}}), and the namespace the daemons that resolve users run in.
+
+    The files live in `<state_dir>/sss/`: sssd.conf (0600, with the password), nsswitch.conf (files sss), lib/ (what
+    /var/lib/sss is in the namespace: pipes, cache), log/ (sssd's logs) and run/ (its pid file)."""
+
+    def __init__(self, state_dir: str, daemons: Any, secrets: Optional[Mapping[str, Mapping[str, bytes]]] = None,
+                 timeout: float = 60.0) -> None:
+        self.dir = os.path.join(state_dir, "sss")
+        self.daemons = daemons
+        self.secrets = dict(secrets or {})
+        self.timeout = timeout
+
+    @property
+    def nsswitch(self) -> str:
+        return os.path.join(self.dir, "nsswitch.conf")
+
+    @property
+    def config(self) -> str:
+        return os.path.join(self.dir, "sssd.conf")
+
+    def _value(self, ref: Any, path: str) -> bytes:
+        values = self.secrets.get(ref.name)
+        if values is None or ref.key not in values:
+            raise LocalClusterError("%s: Secret %r with key %r was not given to the local cluster (identity_secrets)"
+                                    % (path, ref.name, ref.key))
+        value = values[ref.key]
+        return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+    def render(self, model: Any) -> str:
+        """The sssd.conf this cluster's sssd reads (with the bind password): its text is never returned to a caller
+        that reports it. Raises LocalClusterError naming the field of a Secret that was not given."""
+        identity = model.identity
+        base = "SlurmCluster/%s spec.identity" % model.name
+        if identity.ldap is None:
+            text = self._value(identity.sssd_config_secret, base + ".sssdConfigSecret").decode("utf-8", "replace")
+            return text
+        ldap = identity.ldap
+        ca = None
+        if ldap.ca_config_map is not None:
+            self._value(ldap.ca_config_map, base + ".ldap.caConfigMap")
+            ca = os.path.join(self.dir, "ca.crt")
+        template = render_sssd_conf(ldap, ca)
+        if ldap.bind_password_secret is None:
+            return template
+        try:
+            return with_bind_password(template, self._value(ldap.bind_password_secret,
+                                                            base + ".ldap.bindPasswordSecret"),
+                                      "the bind password (Secret %r key %r)" % (ldap.bind_password_secret.name,
+                                                                               ldap.bind_password_secret.key))
+        except SssdConfigError as e:
+            raise LocalClusterError("%s.ldap.bindPasswordSecret: %s" % (base, e))
+
+    def check(self, model: Any) -> None:
+        """Before anything is written: every Secret spec.identity names was given, and sssd is installed."""
+        if model is None or model.identity is None:
+            return
+        self.render(model)
+        _require(["/usr/sbin/sssd", SSS_STATE_DIR, SSSD_LOG_DIR])
+
+    def wrap(self, name: str, argv: List[str]) -> List[str]:
+        """`argv` of daemon `name`, in the identity namespace when it resolves users."""
+        if not resolves_users(name) or already_wrapped(argv):
+            return argv
+        return in_identity_namespace(argv, self.dir, self.nsswitch)
+
+    def ensure(self, model: Any, changes: List[str]) -> None:
+        """sssd running with this model's config (started, or restarted when the config changed), or stopped."""
+        if model.identity is None:
+            if self.daemons.stop(SSSD_DAEMON):
+                changes.append("stopped %s (spec.identity off)" % SSSD_DAEMON)
+            return
+        prepare_sss_dir(self.dir)
+        text = self.render(model)
+        if model.identity.ldap is not None and model.identity.ldap.ca_config_map is not None:
+            ref = model.identity.ldap.ca_config_map
+            files.atomic_write(os.path.join(self.dir, "ca.crt"), self.secrets[ref.name][ref.key], 0o644)
+        files.atomic_write(self.config, text, 0o600)
+        files.atomic_write(self.nsswitch, render_nsswitch(["files", "sss"]), 0o644)
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        nss_pipe = os.path.join(self.dir, "lib", "pipes", "nss")
+        self.daemons.ensure(SSSD_DAEMON, sssd_argv(self.dir, self.config), changes, digest=digest,
+                            ready=lambda: os.path.exists(nss_pipe), ports=())
