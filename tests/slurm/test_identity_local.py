@@ -22,6 +22,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents imp
 from jail_helpers import ROOT, _install, build_plugin, ldd, make_jail, mounts_under
 from ldap_server import GROUPS, SSSD_DN, SUFFIX, USERS, Slapd
 from requires import missing_programs, skip_without
+from waiting import wait_for
 
 SSH_TIMEOUT = 90
 NSS_SSS = "/lib/x86_64-linux-gnu/libnss_sss.so.2"
@@ -61,7 +62,7 @@ def jail(plugin):
     path = os.path.join(parent, "jail")
     try:
         make_jail(path, plugin)
-        extra = [shutil.which("id"), shutil.which("sort")]
+        extra = [shutil.which("id"), shutil.which("sort"), shutil.which("sacct")]
         for host in extra + [NSS_SSS] + [lib for prog in extra for lib in ldd(prog)]:
             _install(path, host)
         with open(os.path.join(path, "etc", "nsswitch.conf"), "w") as f:
@@ -165,3 +166,24 @@ def test_a_missing_secret_is_refused_with_its_field_before_anything_is_written(t
         cluster.ensure_started()
     assert "SlurmCluster/small spec.identity.ldap.bindPasswordSecret: Secret 'nope' with key 'password'" in str(e.value)
     assert not os.path.exists(state)
+
+
+def test_a_directory_users_job_shows_in_sacct_under_that_user(local_cluster, slapd, jail, plugin, user_keys):
+    skip_without(("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd", "srun", "sacct", "sshd"))
+    model = _spec(slapd.uri)
+    docs = [dict(model.cluster_spec)] + list(model.node_set_specs.values())
+    docs[0]["spec"] = dict(docs[0]["spec"], accounting={"enabled": True})
+    cluster = local_cluster(model=spec.build_model(docs), jail_dir=jail, spank_chroot=plugin,
+                            identity_secrets={"ldap-bind": {"password": slapd.sssd_password.encode()}})
+    key = user_keys["alice"][0]
+    proc = ssh(cluster, "alice", key, "srun -N1 --job-name=ldap-job hostname && echo done")
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("done"), proc.stderr
+    uid = USERS["alice"][0]
+
+    def recorded():
+        return cluster.run(["sacct", "-a", "-X", "-n", "-P", "--name=ldap-job", "-o", "UID,State"],
+                           check=False).stdout.strip()
+    wait_for(recorded, "alice's job in accounting", 120, done=lambda out: out == "%d|COMPLETED" % uid)
+    # in alice's session (the jail resolves her name): sacct names her job's user
+    proc = ssh(cluster, "alice", key, "sacct -X -n -P --name=ldap-job -o User,State")
+    assert proc.returncode == 0 and proc.stdout.strip() == "alice|COMPLETED", proc.stdout + proc.stderr
