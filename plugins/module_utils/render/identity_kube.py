@@ -121,3 +121,27 @@ def give_identity(model, stateful_set, component):
     pod["containers"].append(_sidecar(model, main["image"], component == WORKER))
     return stateful_set
 
+
+def identity_refs(model):
+    """[(field path, kind, ref)] of what spec.identity names."""
+    identity = model.identity
+    if identity is None:
+        return []
+    base = "SlurmCluster/%s spec.identity" % model.name
+    if identity.ldap is None:
+        return [(base + ".sssdConfigSecret", "Secret", identity.sssd_config_secret)]
+    out = []
+    if identity.ldap.bind_password_secret is not None:
+        out.append((base + ".ldap.bindPasswordSecret", "Secret", identity.ldap.bind_password_secret))
+    if identity.ldap.ca_config_map is not None:
+        out.append((base + ".ldap.caConfigMap", "ConfigMap", identity.ldap.ca_config_map))
+    return out
+
+
+def identity_ref_rules(model):
+    """The remediation Role's rule to read exactly these objects (its reconcile runs the same check)."""
+    names = {}
+    for _path, kind, ref in identity_refs(model):
+        names.setdefault(kind, set()).add(ref.name)
+    return [{"apiGroups": [""], "resources": ["secrets" if kind == "Secret" else "configmaps"], "verbs": ["get"],
+             "resourceNames": sorted(names[kind])} for kind in sorted(names)]

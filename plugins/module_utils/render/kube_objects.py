@@ -29,7 +29,8 @@ import hashlib
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_builders as kb
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
-from ansible_collections.soperator.slurm.plugins.module_utils.render.identity_kube import give_identity, identity_objects
+from ansible_collections.soperator.slurm.plugins.module_utils.render.identity_kube import (
+    give_identity, identity_objects, identity_ref_rules)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_objects import observability_objects
 from ansible_collections.soperator.slurm.plugins.module_utils.render.power_kube import (
     give_controller_power, power_objects)
@@ -121,7 +122,8 @@ def remediation_rules(model=None):
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
         # What it did, as core/v1 Events on the SlurmCluster.
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-    ]
+        # spec.identity: the reconcile checks that the Secrets and ConfigMaps it names exist (exactly those).
+    ] + (identity_ref_rules(model) if model is not None else [])
 
 
 def _rbac(model):

@@ -162,3 +162,10 @@ def test_no_identity_renders_nothing_of_it():
     objects = objects_of(model_of(None))
     text = json.dumps(objects)
     assert "sssd" not in text and "sss_ssh" not in text and "authorized-keys /" not in text
+
+
+def test_remediation_may_read_exactly_the_named_refs():
+    rules = rk.remediation_rules(model_of({"ldap": LDAP}))
+    assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["ldap-bind"]} in rules
+    assert {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["ldap-ca"]} in rules
+    assert not [r for r in rk.remediation_rules(model_of(None)) if "get" in r["verbs"] and "secrets" in r["resources"]]
