@@ -14,6 +14,22 @@ IDENTITY = {"ldap": {"uri": "ldaps://ldap.example.com", "searchBase": "dc=exampl
 PASSWORD = "very-secret-bind-pw"
 
 
+def _ca_pem():
+    """A self-signed CA certificate (PEM)."""
+    import datetime
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "test ca")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode("ascii")
+
+
 def _with_identity(docs):
     docs = copy.deepcopy(docs)
     docs[0]["spec"]["identity"] = copy.deepcopy(IDENTITY)
@@ -47,7 +63,9 @@ def test_with_the_refs_the_sidecars_are_applied_and_the_password_never_shows(nam
         core.create_namespaced_config_map(namespace, {"metadata": {"name": "ldap-ca"}, "data": {"ca.crt": "PEM"}})
         failed = present(docs, kubeconfig, expect_failed=True)
         assert "bindPasswordSecret: Secret 'ldap-bind' has no key 'password'" in failed["msg"]
+        assert "caConfigMap: ConfigMap 'ldap-ca' key 'ca.crt' is not a PEM bundle" in failed["msg"]
         core.patch_namespaced_secret("ldap-bind", namespace, {"stringData": {"password": PASSWORD}})
+        core.patch_namespaced_config_map("ldap-ca", namespace, {"data": {"ca.crt": _ca_pem()}})
     done = present(docs, kubeconfig, diff=True)
     assert done["changed"] and PASSWORD not in json.dumps(done)
     cm = read(kubeconfig, "CoreV1Api.read_namespaced_config_map", "small-sssd", namespace)

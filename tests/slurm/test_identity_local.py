@@ -187,3 +187,23 @@ def test_a_directory_users_job_shows_in_sacct_under_that_user(local_cluster, sla
     # in alice's session (the jail resolves her name): sacct names her job's user
     proc = ssh(cluster, "alice", key, "sacct -X -n -P --name=ldap-job -o User,State")
     assert proc.returncode == 0 and proc.stdout.strip() == "alice|COMPLETED", proc.stdout + proc.stderr
+
+
+def test_an_unreachable_uri_and_a_bad_ca_are_refused_with_their_fields_before_anything_is_written(tmp_path, jail,
+                                                                                                  plugin):
+    state = str(tmp_path / "state")
+    secrets = {"ldap-bind": {"password": b"x"}}
+    closed = lb.LocalCluster(state, _spec("ldap://127.0.0.1:1"), jail_dir=jail, spank_chroot=plugin,
+                             identity_secrets=secrets)
+    with pytest.raises(LocalClusterError) as e:
+        closed.ensure_started()
+    assert "SlurmCluster/small spec.identity.ldap.uri: cannot reach ldap://127.0.0.1:1 from this host" in str(e.value)
+    model = _spec("ldap://127.0.0.1:1")
+    docs = [dict(model.cluster_spec)] + list(model.node_set_specs.values())
+    docs[0]["spec"]["identity"]["ldap"].update(uri="ldaps://127.0.0.1:1", caConfigMap={"name": "ca"})
+    bad_ca = lb.LocalCluster(state, spec.build_model(docs), jail_dir=jail, spank_chroot=plugin,
+                             identity_secrets=dict(secrets, ca={"ca.crt": b"-----BEGIN CERTIFICATE-----\nnope\n"}))
+    with pytest.raises(LocalClusterError) as e:
+        bad_ca.ensure_started()
+    assert "spec.identity.ldap.caConfigMap: ConfigMap 'ca' key 'ca.crt' is not a PEM bundle" in str(e.value)
+    assert not os.path.exists(state)

@@ -13,6 +13,7 @@ __metaclass__ = type
 
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.readiness import BackendError
 from ansible_collections.soperator.slurm.plugins.module_utils.render.identity_kube import identity_refs
+from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import ca_bundle_problem
 
 
 def check_identity_refs(client, model):
@@ -26,5 +27,9 @@ def check_identity_refs(client, model):
         keys = set(obj.get("data") or {}) | set(obj.get("binaryData") or {})
         if ref.key not in keys:
             problems.append("%s: %s %r has no key %r" % (path, kind, ref.name, ref.key))
+        elif kind == "ConfigMap":
+            problem = ca_bundle_problem((obj.get("data") or {}).get(ref.key) or "")
+            if problem:
+                problems.append("%s: ConfigMap %r key %r %s" % (path, ref.name, ref.key, problem))
     if problems:
         raise BackendError("; ".join(problems) + " (create it first; nothing was applied)")

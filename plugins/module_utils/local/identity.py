@@ -18,6 +18,7 @@ __metaclass__ = type
 
 import hashlib
 import os
+import socket
 import sys
 from typing import Any, List, Mapping, Optional, Sequence
 
@@ -27,12 +28,14 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import 
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
 from ansible_collections.soperator.slurm.plugins.module_utils.node.sssd_config import SssdConfigError, with_bind_password
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import (
-    SSS_STATE_DIR, render_nsswitch, render_sssd_conf)
+    SSS_STATE_DIR, ca_bundle_problem, render_nsswitch, render_sssd_conf)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import uri_host_port
 
 # sssd's directories below /var/lib/sss, with the modes its package gives them.
 SSS_DIRS = (("db", 0o700), ("pipes", 0o755), ("pipes/private", 0o700), ("mc", 0o775), ("pubconf", 0o755),
             ("gpo_cache", 0o755), ("secrets", 0o700), ("deskprofile", 0o751))
 SSSD_LOG_DIR = "/var/log/sssd"
+REACH_TIMEOUT = 5
 
 # Binds `source:target` pairs (each target an existing host path, opened without following a link in its last
 # component), then replaces itself with the program. Standard library only; run by the host's Python in `unshare`.
@@ -130,10 +133,14 @@ class LocalIdentity(object):
 
     def _value(self, ref: Any, path: str) -> bytes:
         values = self.secrets.get(ref.name)
+        if values is not None and not isinstance(values, Mapping):
+            raise LocalClusterError("%s: identity_secrets[%r] must map keys to values" % (path, ref.name))
         if values is None or ref.key not in values:
             raise LocalClusterError("%s: Secret %r with key %r was not given to the local cluster (identity_secrets)"
                                     % (path, ref.name, ref.key))
         value = values[ref.key]
+        if not isinstance(value, (str, bytes, bytearray)):
+            raise LocalClusterError("%s: identity_secrets[%r][%r] must be a string" % (path, ref.name, ref.key))
         return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
     def render(self, model: Any) -> str:
@@ -152,11 +159,10 @@ class LocalIdentity(object):
         template = render_sssd_conf(ldap, ca)
         if ldap.bind_password_secret is None:
             return template
+        ref = ldap.bind_password_secret
+        password = self._value(ref, base + ".ldap.bindPasswordSecret")
         try:
-            return with_bind_password(template, self._value(ldap.bind_password_secret,
-                                                            base + ".ldap.bindPasswordSecret"),
-                                      "the bind password (Secret %r key %r)" % (ldap.bind_password_secret.name,
-                                                                               ldap.bind_password_secret.key))
+            return with_bind_password(template, password, "the bind password (Secret %r key %r)" % (ref.name, ref.key))
         except SssdConfigError as e:
             raise LocalClusterError("%s.ldap.bindPasswordSecret: %s" % (base, e))
 
@@ -166,6 +172,23 @@ class LocalIdentity(object):
             return
         self.render(model)
         _require(["/usr/sbin/sssd", SSS_STATE_DIR, SSSD_LOG_DIR])
+        ldap = model.identity.ldap
+        if ldap is None:
+            return
+        base = "SlurmCluster/%s spec.identity.ldap" % model.name
+        if ldap.ca_config_map is not None:
+            problem = ca_bundle_problem(self._value(ldap.ca_config_map, base + ".caConfigMap"))
+            if problem:
+                raise LocalClusterError("%s.caConfigMap: ConfigMap %r key %r %s" % (
+                    base, ldap.ca_config_map.name, ldap.ca_config_map.key, problem))
+        # this host's sssd is what connects: a server it cannot reach now leaves every directory user out
+        _scheme, host, port = uri_host_port(ldap.uri)
+        try:
+            socket.create_connection((host.strip("[]"), port or (636 if ldap.uri.startswith("ldaps:") else 389)),
+                                     timeout=REACH_TIMEOUT).close()
+        except OSError as e:
+            raise LocalClusterError("%s.uri: cannot reach %s from this host: %s" % (base, ldap.uri,
+                                                                                     e.strerror or e))
 
     def wrap(self, name: str, argv: List[str]) -> List[str]:
         """`argv` of daemon `name`, in the identity namespace when it resolves users."""

@@ -117,6 +117,19 @@ def render_sssd_conf(ldap: Ldap, ca_file: Optional[str] = None) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def ca_bundle_problem(data) -> Optional[str]:
+    """Why `data` (bytes or text) is not a PEM bundle of CA certificates libldap can load, or None."""
+    from cryptography import x509
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    try:
+        certs = x509.load_pem_x509_certificates(raw)
+    except ValueError:
+        return "is not a PEM bundle of certificates"
+    if not certs:
+        return "holds no certificate"
+    return None
+
+
 def render_nsswitch(sources):
     """nsswitch.conf of a node or the jail: users and groups from `sources` in order (["files", "sss"]). Files first:
     root and the jail's own users never wait on the directory."""

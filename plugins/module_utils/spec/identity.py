@@ -85,8 +85,8 @@ def filter_problem(text: str) -> Optional[str]:
 
 
 def _ref(what, default_key):
-    return Obj("The %s: a %s in the SlurmCluster's namespace." % (what, "Secret" if "Secret" in what else
-                                                                "ConfigMap"), {
+    kind = "Secret" if "Secret" in what else "ConfigMap"
+    return Obj("The %s: a %s in the SlurmCluster's namespace." % (what, kind), {
         "name": Str("Its name.", pattern=K8S_NAME, pattern_help="must be a lowercase DNS subdomain name",
                     max_length=253),
         "key": Str("The key that holds it.", default=default_key, pattern=SECRET_KEY,

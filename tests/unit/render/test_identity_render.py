@@ -12,7 +12,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf i
     SssdConfigError, ini_value, render_nsswitch, render_sssd_conf)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import Ldap, PasswordSecretRef
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import Ldap
 
 from specs import documents
 
@@ -169,3 +169,9 @@ def test_remediation_may_read_exactly_the_named_refs():
     assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["ldap-bind"]} in rules
     assert {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["ldap-ca"]} in rules
     assert not [r for r in rk.remediation_rules(model_of(None)) if "get" in r["verbs"] and "secrets" in r["resources"]]
+
+
+def test_ca_bundle_problem():
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import ca_bundle_problem
+    assert "not a PEM bundle" in ca_bundle_problem(b"-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n")
+    assert ca_bundle_problem("") is not None

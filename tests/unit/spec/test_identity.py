@@ -127,5 +127,5 @@ def test_access_filter(text, ok):
 
 
 def test_newline_in_filter_refused():
-    assert "not an LDAP filter" in issues_of({"ldap": dict(LDAP, accessFilter="(a=b\n)")})[PATH +
-                                                                                        ".ldap.accessFilter"]
+    got = issues_of({"ldap": dict(LDAP, accessFilter="(a=b\n)")})
+    assert "not an LDAP filter" in got[PATH + ".ldap.accessFilter"]
