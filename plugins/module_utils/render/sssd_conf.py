@@ -17,9 +17,8 @@ Fail closed, and the cache policy:
   not resolve and cannot log in; root and the jail's own users come from files first (nsswitch `files sss`) and keep
   their access. SSSD logs the failed bind in its domain log: "sdap_cli_connect_recv ... Unable to establish
   connection ...: Authentication Failed", then "Failed to connect, going offline".
-- Known limit: while the directory becomes unreachable AFTER a user was looked up, SSSD (offline mode) keeps answering
-  from its cache; the cache lives in the SSSD container's emptyDir (Kubernetes) or the local cluster's state
-  directory, and a restart of SSSD there starts it empty.
+- Not fail-closed yet: when the directory becomes unreachable AFTER a user was looked up, SSSD (offline) keeps
+  answering from its cache, expired entries too (measured; docs/identity.md). A restarted SSSD starts empty.
 """
 
 from __future__ import absolute_import, division, print_function
