@@ -208,9 +208,10 @@ options:
   identity_secrets:
     description:
       - With O(target=local) and C(spec.identity), the contents of the Secrets and ConfigMaps it names (a local
-        cluster has no Kubernetes objects to read them from) - C({name: {key: value}}), for example
-        C({ldap-bind: {password: ...}}) for C(spec.identity.ldap.bindPasswordSecret). A name or key the spec needs
-        and that is missing here is refused with its field path before anything is written. Never logged.
+        cluster has no Kubernetes objects to read them from), as a mapping of object names to mappings of keys to
+        values; for example the key C(password) of the object C(ldap-bind) for
+        C(spec.identity.ldap.bindPasswordSecret) with name C(ldap-bind). A name or key the spec needs and that is
+        missing here is refused with its field path before anything is written. Never logged.
       - Ignored with O(target=kubernetes), which reads nothing but whether the named objects exist.
     type: dict
   install_crds:

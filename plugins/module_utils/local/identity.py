@@ -187,8 +187,8 @@ class LocalIdentity(object):
             socket.create_connection((host.strip("[]"), port or (636 if ldap.uri.startswith("ldaps:") else 389)),
                                      timeout=REACH_TIMEOUT).close()
         except OSError as e:
-            raise LocalClusterError("%s.uri: cannot reach %s from this host: %s" % (base, ldap.uri,
-                                                                                     e.strerror or e))
+            why = e.strerror or str(e)
+            raise LocalClusterError("%s.uri: cannot reach %s from this host: %s" % (base, ldap.uri, why))
 
     def wrap(self, name: str, argv: List[str]) -> List[str]:
         """`argv` of daemon `name`, in the identity namespace when it resolves users."""
