@@ -36,6 +36,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.reconfigure i
     CONFIG_DIGEST_FIELD, SlurmConfigReload)
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.status import cluster_status, node_set_status
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import rollout as kube_rollout
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.identity_refs import check_identity_refs
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import upgrade as kube_upgrade
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.pod_replace import KubeReplacer
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import maintenance
@@ -348,6 +349,7 @@ class KubeCluster(SlurmConfigReload):
             check_kube_sizes(self.model, custom_resources(self.model))   # before the namespace, the first write
         except SpecError as e:
             raise BackendError(str(e))
+        check_identity_refs(self.client, self.model)     # the Secrets spec.identity names, before any write
         ns_change = self.ensure_namespace()
         # Plan before applying the CRDs, so a refused plan (a StatefulSet to recreate) writes nothing; the namespace
         # was created only if missing, and then nothing of ours exists to refuse.

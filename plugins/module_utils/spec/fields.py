@@ -21,6 +21,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec import image
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import CEL_RULES as EPHEMERAL_CEL
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import ephemeral_schema
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.cron import SCHEDULE_PATTERN, schedule_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.window import START_HELP, START_PATTERN, start_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
@@ -511,6 +512,7 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
     "healthChecks": HEALTH_CHECKS,
     "remediation": REMEDIATION,
     "observability": OBSERVABILITY,
+    "identity": identity_schema(),
 })
 NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict({
     "clusterName": Str("The SlurmCluster this NodeSet belongs to.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),

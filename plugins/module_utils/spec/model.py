@@ -222,6 +222,28 @@ class PasswordSecretRef:
 
 
 @dataclass(frozen=True)
+class Ldap:
+    """spec.identity.ldap (spec/identity.py): what render/sssd_conf.py writes sssd.conf from."""
+    uri: str
+    search_base: str
+    user_search_base: Optional[str]
+    group_search_base: Optional[str]
+    bind_dn: Optional[str]
+    bind_password_secret: Optional[PasswordSecretRef]
+    ca_config_map: Optional[PasswordSecretRef]
+    start_tls: bool
+    access_filter: Optional[str]
+    entry_cache_timeout: int
+
+
+@dataclass(frozen=True)
+class Identity:
+    """spec.identity: SSSD from our sssd.conf (ldap) or from the user's (sssd_config_secret), never both."""
+    ldap: Optional[Ldap] = None
+    sssd_config_secret: Optional[PasswordSecretRef] = None
+
+
+@dataclass(frozen=True)
 class InClusterDatabase:
     storage: str
     storage_class_name: Optional[str]
@@ -376,6 +398,7 @@ class ClusterModel:
     # The validated documents, defaults filled in: what we write back as the CRs.
     cluster_spec: dict = field(repr=False, compare=False, default_factory=dict)
     node_set_specs: Dict[str, dict] = field(repr=False, compare=False, default_factory=dict)
+    identity: Optional[Identity] = None         # spec.identity (spec/identity.py); None: jail users only
 
     def node_set(self, name: str) -> NodeSet:
         for ns in self.node_sets:

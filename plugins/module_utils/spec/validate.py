@@ -20,6 +20,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec import names 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import doc_label
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import (
     ephemeral_issues, ephemeral_model, replicas_of)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_issues, identity_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import (
     CLUSTER_DOCUMENT,
     GRES_PATTERN,
@@ -113,6 +114,7 @@ def _cross_checks(cluster, node_sets):
         issues.extend(_nodeset_resource_checks(label, _get(doc, "spec", default={})))
     spec, label = _get(cluster, "spec"), "SlurmCluster/%s" % name
     issues.extend(ephemeral_issues(label, _get(spec, "slurmConfig"), node_sets))
+    issues.extend(identity_issues(label, _get(spec, "identity")))
     if spec is None:
         return issues
 
@@ -445,6 +447,7 @@ def _model(cluster, node_set_docs):
         observability=_observability(spec["observability"]),
         cluster_spec=cluster,
         node_set_specs={d["metadata"]["name"]: d for d in node_set_docs},
+        identity=identity_model(spec),
     )
 
 
