@@ -131,8 +131,9 @@ def power(real_cluster, deployed, tmp_path_factory):
     config = json.loads(real_cluster.kubectl("get", "configmap", "small-power", "-n", namespace,
                                              "-o", "json").stdout)["data"]["power.json"]
     (tmp / "power.json").write_text(config)
-    # scontrol show hostnames reads a slurm.conf first; any valid one will do.
-    (tmp / "slurm.conf").write_text("ClusterName=it\nSlurmctldHost=localhost\n")
+    # scontrol show hostnames reads a slurm.conf first; any valid one will do. No slurmctld answers there: the
+    # request times a resume records fail at once (MessageTimeout 1) and are only logged.
+    (tmp / "slurm.conf").write_text("ClusterName=it\nSlurmctldHost=localhost\nMessageTimeout=1\n")
     (tmp / "bin").mkdir()
     for name in ("power-resume", "power-suspend", "power-resume-fail"):
         os.symlink(PROGRAM, str(tmp / "bin" / name))
@@ -360,3 +361,4 @@ def test_resume_replaces_an_ended_pod_of_ours(real_cluster, deployed, power):
     new = pod_or_none(core, namespace, "gpu-1")
     assert new.metadata.uid != old.metadata.uid and new.status.phase != "Failed"
     assert power("suspend", "gpu-1").returncode == 0
+
