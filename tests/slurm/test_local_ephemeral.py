@@ -164,3 +164,38 @@ def test_a_resume_that_fails_sets_the_node_down_with_our_reason_and_requeues(loc
     cluster.run(["scontrol", "update", "NodeName=burst-0", "State=RESUME"], timeout=30)
     assert wait_job(cluster, job, timeout=RESUME_TIMEOUT + 120 + SLACK) == "COMPLETED"
 
+
+def sinfo_node(cluster, node):
+    """(state, sorted flags, reason) of one node in sinfo --json."""
+    found = [n for n in json.loads(cluster.run(["sinfo", "--json"], timeout=30).stdout)["nodes"] if n["name"] == node]
+    return found[0]["state"].lower(), sorted(found[0].get("state_flags") or []), found[0].get("reason") or ""
+
+
+def test_an_outdated_powered_up_worker_is_powered_down_once_its_job_ends(local_cluster, tmp_path):
+    """What site.yml does with an ephemeral worker whose pod runs an older template (kube/power_roll.py finds it;
+    slurm/power_down.py acts): the node is drained with our upgrade reason and powered down by Slurm once idle, its
+    job finishing first; the drain goes with the power-down, and the next job powers it up again."""
+    from ansible_collections.soperator.slurm.plugins.module_utils.slurm import power_down
+    cluster = local_cluster(spec_text())
+    job = sbatch(cluster, "-p", "burst", "-N1", "-o", str(tmp_path / "o-%j"), "--wrap", "sleep 20")
+    assert wait_job(cluster, job, states=("RUNNING",), timeout=RESUME_TIMEOUT + SLACK) == "RUNNING"
+    node = cluster.run(["squeue", "-h", "-j", job, "-o", "%N"], timeout=30).stdout.strip()
+    # check mode says what it would do, and does nothing
+    assert power_down.power_down_outdated(cluster.slurm(), [node], "soperator:", check_mode=True) == [
+        "would power down %s once idle: its pod runs an older template" % node]
+    assert "DRAIN" not in sinfo_node(cluster, node)[1]
+    assert power_down.power_down_outdated(cluster.slurm(), [node], "soperator:") == [
+        "powering down %s once idle: its pod runs an older template" % node]
+    state, flags, reason = sinfo_node(cluster, node)
+    assert "DRAIN" in flags and "POWER_DOWN" in flags and reason == "soperator: upgrade", (state, flags, reason)
+    # again: on its way down already, nothing to do
+    assert power_down.power_down_outdated(cluster.slurm(), [node], "soperator:") == [
+        "kept %s: powering down already" % node]
+    # the job is not killed; then Slurm powers the node down (our SuspendProgram stops its slurmd), drain cleared
+    assert wait_job(cluster, job, timeout=60 + SLACK) == "COMPLETED"
+    wait_for(lambda: sinfo_node(cluster, node), "%s powered down" % node, SUSPEND_TIMEOUT + SLACK, poll=1,
+             done=lambda now: "POWERED_DOWN" in now[1] and "DRAIN" not in now[1])
+    wait_for(lambda: "slurmd-%s" % node not in slurmd_records(cluster), "its slurmd stopped", SLACK, poll=1)
+    # the next job on it powers it up again (the new template, on Kubernetes)
+    job = sbatch(cluster, "-p", "burst", "-w", node, "-o", str(tmp_path / "o-%j"), "--wrap", "hostname")
+    assert wait_job(cluster, job, timeout=SUSPEND_TIMEOUT + RESUME_TIMEOUT + SLACK) == "COMPLETED"
