@@ -146,6 +146,17 @@ def test_a_job_starts_two_worker_pods_and_idle_ones_go_away(cluster):
     assert touched == [], touched
     assert _burst_pods(node) == []
 
+    # a remediation pass (reconcile, then replace/re-check/resume what we drained) neither: no pod of theirs is
+    # written, they stay powered down and undrained
+    mark = audit.mark()
+    ansible_run.playbook("remediate.yml", "-e", "cluster=" + CLUSTER, "-e", "slurm_namespace=" + NS,
+                         "-e", "kubeconfig=" + node.kubeconfig, timeout=600)
+    touched = [r for r in audit.writes(mark) if r.resource == "pods" and (r.name or "").startswith("burst-")]
+    assert touched == [], touched
+    assert _burst_pods(node) == []
+    after = _sinfo(node)
+    assert all(after[n][0] == "idle~" and after[n][1] in ("", "none") for n in ("burst-0", "burst-1")), after
+
 
 def test_a_worker_that_cannot_start_ends_down_with_our_reason_and_the_job_is_requeued(cluster):
     node, _path, job = cluster
