@@ -24,13 +24,13 @@ options:
   purge:
     description:
       - Also delete what this collection created (a Description that starts with C(soperator:)) and the entries no
-        longer declare. Never while a job that would lose it is pending or running: the run is then refused before
+        longer declare. Never while a job that would lose it is pending or running; the run is then refused before
         any command, naming the jobs.
     type: bool
     default: false
 notes:
   - Reads with one C(sacctmgr -n -P show) per kind and runs only the C(add) / C(modify) (and with O(purge),
-    C(delete)) commands that are needed; a re-run runs none. After the commands it reads everything back: a change
+    C(delete)) commands that are needed; a re-run runs none. After the commands it reads everything back, and a change
     that does not show (C(sacctmgr) exits 0 for some refusals) fails the task.
   - A field left out of an entry is left as Slurm has it; a limit of V(-1) removes that limit.
   - Slurm lowercases names and descriptions; an entry with capitals is refused rather than changed behind your back.

@@ -55,7 +55,7 @@ EXAMPLES = r"""
 
 - name: Remove the accounts we created that the spec no longer has (refused while they have jobs)
   soperator.slurm.slurm_account:
-    src: examples/accounting-policy.yml
+    src: /srv/slurm/demo.yml   # its SlurmCluster has spec.accounting
     purge: true
 """
 

@@ -54,7 +54,7 @@ EXAMPLES = r"""
 
 - name: The QOS of a spec, in the controller pod
   soperator.slurm.slurm_qos:
-    src: examples/accounting-policy.yml
+    src: /srv/slurm/demo.yml   # its SlurmCluster has spec.accounting
     transport: kubernetes
     namespace: slurm
     cluster_name: demo

@@ -9,7 +9,6 @@ reservation. Jobs run as the host's system users daemon and bin (root submits fo
 """
 import os
 import shutil
-import subprocess
 import tempfile
 
 import pytest
@@ -75,8 +74,10 @@ def wait_idle(c):
     """No job left (the previous test's are cancelled): every test starts on an empty cluster."""
     run(c, "scancel", "--user=daemon")
     run(c, "scancel", "--user=bin")
-    wait_for(lambda: run(c, "squeue", "-h", "-o", "%i").stdout.split(), "the queue to empty", JOB_WAIT, poll=0.5,
-             done=lambda jobs: not jobs)
+
+    def queued():
+        return run(c, "squeue", "-h", "-o", "%i").stdout.split()
+    wait_for(queued, "the queue to empty", JOB_WAIT, poll=0.5, done=lambda jobs: not jobs)
 
 
 def test_site_applies_the_spec_and_a_rerun_runs_no_sacctmgr_command(cluster, tmp_path):
@@ -124,8 +125,9 @@ def test_bad_input_names_field_paths_and_runs_nothing(cluster):
     assert paths == ["accounts[0].limits.GrpTRES", "accounts[0].limits.MaxJobs", "accounts[0].name",
                      "accounts[1].parent"], out["errors"]
     assert "queries" not in out and "commands" not in out
-    qos = ansible_run.module("soperator.slurm.slurm_qos", {"qos": [{"name": "x", "preempt": ["x"]}],
-                                                          "slurm_conf": c.layout.slurm_conf}, expect_failed=True)
+    qos = ansible_run.module("soperator.slurm.slurm_qos",
+                             {"qos": [{"name": "x", "preempt": ["x"]}], "slurm_conf": c.layout.slurm_conf},
+                             expect_failed=True)
     assert qos["errors"] == [{"path": "qos[0].preempt[0]", "message": "a QOS cannot preempt itself"}]
     assert assoc_rows(c) == before
 
@@ -135,8 +137,8 @@ def test_purge_refuses_an_account_with_jobs_naming_them(cluster):
     wait_idle(c)
     job = sbatch(c, "--uid=daemon", "-A", "small", "--wrap", "sleep 300")
     wait_job(c, job, ("RUNNING",))
-    keep = [{"name": "science"}, {"name": "low-share", "parent": "science"}, {"name": "high-share",
-                                                                               "parent": "science"}]
+    keep = [{"name": "science"}, {"name": "low-share", "parent": "science"},
+            {"name": "high-share", "parent": "science"}]
     out = ansible_run.module("soperator.slurm.slurm_account", {"accounts": keep, "purge": True,
                                                                "slurm_conf": c.layout.slurm_conf}, expect_failed=True)
     assert "account small: %s (RUNNING, user daemon)" % job in out["msg"]

@@ -286,16 +286,17 @@ def plan_accounts(current: AccountsRead, desired: Sequence[SlurmAccount], cluste
 
 # -------------------------------------------------------------------------------------------------------- users
 
-def read_users(runner: SlurmRunner, cluster: str) -> Tuple[Dict[str, Dict[str, str]], Dict[str, str],
-                                                          Dict[Tuple[str, str], Dict[str, str]]]:
+UsersRead = Tuple[Dict[str, Dict[str, str]], Dict[str, str], Dict[Tuple[str, str], Dict[str, str]]]
+
+
+def read_users(runner: SlurmRunner, cluster: str) -> UsersRead:
     """({user: row}, {account: Description}, {(account, user): association row} of `cluster`)."""
     users = dict((row["User"], row) for row in _show(runner, ["user"], ["User", "DefaultAccount", "AdminLevel"]))
     accounts, assocs = read_accounts(runner, cluster)
     return users, accounts, assocs
 
 
-def plan_users(current: Tuple[Dict[str, Dict[str, str]], Dict[str, str], Dict[Tuple[str, str], Dict[str, str]]],
-               desired: Sequence[SlurmUser], cluster: str, purge: bool) -> Plan:
+def plan_users(current: UsersRead, desired: Sequence[SlurmUser], cluster: str, purge: bool) -> Plan:
     users, accounts, assocs = current
     plan = Plan()
     known_accounts = set(a for a, u in assocs if not u)
@@ -400,9 +401,9 @@ def _check_tres(runner, kind, desired):
     known = _known_tres(runner)
     for name, key, tres in wanted:
         if tres not in known:
-            raise AccountingPlanError("%s %s: %s names TRES %r, which this cluster does not track (known: %s; "
-                                      "AccountingStorageTRES adds others)" % (kind, name, key, tres,
-                                                                                ", ".join(sorted(known))))
+            raise AccountingPlanError(
+                "%s %s: %s names TRES %r, which this cluster does not track (known: %s; AccountingStorageTRES adds "
+                "others)" % (kind, name, key, tres, ", ".join(sorted(known))))
 
 
 def apply(runner: SlurmRunner, kind: str, desired: Sequence[Any], purge: bool = False, check_mode: bool = False,
