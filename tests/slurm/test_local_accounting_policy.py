@@ -148,7 +148,7 @@ def test_purge_refuses_an_account_with_jobs_naming_them(cluster):
 
 
 def _fairshare(c, job):
-    """sprio's fair-share factor of a pending job (normalized, 0..1); None until sprio lists it."""
+    """sprio's weighted fair-share factor of a pending job; None until sprio lists it."""
     line = run(c, "sprio", "-h", "-n", "-j", job, "-o", "%F", check=False).stdout.strip()
     try:
         return float(line)
@@ -159,8 +159,10 @@ def _fairshare(c, job):
 def test_fair_share_1_to_3_starts_the_lower_usage_account_first(cluster):
     c, _first = cluster
     wait_idle(c)
-    # An equal load: one CPU for 10 s each, side by side.
-    loads = [sbatch(c, "--uid=%s" % user, "--wrap", "sleep 10") for user in ("daemon", "bin")]
+    # The load: one CPU each, side by side; bin's account a little more (12 s against 10 s), so that only its 3
+    # shares against 1 can put it first (with equal loads two tied accounts would be ordered by chance, and a run
+    # with shares 1:1 could pass too; with these it fails).
+    loads = [sbatch(c, "--uid=%s" % user, "--wrap", "sleep %d" % secs) for user, secs in (("daemon", 10), ("bin", 12))]
     for job in loads:
         assert wait_job(c, job) == "COMPLETED"
     # root's job holds the whole cluster while the next job of each waits; each needs the whole cluster too, so
@@ -169,8 +171,8 @@ def test_fair_share_1_to_3_starts_the_lower_usage_account_first(cluster):
     wait_job(c, blocker, ("RUNNING",))
     low = sbatch(c, "--uid=daemon", "-N2", "--wrap", "sleep 30")
     high = sbatch(c, "--uid=bin", "-N2", "--wrap", "sleep 30")
-    # Once the decay thread took the usage in: bin's account (3 shares) used as much as daemon's (1 share), so its
-    # level fair share is three times daemon's; sprio shows its factor higher.
+    # Once the decay thread took the usage in: bin's account (3 shares) used 1.2 times what daemon's (1 share) did,
+    # so its level fair share is 2.5 times daemon's; sprio shows its factor higher.
     factors = wait_for(lambda: (_fairshare(c, low), _fairshare(c, high)), "fair-share factors to differ",
                        FAIRSHARE_WAIT, poll=2, done=lambda f: None not in f and f[1] > f[0])
     assert factors[1] > factors[0]
