@@ -33,7 +33,7 @@ options:
   qos:
     description:
       - The QOS, each a dict with C(name) (required), C(description), C(priority), C(preempt) (a list of QOS names),
-        C(preemptMode) (V(cluster), V(cancel), V(requeue), V(off)) and C(limits) (C(GrpTRES), C(GrpJobs),
+        C(preemptMode) (V(cluster), V(cancel), V(requeue)) and C(limits) (C(GrpTRES), C(GrpJobs),
         C(GrpSubmitJobs), C(MaxTRESPerUser), C(MaxJobsPerUser), C(MaxSubmitJobsPerUser), C(MaxWall) in minutes or
         C([days-]hours:minutes), C(MaxTRESPerJob)), as in C(spec.accounting.qos).
       - Mutually exclusive with O(src) and O(definition).

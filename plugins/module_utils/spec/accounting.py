@@ -41,7 +41,8 @@ TRES_NAME = re.compile(r"^([a-z]+)(/[a-z0-9_.:-]+)?$")
 TRES_SCALE = {"": 1, "K": 1.0 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2, "P": 1024 ** 3}
 SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 ADMIN_LEVELS = ["None", "Operator", "Administrator"]
-PREEMPT_MODES = ["cluster", "cancel", "requeue", "off"]
+# Slurm 22.05 stores a QOS PreemptMode "off" as "cluster" (it would never read back): not offered.
+PREEMPT_MODES = ["cluster", "cancel", "requeue"]
 ENFORCE = ["associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps"]
 
 # The limits each kind takes: spec key (sacctmgr's `set` name) -> (value kind, the `show` column).
@@ -183,7 +184,9 @@ def accounting_fields() -> Dict[str, Node]:
                             }), optional=True),
             "preemption": Obj("PreemptType and PreemptMode.", {
                 "type": Str("preempt/<type>.", enum=["qos", "partition_prio"]),
-                "mode": Str("PreemptMode: what happens to a preempted job.", enum=["cancel", "requeue", "off"]),
+                # OFF: Slurm refuses it beside a PreemptType ("PreemptType and PreemptMode values incompatible");
+                # SUSPEND needs GANG (time slicing), not offered.
+                "mode": Str("PreemptMode: what happens to a preempted job.", enum=["cancel", "requeue"]),
             }, optional=True, required=("type", "mode")),
             "enforce": Arr(Str(enum=ENFORCE), "AccountingStorageEnforce."),
         }),

@@ -89,6 +89,11 @@ def test_policy_rules_across_fields():
     assert found["SlurmCluster/acctpol spec.slurmConfig.PreemptMode"] == "is set by spec.accounting.policy.preemption"
     assert found["SlurmCluster/acctpol spec.slurmConfig.priorityweightage"] == \
         "is set by spec.accounting.policy.priority"
+    found = issues_of(docs(policy={"preemption": {"type": "qos", "mode": "off"}}, qos=[
+        {"name": "q", "preemptMode": "off"}]))
+    # slurmctld refuses PreemptMode=OFF beside a PreemptType; sacctmgr stores a QOS's "off" as "cluster"
+    assert found[LABEL + "policy.preemption.mode"] == "must be one of cancel, requeue, got 'off'"
+    assert found[LABEL + "qos[0].preemptMode"] == "must be one of cluster, cancel, requeue, got 'off'"
     found = issues_of(docs(policy={"enforce": ["associations"], "preemption": {"type": "qos"}}))
     assert found[LABEL + "policy.enforce"] == "QOS are given: enforce needs qos too"
     assert found[LABEL + "policy.preemption.mode"] == "is required"
