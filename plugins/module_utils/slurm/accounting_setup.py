@@ -41,7 +41,7 @@ def entries(params: Dict[str, Any], kind: str) -> Tuple[Any, Any]:
     return {"accounts": policy.accounts, "users": policy.users, "qos": policy.qos}[kind], model
 
 
-def _connection(params: Dict[str, Any], model: Any) -> Dict[str, Any]:
+def connection_params(params: Dict[str, Any], model: Any) -> Dict[str, Any]:
     """The connection options, the controller pod's namespace and cluster taken from the spec when not given."""
     params = dict(params)
     if model is not None:
@@ -55,7 +55,7 @@ def _connection(params: Dict[str, Any], model: Any) -> Dict[str, Any]:
 def run(module: Any, kind: str) -> Dict[str, Any]:
     """The module's result; SoperatorError (with the partial result) when it fails."""
     desired, model = entries(module.params, kind)
-    params = _connection(module.params, model)
+    params = connection_params(module.params, model)
     runner = args.runner_from_params(params)
     if not desired and not params["purge"]:
         return {"changed": False, "commands": [], "queries": [], "items": [], "cluster": params.get("cluster_name"),

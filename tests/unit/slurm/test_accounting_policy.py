@@ -160,3 +160,20 @@ def test_purge_is_refused_naming_the_jobs_before_any_command():
     with pytest.raises(ap.AccountingPlanError, match=r"qos high: 17 \(RUNNING, user alice\), 18 \(PENDING, user bob\)"):
         ap.apply(SlurmRunner(slurm), "qos", [], purge=True)
     assert [c for c in slurm.ran if " -i " in c] == []
+
+
+def test_a_spec_gives_the_controller_pod_of_the_kubernetes_transport():
+    import os
+    from ansible_collections.soperator.slurm.plugins.module_utils import args
+    from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+    from ansible_collections.soperator.slurm.plugins.module_utils.slurm import accounting_setup
+    spec = os.path.join(os.path.dirname(__file__), "..", "..", "specs", "accounting-policy.yml")
+    params = dict(args.merged_spec({}, *accounting_setup.SHARED))
+    params = dict((k, v.get("default")) for k, v in params.items())
+    params.update(transport="kubernetes", src=spec, definition=None, users=None)
+    desired, model = accounting_setup.entries(params, "users")
+    assert [u.name for u in desired] == ["daemon", "bin"]
+    where = args.runner_from_params(accounting_setup.connection_params(params, model)).describe()
+    assert (where["namespace"], where["pod"], where["container"]) == ("slurm", "acctpol-controller-0", "slurmctld")
+    with pytest.raises(SoperatorError, match="needs namespace and cluster_name"):
+        accounting_setup.connection_params(dict(params, src=None), None)
