@@ -18,7 +18,8 @@ LAYERS = (
     ("observe", ("observe",)),
     ("render", ("render",)),
     ("backends", ("kube", "local")),
-    ("wiring", ("args", "module_base", "module_support", "kube.module", "slurm.remediation_setup")),
+    ("wiring", ("args", "module_base", "module_support", "kube.module", "slurm.remediation_setup",
+                "slurm.accounting_setup")),
 )
 APART = "node"
 

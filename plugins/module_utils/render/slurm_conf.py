@@ -153,6 +153,9 @@ def _slurm_sections(model, target):
         if parts.has_gpus(model):
             accounting.append(("AccountingStorageTRES", "gres/gpu", "Account GPU use per job."))
         sections.append(("Accounting (slurmdbd)", accounting))
+    policy = model.accounting.policy.scheduling.settings if model.accounting.policy else ()
+    if policy:
+        sections.append(("Scheduling policy (spec.accounting.policy)", [(k, v, None) for k, v in policy]))
     return sections
 
 

@@ -19,11 +19,11 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.confi
     value_problem)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import image
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.accounting import accounting_fields
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.cron import SCHEDULE_PATTERN, schedule_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import CEL_RULES as EPHEMERAL_CEL
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import ephemeral_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_schema
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.cron import SCHEDULE_PATTERN, schedule_problem
-from ansible_collections.soperator.slurm.plugins.module_utils.spec.window import START_HELP, START_PATTERN, start_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
     QUANTITY_PATTERN,
     QuantityError,
@@ -40,6 +40,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import
     Obj,
     Str,
     compile_pattern)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.window import START_HELP, START_PATTERN, start_problem
 
 
 DEFAULT_REGISTRY = "ghcr.io/soperator-slurm"
@@ -356,7 +357,7 @@ LOGIN = Obj("Login nodes: sshd in the jail.", dict({
                              "Public keys allowed to log in as root.", default=[]),
     "resources": _resources("Requests of the login container (memory is also its limit)."),
 }, **_scheduling_fields()))
-ACCOUNTING = Obj("slurmdbd and its database.", {
+ACCOUNTING = Obj("slurmdbd and its database; the accounts, users, QOS and scheduling policy (spec/accounting.py).", dict({
     "enabled": Bool("Run slurmdbd and store accounting.", default=False),
     "port": Int("DbdPort.", minimum=1, maximum=65535, default=6819),
     "resources": _resources("Requests of the slurmdbd container."),
@@ -383,7 +384,7 @@ ACCOUNTING = Obj("slurmdbd and its database.", {
     }, checks=[lambda v: "set at most one of inCluster or external"
                if v.get("inCluster") is not None and v.get("external") is not None else None],
         cel=[("!(has(self.inCluster) && has(self.external))", "set at most one of inCluster or external")]),
-})
+}, **accounting_fields()))
 
 
 def _partition_name_problem(name):

@@ -12,7 +12,10 @@ __metaclass__ = type
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
+
+if TYPE_CHECKING:   # not at run time: the local exporter's lib carries this file without spec/accounting.py
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.accounting import AccountingPolicy
 
 API_GROUP = "slurm.soperator.dev"
 API_VERSION = API_GROUP + "/v1alpha1"
@@ -266,6 +269,7 @@ class Accounting:
     resources: Dict[str, str]
     in_cluster: Optional[InClusterDatabase]
     external: Optional[ExternalDatabase]
+    policy: Optional["AccountingPolicy"] = None    # accounts, users, QOS, scheduling (spec/accounting.py)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names as n
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import doc_label
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.accounting import accounting_issues, policy_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import (
     ephemeral_issues, ephemeral_model, replicas_of)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_issues, identity_model
@@ -115,6 +116,7 @@ def _cross_checks(cluster, node_sets):
     spec, label = _get(cluster, "spec"), "SlurmCluster/%s" % name
     issues.extend(ephemeral_issues(label, _get(spec, "slurmConfig"), node_sets))
     issues.extend(identity_issues(label, _get(spec, "identity")))
+    issues.extend(accounting_issues(label, spec))
     if spec is None:
         return issues
 
@@ -414,6 +416,7 @@ def _model(cluster, node_set_docs):
                 external["host"], external["port"], external["user"], external["database"],
                 m.PasswordSecretRef(external["passwordSecret"]["name"], external["passwordSecret"]["key"]))
             if external is not None else None,
+            policy=policy_model(spec["accounting"]),
         ),
         node_sets=node_sets,
         partitions=partitions,

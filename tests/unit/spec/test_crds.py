@@ -116,6 +116,9 @@ MODEL_NAMES = [
     (("accounting", "database", "inCluster"), ("accounting", "in_cluster")),
     (("accounting", "database", "external"), ("accounting", "external")),
     (("nodeSets", "[]", "slurmNode"), ("nodeSets", "[]")),
+    (("accounting", "accounts"), ("accounting", "policy", "accounts")),
+    (("accounting", "users"), ("accounting", "policy", "users")),
+    (("accounting", "qos"), ("accounting", "policy", "qos")),
 ]
 # Defaults the model does not hold as such, checked on the defaulted document build_model keeps (model.cluster_spec):
 # the image registry and tag are folded into each image reference; no partitions means one partition "main".
