@@ -20,6 +20,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec import names 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import doc_label
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import (
     ephemeral_issues, ephemeral_model, replicas_of)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.topology import node_labels_model, topology_issues
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import (
     CLUSTER_DOCUMENT,
     GRES_PATTERN,
@@ -113,6 +114,7 @@ def _cross_checks(cluster, node_sets):
         issues.extend(_nodeset_resource_checks(label, _get(doc, "spec", default={})))
     spec, label = _get(cluster, "spec"), "SlurmCluster/%s" % name
     issues.extend(ephemeral_issues(label, _get(spec, "slurmConfig"), node_sets))
+    issues.extend(topology_issues(label, _get(spec, "topology"), node_sets))
     if spec is None:
         return issues
 
@@ -411,7 +413,8 @@ def _model(cluster, node_set_docs):
         cgroup_config=_str_map(spec["cgroupConfig"]),
         mpi=m.Mpi(spec["mpi"]["default"], _str_map(spec["mpi"]["config"])),
         topology=m.Topology(spec["topology"]["enabled"], tuple(
-            m.Switch(s["name"], tuple(s["nodeSets"]), tuple(s["switches"])) for s in spec["topology"]["switches"])),
+            m.Switch(s["name"], tuple(s["nodeSets"]), tuple(s["switches"])) for s in spec["topology"]["switches"]),
+            node_labels_model(spec["topology"])),
         health_checks=m.HealthChecks(
             passive=m.PassiveChecks(
                 enabled=passive["enabled"], interval=passive["interval"], node_states=tuple(passive["nodeStates"]),
