@@ -87,13 +87,17 @@ def topology_issues(cluster_label: str, topology: Any,
     if labels.get("plugin") == BLOCK and isinstance(tiers, list) and len(tiers) != 1:
         issues.append(SpecIssue(path + ".tiers", "topology/block takes one tier (the block label), got %d"
                                 % len(tiers)))
-    docs = dict((_name(doc), (label, doc)) for label, doc in node_sets if _name(doc))
+    docs: Dict[str, Dict[str, Any]] = {}
+    for _label, doc in node_sets:
+        name = _name(doc)
+        if name:
+            docs[name] = doc
     for i, ref in enumerate(labels.get("nodeSets") or []):
         if ref not in docs:
             issues.append(SpecIssue("%s.nodeSets[%d]" % (path, i), "unknown NodeSet %r (known: %s)"
                                     % (ref, ", ".join(sorted(docs)) or "none")))
             continue
-        eph = (docs[ref][1].get("spec") or {}).get("ephemeral")
+        eph = (docs[ref].get("spec") or {}).get("ephemeral")
         if isinstance(eph, dict) and eph.get("enabled") is True:
             issues.append(SpecIssue("%s.nodeSets[%d]" % (path, i),
                                     "NodeSet %r is ephemeral: its powered-down nodes have no Kubernetes node, so "
