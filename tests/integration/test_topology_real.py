@@ -12,7 +12,8 @@ Shown: the rendered tree matches the pods' nodes, `scontrol show topology` agree
 lands within one leaf switch; moving a worker (its node cordoned, the pod deleted: the StatefulSet's new pod lands on
 the other leaf) changes Slurm's view on the next run with a reconfigure and no slurmctld restart (22.05 has no
 dynamic topology change); a run with nothing moved writes nothing and reconfigures nothing; each run reads the nodes
-with one list; a node that loses its leaf label is left out of the tree and the run succeeds.
+with one list; a node that loses its leaf label is left out of the tree and the run succeeds; the remediation pass
+(playbooks/remediate.yml with its ServiceAccount's token) puts it back once the label is back.
 """
 import os
 import re
@@ -21,9 +22,11 @@ import uuid
 
 import yaml
 
+import ansible_run
 from slurm_kube import BOUND, until
 from slurm_specs import SMALL_CLAIMS as CLAIMS
 from slurm_specs import actions, admin_user, module
+from test_remediation_real import RECONCILE, sa_kubeconfig
 
 pytest_plugins = ("slurm_kube_fixtures",)     # its fixtures: namespaced, api, local_cluster
 
@@ -156,7 +159,7 @@ def _node_reads(audit, mark, user):
     return [(r.verb, r.resource) for r in audit.requests(mark, user=user) if r.resource == "nodes" and r.read]
 
 
-def test_topology_follows_the_pods(namespaced, api, volumes, audit, local_cluster, real_cluster, request):
+def test_topology_follows_the_pods(namespaced, api, volumes, audit, local_cluster, real_cluster, request, tmp_path):
     ns = namespaced.name
     suffix = uuid.uuid4().hex[:6]
     hosts = dict((name, "topo-%s-%s" % (suffix, name)) for name in ("a1", "a2", "b1", "b2"))
@@ -266,4 +269,18 @@ def test_topology_follows_the_pods(namespaced, api, volumes, audit, local_cluste
         leaves, parents = _slurm_topology(cluster)
         assert leaves == {"leaf-2": after["leaf-2"]} and lone not in str(leaves)
         assert "# %s: left out" % lone in open(os.path.join(os.path.dirname(slurm_conf), "topology.conf")).read()
-        assert mount.copies >= 3
+
+        # The remediation CronJob's pass, with its own token (its ClusterRole lists nodes): its reconcile puts the
+        # worker back once its node has the label again.
+        real_cluster.kubectl("label", "node", where[lone], "%s=leaf-1" % LEAF)
+        kubeconfig = sa_kubeconfig(real_cluster, ns, tmp_path / "remediation.kubeconfig")
+        run = ansible_run.playbook(
+            "remediate.yml", "-e", "cluster=small", "-e", "slurm_namespace=%s" % ns, "-e", "kubeconfig=%s" % kubeconfig,
+            "-e", "slurm_transport=local", "-e", "slurm_conf=%s" % slurm_conf, "-e", "replace_drained_nodes=false",
+            "-e", "register_timeout=%d" % BOUND, expect_rc=None)
+        tasks = run.tasks()
+        assert run.rc == 0, [(name, t.get("msg")) for name, t in tasks.items() if t.get("failed")] or run.output()
+        assert _tree_by_leaf(tasks[RECONCILE]) == after and tasks[RECONCILE]["topology"]["unplaced"] == []
+        assert any(a.startswith("ran scontrol reconfigure") for a in tasks[RECONCILE]["actions"])
+        assert _slurm_topology(cluster)[0] == after
+        assert mount.copies >= 4
