@@ -534,7 +534,7 @@ topology:
       topology.yaml); V(null) without nodeLabels.
     - C(units) top first, each a switch (C(plugin) V(topology/tree)) or a block (V(topology/block)) with its Slurm
       C(nodes) or its C(children) switches. C(unplaced) lists the workers left out of the tree, with the reason (no
-      pod on a node yet, a tier label missing on its node, a switch under two parents): Slurm gives them no job until
+      pod on a node yet, a tier label missing on its node, a switch under two parents); Slurm gives them no job until
       a run finds their place.
   returned: when O(target=kubernetes) and O(state=present)
   type: dict

@@ -237,8 +237,11 @@ def test_topology_follows_the_pods(namespaced, api, volumes, audit, local_cluste
         real_cluster.kubectl("uncordon", hosts["b2"])
         old_uid = api.pods(ns)[moved].metadata.uid
         api.core.delete_namespaced_pod(moved, ns)
-        until("%s on %s" % (moved, hosts["b2"]), lambda: (lambda p: p is not None and p.metadata.uid != old_uid
-                                                           and p.spec.node_name == hosts["b2"])(api.pods(ns).get(moved)))
+
+        def moved_to_b2():
+            new = api.pods(ns).get(moved)
+            return new is not None and new.metadata.uid != old_uid and new.spec.node_name == hosts["b2"]
+        until("%s on %s" % (moved, hosts["b2"]), moved_to_b2)
         planned = module("slurm_cluster", check=True, diff=True, state="present", target="kubernetes",
                          definition=docs, **slurm)
         assert ("ConfigMap", "small-slurm-configs", "updated") in actions(planned)

@@ -262,6 +262,10 @@ def _cidr(value):
     return None
 
 
+TOPOLOGY_HELP = "Slurm's network topology: a static tree (enabled, switches) or one that follows the Kubernetes " \
+                "nodes the workers run on (nodeLabels)."
+
+
 def _scheduling_fields():
     return {
         "nodeSelector": _labels("Kubernetes node labels the pods must match.", default={}),
@@ -491,8 +495,7 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
         "default": Str("MpiDefault.", enum=["none", "pmix", "pmi2"], default="none"),
         "config": _slurm_config("mpi.conf", "mpi.conf keys.", default={}),
     }),
-    "topology": Obj("Slurm's network topology: a static tree (enabled, switches) or one that follows the Kubernetes "
-                    "nodes the workers run on (nodeLabels).", {
+    "topology": Obj(TOPOLOGY_HELP, {
         "enabled": Bool("Use topology/tree. With no switches: one leaf switch per NodeSet under one root.",
                         default=False),
         "switches": Arr(Obj("A switch.", {

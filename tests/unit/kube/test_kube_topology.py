@@ -81,5 +81,5 @@ def test_present_renders_the_tree_of_the_pods_nodes_and_returns_it(monkeypatch):
     config = api.objects[("ConfigMap", "slurm", "c-slurm-configs")]["data"]
     assert "SwitchName=l0 Nodes=gpu-[0-1]" in config["topology.conf"]
     assert "switch: l1" in config["topology.yaml"]
-    assert ("ConfigMap", "c-slurm-configs", "updated") in [(o["kind"], o["name"], o["action"])
-                                                            for o in second["objects"]]
+    done = [(o["kind"], o["name"], o["action"]) for o in second["objects"]]
+    assert ("ConfigMap", "c-slurm-configs", "updated") in done
