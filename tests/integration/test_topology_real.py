@@ -167,7 +167,7 @@ def test_topology_follows_the_pods(namespaced, api, volumes, audit, local_cluste
 
     def remove_nodes():
         for host in hosts.values():
-            real_cluster.kubectl("delete", "node", host, "--wait=false", check=False)
+            real_cluster.kubectl("delete", "node", host, "--wait=true", check=False)
     request.addfinalizer(remove_nodes)
     for host, leaf in leaf_of.items():     # b2 cordoned: the three pods take a1, a2, b1
         api.core.create_node(_node(host, ns, leaf, unschedulable=host == hosts["b2"]))
