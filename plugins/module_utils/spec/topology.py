@@ -148,10 +148,12 @@ class Tree:
 
 
 def _unique(wanted: str, taken: Set[str]) -> str:
-    name, n = wanted, 1
+    """`wanted`, or `wanted-N` when taken, cut to Slurm's longest switch name."""
+    name, n = wanted[:MAX_SWITCH_NAME], 1
     while name in taken:
         n += 1
-        name = "%s-%d" % (wanted, n)
+        suffix = "-%d" % n
+        name = wanted[:MAX_SWITCH_NAME - len(suffix)] + suffix
     taken.add(name)
     return name
 

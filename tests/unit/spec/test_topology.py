@@ -104,6 +104,13 @@ def test_switch_names_stay_unique_when_a_value_repeats_across_tiers():
     assert units(tree) == [("a", [], ["a-2", "b"]), ("a-2", ["gpu-0"], []), ("b", ["gpu-1"], [])]
 
 
+def test_a_repeated_long_value_stays_within_slurms_64_characters():
+    long = "v" * 63
+    where = {"gpu-0": on("n0", long, long)}
+    tree = topology_tree(placed(documents(("gpu", {"replicas": 1}), topology=labels()), where))
+    assert [u.name for u in tree.units] == [long, "v" * 62 + "-2"]
+
+
 def test_nodes_of_unknown_place_are_left_out_with_the_reason():
     where = {"gpu-0": on("n0", "s1", "l1"), "gpu-1": on("n1", "s1"), "gpu-2": on("n2", None, "l1"),
              "gpu-3": (None, {})}
