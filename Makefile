@@ -3,14 +3,20 @@ SHELL := /bin/bash
 PYTHON ?= python3
 SANITY_ROOT := build/sanity/ansible_collections/soperator/slurm
 APT_PACKAGES := slurm-wlm slurmctld slurmd slurmdbd slurm-client munge libslurm-dev mariadb-server \
-	openssh-server rsync git make gcc umoci prometheus
+	openssh-server rsync git make gcc umoci prometheus \
+	slapd ldap-utils sssd-ldap sssd-tools libnss-sss libpam-sss
 
 .PHONY: deps up down test unit lint sanity molecule ci render bench crds spank k8s-build k8s-up k8s-down k8s-demo \
 	k8s-demo-down
 
-# Debian packages (real Slurm, munge, MariaDB, sshd) and Python packages. Safe to re-run.
+# Debian packages (real Slurm, munge, MariaDB, sshd; slapd and SSSD for spec.identity's tests) and Python packages.
+# Safe to re-run. slapd is preseeded to make no database of its own (the tests start theirs). libnss-sss's postinst
+# appends `sss` to passwd, group, shadow, services and netgroup of the host's /etc/nsswitch.conf (and libpam-sss adds
+# pam_sss to /etc/pam.d/common-*): harmless without a host sssd (nss_sss answers "unavailable", pam_localuser passes
+# local users first); the tests never use the host's files but their own (local/identity.py).
 deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	echo "slapd slapd/no_configuration boolean true" | $$SUDO debconf-set-selections; \
 	missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \

@@ -49,7 +49,28 @@ LABEL_INPUTS = "dev.soperator.inputs"
 LABEL_SLURM = "dev.soperator.slurm-version"
 LABEL_SUITE = "dev.soperator.debian-suite"
 DEFAULT_REGISTRY = "ghcr.io/soperator-slurm"
-COMPONENTS = ("controller", "worker", "login", "accounting", "jail", "ansible-runner", "mariadb")
+COMPONENTS = ("controller", "worker", "login", "accounting", "jail", "ansible-runner", "mariadb", "worker-gpu",
+              "jail-gpu")
+# The GPU images' NVIDIA user space: Debian's libcudart12 (non-free) and libnccl2 (contrib, built against it). Only
+# trixie has them (forky's snapshot dropped both); they need nothing newer than the suite's libc and libstdc++, so the
+# GPU root filesystems take the suite's main plus trixie's contrib and non-free. The driver (libcuda, nvidia-smi) is the
+# node's, put in by the NVIDIA container toolkit: it must match the kernel module, so no image can carry it.
+GPU_PACKAGES = ["libcudart12", "libnccl2"]
+GPU_EXTRA_SUITE = "trixie"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# CUDA 12's minor version compatibility: a 12.x runtime runs on any driver from this one on (NVIDIA's CUDA release
+# notes, "CUDA Toolkit and Minimum Required Driver Version").
+GPU_DRIVER_FLOOR = "525.60.13"
+
+
+def versions_hook(packages):
+    """A customize hook writing /opt/soperator/versions: the GPU stack's Debian versions and the driver floor (the
+    hook is a str.format template: {{ and }} are braces)."""
+    return ('mkdir -p "$1"/opt/soperator && {{ echo "# the GPU stack of this image (the driver is the node\'s)"; '
+            "chroot \"$1\" dpkg-query -W -f='${{Package}}\\t${{Version}}\\n' %s; "
+            'printf "nvidia-driver\\t>= %s (CUDA 12 minor version compatibility)\\n"; }} > "$1"/opt/soperator/versions'
+            % (" ".join(packages), GPU_DRIVER_FLOOR))
+
 
 # Smaller images: no manuals, docs (but the copyright files) or translations.
 DPKG_OPTS = ["path-exclude=/usr/share/man/*", "path-exclude=/usr/share/doc/*",
@@ -108,6 +129,19 @@ ROOTFS = {
         ]},
 }
 
+# The GPU variants: the same root filesystems plus the NVIDIA user space (GPU_PACKAGES). The jail's also holds
+# nccl-probe (node/nccl_probe.py), which the ncclAllReduce active check runs in a job where all_reduce_perf is missing.
+ROOTFS["worker-gpu"] = {"packages": ROOTFS["worker"]["packages"] + GPU_PACKAGES, "sources": "gpu",
+                        "hooks": [versions_hook(GPU_PACKAGES + ["slurmd"])]}
+ROOTFS["jail-rootfs-gpu"] = {
+    "packages": ROOTFS["jail-rootfs"]["packages"] + GPU_PACKAGES, "sources": "gpu",
+    "hooks": ROOTFS["jail-rootfs"]["hooks"] + [
+        'upload {probe} /usr/local/bin/nccl-probe',
+        'sed -i "1i #!/usr/bin/python3" "$1"/usr/local/bin/nccl-probe',
+        'chmod 0755 "$1"/usr/local/bin/nccl-probe',
+        versions_hook(GPU_PACKAGES + ["slurm-client"])]}
+NCCL_PROBE = os.path.join(NODE, "nccl_probe.py")
+
 # Image component -> (Containerfile dir, root filesystem, files for the build context: name -> source path).
 IMAGE_RECIPES = {
     "controller": ("controller", "controller", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
@@ -118,6 +152,7 @@ IMAGE_RECIPES = {
                                     "health_check.py": os.path.join(NODE, "health_check.py"),
                                     "health_status.py": os.path.join(NODE, "health_status.py"),
                                     "active_check.py": os.path.join(NODE, "active_check.py"),
+                                    "nccl_probe.py": NCCL_PROBE,
                                     "jail.py": os.path.join(NODE, "jail.py"),
                                     "jail_source.py": os.path.join(NODE, "jail_source.py"),
                                     "tree_reader.py": os.path.join(NODE, "tree_reader.py"),
@@ -127,12 +162,28 @@ IMAGE_RECIPES = {
                                  "health_check.py": os.path.join(NODE, "health_check.py"),
                                  "health_status.py": os.path.join(NODE, "health_status.py"),
                                  "active_check.py": os.path.join(NODE, "active_check.py"),
+                                 "nccl_probe.py": NCCL_PROBE,
                                  "jail.py": os.path.join(NODE, "jail.py"),
                                  "jail_source.py": os.path.join(NODE, "jail_source.py"),
                                  "tree_reader.py": os.path.join(NODE, "tree_reader.py"),
                                  "safe_tree.py": os.path.join(NODE, "safe_tree.py")}),
     "accounting": ("accounting", "accounting", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh")}),
     "mariadb": ("mariadb", "mariadb", {"entrypoint.sh": os.path.join(IMAGES, "mariadb", "entrypoint.sh")}),
+    "worker-gpu": ("worker-gpu", "worker-gpu", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
+                                                "spank_chroot.so": "{plugin}",
+                                                "health_check.py": os.path.join(NODE, "health_check.py"),
+                                                "health_status.py": os.path.join(NODE, "health_status.py"),
+                                                "active_check.py": os.path.join(NODE, "active_check.py"),
+                                                "nccl_probe.py": NCCL_PROBE,
+                                                "jail.py": os.path.join(NODE, "jail.py"),
+                                                "jail_source.py": os.path.join(NODE, "jail_source.py"),
+                                                "tree_reader.py": os.path.join(NODE, "tree_reader.py"),
+                                                "safe_tree.py": os.path.join(NODE, "safe_tree.py")}),
+    "jail-gpu": ("populate_jail", "populate", {"jail-rootfs.tar": "{jail_gpu_rootfs}",
+                                               "jail.py": os.path.join(NODE, "jail.py"),
+                                               "jail_source.py": os.path.join(NODE, "jail_source.py"),
+                                               "tree_reader.py": os.path.join(NODE, "tree_reader.py"),
+                                               "safe_tree.py": os.path.join(NODE, "safe_tree.py")}),
     "jail": ("populate_jail", "populate", {"jail-rootfs.tar": "{jail_rootfs}",
                                            "jail.py": os.path.join(NODE, "jail.py"),
                                            "jail_source.py": os.path.join(NODE, "jail_source.py"),
@@ -142,7 +193,7 @@ IMAGE_RECIPES = {
 # The root filesystems each image is made from (the jail image: the populate program's, and the jail's as a tarball).
 ROOTFS_OF = {"controller": ("controller",), "worker": ("worker",), "login": ("login",),
              "accounting": ("accounting",), "jail": ("populate", "jail-rootfs"), "mariadb": ("mariadb",),
-             "ansible-runner": ("runner",)}
+             "ansible-runner": ("runner",), "worker-gpu": ("worker-gpu",), "jail-gpu": ("populate", "jail-rootfs-gpu")}
 
 
 def log(msg):
@@ -192,7 +243,7 @@ class Builder(object):
 
     # --- root filesystems ---------------------------------------------------------------------------------------
 
-    def mmdebstrap(self, packages, target, hooks=()):
+    def mmdebstrap(self, packages, target, hooks=(), sources=None):
         # Several run at once (root_filesystems). Each copies the shared .deb cache in and its own downloads out to a
         # folder of its own, renamed into the cache afterwards (a .deb is in the cache whole or not at all), with cp
         # in plain shell hooks, not mmdebstrap's sync-in/sync-out: those run tar, which fails ("file changed as we
@@ -211,7 +262,11 @@ class Builder(object):
             cmd += ["--dpkgopt=" + o for o in DPKG_OPTS]
             cmd += ["--customize-hook=" + h for h in hooks]
             cmd += [self.args.suite, target]
-            if self.args.mirror:
+            if sources == "gpu":
+                mirror = self.args.mirror or DEFAULT_MIRROR
+                cmd += ["deb %s %s main" % (mirror, self.args.suite),
+                        "deb %s %s contrib non-free" % (mirror, GPU_EXTRA_SUITE)]
+            elif self.args.mirror:
                 cmd.append(self.args.mirror)
             run(cmd, stdout=subprocess.DEVNULL if not self.args.verbose else None,
                 stderr=subprocess.PIPE if not self.args.verbose else None)
@@ -227,6 +282,7 @@ class Builder(object):
         hooks = [h.format(**(substitutions or {})) for h in recipe.get("hooks", [])]
         key = key_of({"recipe": RECIPE_VERSION, "suite": self.args.suite, "mirror": self.args.mirror,
                       "packages": recipe["packages"], "hooks": recipe.get("hooks", []), "dpkg": DPKG_OPTS,
+                      "sources": recipe.get("sources"),
                       "inputs": extra_inputs or {}})
         path = os.path.join(self.cache, "rootfs-%s-%s-%s.tar" % (name, self.args.suite, key[:16]))
         if os.path.exists(path) and not self.args.refresh:
@@ -235,7 +291,7 @@ class Builder(object):
         started = time.time()
         tmp = path + ".tmp.tar"
         try:
-            self.mmdebstrap(recipe["packages"], tmp, hooks)
+            self.mmdebstrap(recipe["packages"], tmp, hooks, recipe.get("sources"))
         except subprocess.CalledProcessError as e:
             sys.stderr.write(e.stderr.decode("utf-8", "replace") if e.stderr else "")
             raise SystemExit("images: mmdebstrap failed for %s" % name)
@@ -460,21 +516,26 @@ def root_filesystems(b, only, fs, ca, jobs):
     for component in only:
         names += [n for n in ROOTFS_OF.get(component, ()) if n not in fs and n not in names]
 
-    def plugin_and_jail():   # the jail root filesystem holds the SPANK plugin: one after the other
+    def plugin_and_jail():   # the jail root filesystems hold the SPANK plugin: one after the other
         subs["plugin"], plugin_key = b.spank_plugin()
         if "jail-rootfs" in names:
             fs["jail-rootfs"] = b.rootfs("jail-rootfs", {"plugin": plugin_key}, subs)
+        if "jail-rootfs-gpu" in names:
+            inputs = {"plugin": plugin_key, "probe": file_digest(NCCL_PROBE)}
+            fs["jail-rootfs-gpu"] = b.rootfs("jail-rootfs-gpu", inputs, dict(subs, probe=NCCL_PROBE))
 
     def make(name):
         fs[name] = b.rootfs(name, substitutions={"ca": ca} if name == "runner" else None)
 
-    tasks = [plugin_and_jail] if any(c in only for c in ("worker", "login", "jail")) else []
-    tasks += [functools.partial(make, n) for n in names if n != "jail-rootfs"]
+    tasks = [plugin_and_jail] if any(c in only for c in ("worker", "login", "jail", "worker-gpu", "jail-gpu")) else []
+    tasks += [functools.partial(make, n) for n in names if n not in ("jail-rootfs", "jail-rootfs-gpu")]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for done in [pool.submit(task) for task in tasks]:
             done.result()   # the first failure (SystemExit included) ends the build
     if "jail-rootfs" in fs:
         subs["jail_rootfs"] = fs["jail-rootfs"][0]
+    if "jail-rootfs-gpu" in fs:
+        subs["jail_gpu_rootfs"] = fs["jail-rootfs-gpu"][0]
     return subs
 
 
@@ -545,7 +606,8 @@ def main(argv=None):
         if component == "mariadb":
             b.build_image(component, containerfile_dir, fs_path, fs_key, files, "")
             continue
-        version_source = fs["jail-rootfs"][0] if component == "jail" else fs_path
+        version_source = {"jail": fs.get("jail-rootfs", ("",))[0],
+                          "jail-gpu": fs.get("jail-rootfs-gpu", ("",))[0]}.get(component, fs_path)
         b.build_image(component, containerfile_dir, fs_path, fs_key, files,
                       one_slurm_version(component, version_source, slurm))
 

@@ -46,6 +46,7 @@ IMAGES = os.path.join(ROOT, "images")
 K8S_DEFAULT_CAPS = ["CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID", "SETFCAP",
                     "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE"]
 CMD_TIMEOUT = 120
+GPU_RESOURCE = "nvidia.com/gpu"
 # An init container waits for the populate Job (the jail's root filesystem: a few hundred MB to unpack).
 INIT_TIMEOUT = 600
 
@@ -250,6 +251,13 @@ class Cluster(object):
                 raise SmokeError("pod %s: env %s of a kind this smoke cannot set" % (pod, e))
         for name, value in sorted(env.items()):
             cmd += ["--env", "%s=%s" % (name, value)]
+        # What the NVIDIA device plugin gives a container that asks for nvidia.com/gpu, stood in for by /dev/null
+        # (no GPU here): device files at the paths gres.conf names, which slurmd stats when it starts. Bound, not
+        # --device: a privileged container (the workers) gets the host's /dev and podman drops --device then.
+        gpus = int((ctr.get("resources", {}).get("limits") or {}).get(GPU_RESOURCE, 0))
+        if gpus and getattr(self.args, "fake_gpu_devices", False):
+            for i in range(gpus):
+                cmd += ["--volume", "/dev/null:/dev/nvidia%d" % i]
         for m in ctr.get("volumeMounts", []):
             host = self.volume_dir(pod, volumes[m["name"]])
             if m.get("subPath"):
@@ -390,6 +398,25 @@ def check(cluster, results):
         raise SmokeError("the worker image itself has the jail marker: the jail check proves nothing")
     results.append("jail=yes")
 
+    # GPU NodeSets (--fake-gpu-devices): slurmd took gres.conf's device files, a step gets its GPUs, and the jail of
+    # the GPU images holds the CUDA runtime and NCCL, which load in a step (no GPU: the probe's documented exit 3).
+    gpu_workers = {"%s-%d" % (o["metadata"]["name"], i): int(o["spec"]["template"]["spec"]["containers"][0].get(
+        "resources", {}).get("limits", {}).get(GPU_RESOURCE, 0)) for o in cluster.get("StatefulSet")
+        if o["metadata"]["labels"]["app.kubernetes.io/component"] == "worker" for i in range(o["spec"]["replicas"])}
+    for worker, gpus in sorted((w, g) for w, g in gpu_workers.items() if g):
+        out = cluster.exec(login, ["timeout", "90", "srun", "-w", worker, "--gres=gpu:%d" % gpus, "printenv",
+                                   "CUDA_VISIBLE_DEVICES"], timeout=100).strip()
+        if out != ",".join(str(i) for i in range(gpus)):
+            raise SmokeError("srun --gres=gpu:%d on %s: CUDA_VISIBLE_DEVICES=%r" % (gpus, worker, out))
+        out = cluster.exec(login, ["timeout", "90", "srun", "-w", worker, "sh", "-c", "nccl-probe; echo exit=$?"],
+                           timeout=100)
+        if not re.search(r"^nccl: 2\.", out, re.M) or "\nno-gpu: " not in out or "exit=3" not in out:
+            raise SmokeError("nccl-probe in a step on %s: %r" % (worker, out))
+        versions = cluster.exec(worker, ["cat", "/opt/soperator/versions"])
+        if "libnccl2\t" not in versions or "libcudart12\t" not in versions:
+            raise SmokeError("/opt/soperator/versions of %s: %r" % (worker, versions))
+        results.append("gpu=%s:gres-gpu:%d,nccl-probe:no-gpu" % (worker, gpus))
+
     ip = cluster.exec(login, ["sh", "-c", "hostname -I"]).split()[0]
     ssh = ["ssh", "-i", cluster.key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
            "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR", "root@" + ip]
@@ -440,6 +467,9 @@ def main(argv=None):
     parser.add_argument("--keep", action="store_true", help="leave the cluster running (remove it by hand)")
     parser.add_argument("--accounting", action="store_true",
                         help="enable accounting with the in-cluster database (MariaDB image built here)")
+    parser.add_argument("--fake-gpu-devices", action="store_true",
+                        help="give pods that ask for nvidia.com/gpu /dev/null as /dev/nvidia<N> (no GPU here), as "
+                             "the device plugin gives its device files, and check the GPU NodeSets")
     parser.add_argument("--pods-first", action="store_true",
                         help="start the pods before the populate Job, as site.yml -e wait=false may")
     args = parser.parse_args(argv)
@@ -448,7 +478,8 @@ def main(argv=None):
     started = time.time()
     tag = args.tag or sh([sys.executable, os.path.join(IMAGES, "build.py"), "--print-tag"], timeout=600).strip()
     results = []
-    for component in ("controller", "worker", "login", "jail") + (("accounting", "mariadb") if args.accounting else ()):
+    for component in ("controller", "worker", "login", "jail") + (("accounting", "mariadb") if args.accounting else ()) \
+            + (("worker-gpu", "jail-gpu") if args.fake_gpu_devices else ()):
         ref = "%s/%s:%s" % (args.registry, component, tag)
         if subprocess.run(["podman", "image", "exists", ref], check=False).returncode != 0:
             print("images-smoke: FAILED: %s is not built (make images)" % ref)

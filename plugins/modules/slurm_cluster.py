@@ -205,6 +205,15 @@ options:
     type: list
     elements: str
     default: []
+  identity_secrets:
+    description:
+      - With O(target=local) and C(spec.identity), the contents of the Secrets and ConfigMaps it names (a local
+        cluster has no Kubernetes objects to read them from), as a mapping of object names to mappings of keys to
+        values; for example the key C(password) of the object C(ldap-bind) for
+        C(spec.identity.ldap.bindPasswordSecret) with name C(ldap-bind). A name or key the spec needs and that is
+        missing here is refused with its field path before anything is written. Never logged.
+      - Ignored with O(target=kubernetes), which reads nothing but whether the named objects exist.
+    type: dict
   install_crds:
     description:
       - With O(target=kubernetes), apply the SlurmCluster and NodeSet CustomResourceDefinitions first (needs the
@@ -587,6 +596,7 @@ OPTIONS = dict(
     spank_chroot=dict(type="path"),
     login=dict(type="bool", default=True),
     login_authorized_keys=dict(type="list", elements="str", default=[], no_log=False),
+    identity_secrets=dict(type="dict", no_log=True),
     install_crds=dict(type="bool", default=True),
     manage_rbac=dict(type="bool", default=True),
 )

@@ -83,7 +83,7 @@ def _node_imports(name):
     return set(name + ".py" for name in found)
 
 
-@pytest.mark.parametrize("component", ["worker", "login", "jail"])
+@pytest.mark.parametrize("component", ["worker", "login", "jail", "worker-gpu", "jail-gpu"])
 def test_an_image_copies_every_node_file_its_programs_import_and_they_run_from_that_copy(component, tmp_path):
     """The node programs run in the images as plain files in one directory: each COPY of node files carries what its
     programs import, build.py puts those files into the build context, and each program starts from such a copy
@@ -208,9 +208,34 @@ def test_pods_started_before_the_populate_job_wait_for_the_jail(tag):
     may start their pods first: smoke.py --pods-first starts every pod before the Job (init containers first, each
     to its end, as a kubelet runs them). Their init container waits until the jail is populated; without it the
     login container's mounts below the jail made the empty volume non-empty and the Job refused it (the smoke
-    failed with "populate Job exited 2")."""
-    last = _smoke(tag, "--pods-first")
+    failed with "populate Job exited 2").
+
+    The same run is the GPU images' smoke (tests/specs/gpu-smoke.yml: a CPU and a GPU NodeSet; the jail from
+    jail-gpu): /dev/null stands in for the device plugin's /dev/nvidia0-1 (no GPU here); slurmd 26.05 takes the
+    rendered gres.conf and registers gpu:2, `srun --gres=gpu:2` gets CUDA_VISIBLE_DEVICES=0,1, and nccl-probe runs
+    in a step in the jail: NCCL and the CUDA runtime load, and it answers "no GPU" (exit 3)."""
+    last = _smoke(tag, "--pods-first", "--spec", "tests/specs/gpu-smoke.yml", "--fake-gpu-devices")
     assert "pods-first=ok" in last and "jail=yes" in last and "ssh=jail" in last
+    assert "srun -N2 hostname=cpu-0,gpu-0" in last and "gpu=gpu-0:gres-gpu:2,nccl-probe:no-gpu" in last
+
+
+def test_the_gpu_worker_image_without_a_gpu(tag):
+    """worker-gpu on this machine (no GPU, no driver): the CUDA runtime and NCCL are in the linker cache, nccl-probe
+    prints their versions and the documented no-GPU answer (exit 3), /opt/soperator/versions lists the stack and the
+    driver floor, and the passive gpu check gives its documented no-GPU reason."""
+    ref = "%s/worker-gpu:%s" % (REGISTRY, tag)
+    script = ("ldconfig -p | grep -E 'libnccl.so.2 |libcudart.so.12 ' | wc -l; /opt/soperator/bin/nccl-probe; "
+              "echo exit=$?; cat /opt/soperator/versions; python3 -c 'import sys; "
+              "sys.path.insert(0, \"/opt/soperator/lib\"); import health_check as hc; print(hc.check_gpu_count(8, 10))'")
+    proc = _podman("run", "--rm", "--network", "none", "--entrypoint", "sh", ref, "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "2", proc.stdout
+    assert re.search(r"^nccl: 2\.[0-9]+\.[0-9]+$", proc.stdout, re.M) and "\ncuda-runtime: 12." in proc.stdout
+    assert "\ncuda-driver: none\ngpus: 0\nno-gpu: " in proc.stdout and "\nexit=3\n" in proc.stdout
+    assert re.search(r"^libnccl2\t2\.", proc.stdout, re.M) and re.search(r"^libcudart12\t12\.", proc.stdout, re.M)
+    assert re.search(r"^nvidia-driver\t>= %s " % re.escape(build.GPU_DRIVER_FLOOR), proc.stdout, re.M)
+    assert lines[-1].startswith("no GPU: nvidia-smi is not in the container")
 
 
 def test_slurmctld_of_the_images_serves_its_own_metrics(tag, tmp_path):

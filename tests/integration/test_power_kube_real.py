@@ -131,8 +131,9 @@ def power(real_cluster, deployed, tmp_path_factory):
     config = json.loads(real_cluster.kubectl("get", "configmap", "small-power", "-n", namespace,
                                              "-o", "json").stdout)["data"]["power.json"]
     (tmp / "power.json").write_text(config)
-    # scontrol show hostnames reads a slurm.conf first; any valid one will do.
-    (tmp / "slurm.conf").write_text("ClusterName=it\nSlurmctldHost=localhost\n")
+    # scontrol show hostnames reads a slurm.conf first; any valid one will do. No slurmctld answers there: the
+    # request times a resume records fail at once (MessageTimeout 1) and are only logged.
+    (tmp / "slurm.conf").write_text("ClusterName=it\nSlurmctldHost=localhost\nMessageTimeout=1\n")
     (tmp / "bin").mkdir()
     for name in ("power-resume", "power-suspend", "power-resume-fail"):
         os.symlink(PROGRAM, str(tmp / "bin" / name))
@@ -360,3 +361,41 @@ def test_resume_replaces_an_ended_pod_of_ours(real_cluster, deployed, power):
     new = pod_or_none(core, namespace, "gpu-1")
     assert new.metadata.uid != old.metadata.uid and new.status.phase != "Failed"
     assert power("suspend", "gpu-1").returncode == 0
+
+
+def test_an_ephemeral_pod_made_from_an_older_template_is_found_outdated(real_cluster, deployed, power):
+    """A NodeSet's template changes (a new image): the powered-up pod the program made from the old one is
+    outdated (site.yml hands its node back to power saving, slurm/power_down.py); one made from the new template,
+    a pod being deleted, and pods that are not ours are not."""
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube import power_roll
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeClient, api_client_from_params
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model
+    namespace, docs = deployed
+    core = _core(real_cluster)
+    client = KubeClient(api_client_from_params({"kubeconfig": real_cluster.kubeconfig}), "soperator.slurm")
+
+    def digests(documents):
+        model = build_model(load_documents(yaml.safe_dump_all(documents)))
+        return model, power_roll.current_digests(model, render_cluster(model).manifests)
+    model, now = digests(docs)
+    newer = [dict(d, spec=dict(d["spec"], image="example.invalid/worker:new")) if d["metadata"]["name"] == "gpu"
+             else d for d in docs]
+    _model, then = digests(newer)
+    assert now["gpu"] != then["gpu"]
+    assert power("resume", "gpu-4").returncode == 0
+    core.create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-5", "labels": {"app": "someone-else"}},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/other:1"}]}})
+    try:
+        assert power_roll.outdated_pods(client, model, now) == []
+        assert power_roll.outdated_pods(client, model, then) == ["gpu-4"]
+        # being deleted: on its way out already
+        core.patch_namespaced_pod("gpu-4", namespace, {"metadata": {"finalizers": ["it.soperator.dev/hold"]}})
+        core.delete_namespaced_pod("gpu-4", namespace)
+        assert power_roll.outdated_pods(client, model, then) == []
+    finally:
+        core.patch_namespaced_pod("gpu-4", namespace, {"metadata": {"finalizers": None}})
+        core.delete_namespaced_pod("gpu-5", namespace, grace_period_seconds=0)
+    wait_for(lambda: pod_or_none(core, namespace, "gpu-4") is None, "gpu-4 deleted", timeout=120)

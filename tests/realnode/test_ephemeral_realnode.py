@@ -20,6 +20,7 @@ CLUSTER = "eph"
 CONTROLLER = CLUSTER + "-controller-0"
 LOGIN = CLUSTER + "-login-0"
 SUSPEND_TIME, RESUME_TIMEOUT = 10, 150
+TEMPLATE_HASH = "slurm.soperator.dev/pod-template-hash"
 SPEC = """
 apiVersion: slurm.soperator.dev/v1alpha1
 kind: SlurmCluster
@@ -145,6 +146,17 @@ def test_a_job_starts_two_worker_pods_and_idle_ones_go_away(cluster):
     assert touched == [], touched
     assert _burst_pods(node) == []
 
+    # a remediation pass (reconcile, then replace/re-check/resume what we drained) neither: no pod of theirs is
+    # written, they stay powered down and undrained
+    mark = audit.mark()
+    ansible_run.playbook("remediate.yml", "-e", "cluster=" + CLUSTER, "-e", "slurm_namespace=" + NS,
+                         "-e", "kubeconfig=" + node.kubeconfig, timeout=600)
+    touched = [r for r in audit.writes(mark) if r.resource == "pods" and (r.name or "").startswith("burst-")]
+    assert touched == [], touched
+    assert _burst_pods(node) == []
+    after = _sinfo(node)
+    assert all(after[n][0] == "idle~" and after[n][1] in ("", "none") for n in ("burst-0", "burst-1")), after
+
 
 def test_a_worker_that_cannot_start_ends_down_with_our_reason_and_the_job_is_requeued(cluster):
     node, _path, job = cluster
@@ -155,3 +167,46 @@ def test_a_worker_that_cannot_start_ends_down_with_our_reason_and_the_job_is_req
     assert state["JobState"] in ("PENDING", "REQUEUED", "CONFIGURING") and state.get("Restarts") != "0", state
     # the ResumeFailProgram removed what it had started
     wait("the broken-0 pod removed", lambda: ("broken-0" not in _worker_pods(node), _worker_pods(node)), 120, poll=2)
+
+
+def test_a_powered_up_worker_on_an_older_template_is_powered_down_once_idle_and_comes_back_new(cluster):
+    """site.yml with a changed burst template (its CPU request; slurm.conf stays the same): the powered-up burst pod
+    runs the old template, so its node is drained with our upgrade reason and handed to power saving; the running
+    job is not killed; once it ends, the SuspendProgram deletes the pod and the next job's pod carries the new
+    template's digest."""
+    node, path, _broken_job = cluster
+    job = _sbatch(node, "-p", "burst", "-N1", "-o", "/dev/null", "--wrap", "sleep 900")
+    wait("job %s running" % job, lambda: (_job_state(node, job).get("JobState") == "RUNNING", _job_state(node, job)),
+         RESUME_TIMEOUT + 120, poll=2)
+    worker = _job_state(node, job)["NodeList"]
+    old = json.loads(node.kubectl("-n", NS, "get", "pod", worker, "-o", "json").stdout)
+    newer = path.parent / "eph-newer.yml"
+    newer.write_text(path.read_text().replace("resources: {cpu: 500m, memory: 512Mi}\n  slurmNode: {cpus: 1}\n---",
+                                              "resources: {cpu: 400m, memory: 512Mi}\n  slurmNode: {cpus: 1}\n---", 1))
+    assert newer.read_text() != path.read_text()
+    site(node, newer)
+    # drained with our reason, powering down once idle; the job runs on
+    assert _sinfo(node)[worker][1] == "soperator: upgrade", _sinfo(node)
+    assert _job_state(node, job)["JobState"] == "RUNNING"
+    pod = json.loads(node.kubectl("-n", NS, "get", "pod", worker, "-o", "json").stdout)
+    assert pod["metadata"]["uid"] == old["metadata"]["uid"] and not pod["metadata"].get("deletionTimestamp")
+    _in_controller(node, "scancel", job)       # the user's job ends (here: early, to keep the test short)
+    wait("%s powered down and its pod gone" % worker, lambda: (
+        worker not in _burst_pods(node) and _sinfo(node)[worker][0].endswith("~"), (_burst_pods(node), _sinfo(node))),
+        SUSPEND_TIME + 120, poll=2)
+    # the next job powers it up from the new template
+    config = json.loads(json.loads(node.kubectl("-n", NS, "get", "configmap", CLUSTER + "-power", "-o", "json").stdout)
+                        ["data"]["power.json"])
+    digest = config["nodeSets"]["burst"]["pod"]["metadata"]["annotations"][TEMPLATE_HASH]
+    assert digest != old["metadata"]["annotations"][TEMPLATE_HASH]
+    job = _sbatch(node, "-p", "burst", "-w", worker, "-o", "/dev/null", "--wrap", "sleep 20")
+
+    def new_pod():
+        out = node.kubectl("-n", NS, "get", "pod", worker, "-o", "json", check=False).stdout
+        pod = json.loads(out) if out else {}
+        return (pod.get("metadata", {}).get("annotations", {}).get(TEMPLATE_HASH) == digest, pod.get("metadata"))
+    pod = wait("%s made from the new template" % worker, new_pod, RESUME_TIMEOUT, poll=1)
+    assert pod[1]["uid"] != old["metadata"]["uid"]
+    state = wait("job %s completed" % job, lambda: (_job_state(node, job).get("JobState") in (
+        "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"), _job_state(node, job)), RESUME_TIMEOUT + 120, poll=2)[1]
+    assert state["JobState"] == "COMPLETED", state

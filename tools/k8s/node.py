@@ -299,12 +299,14 @@ def save_image(ref, path):
 
 
 def default_images():
-    """The images the rendered examples name: every `<registry>/<component>:<default tag>` podman holds."""
+    """The images the rendered examples name: every `<registry>/<component>:<default tag>` podman holds, but the GPU
+    variants (worker-gpu, jail-gpu: several hundred MB each, and this node has no GPU to run them on)."""
     import sys
     sys.path.insert(0, os.path.join(REPO, "collections"))
     from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import DEFAULT_REGISTRY, DEFAULT_TAG
     out = _run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"], env=_containers_env()).stdout.split()
-    return sorted(r for r in out if r.startswith(DEFAULT_REGISTRY + "/") and r.endswith(":" + DEFAULT_TAG))
+    return sorted(r for r in out if r.startswith(DEFAULT_REGISTRY + "/") and r.endswith(":" + DEFAULT_TAG)
+                  and not r.rsplit(":", 1)[0].endswith("-gpu"))
 
 
 def import_image(bin_dir, sock, archive, ref):

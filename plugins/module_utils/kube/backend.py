@@ -37,11 +37,13 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.reconfigure i
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.status import cluster_status, node_set_status
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import rollout as kube_rollout
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import topology as kube_topology
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.identity_refs import check_identity_refs
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import upgrade as kube_upgrade
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.pod_replace import KubeReplacer
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import power_roll
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import maintenance
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import power_down, removal
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import rollout as slurm_rollout
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.crds import crds
@@ -336,6 +338,22 @@ class KubeCluster(SlurmConfigReload):
             if roll.errors:
                 raise BackendError("rolling NodeSet %s: %s" % (node_set.name, "; ".join(roll.errors)))
 
+    def roll_ephemeral(self, desired):
+        """Ephemeral workers whose pod runs an older template than their NodeSet's: handed back to Slurm's power
+        saving, which powers them down once idle (slurm/power_down.py); the next resume makes them anew. One pod
+        list per run, only for a cluster with ephemeral NodeSets; Slurm is read only when a pod is outdated."""
+        digests = power_roll.current_digests(self.model, desired)
+        if digests is None or self.namespace_missing:
+            return
+        stale = power_roll.outdated_pods(self.client, self.model, digests)
+        if not stale:
+            return
+        try:
+            self.actions += power_down.power_down_outdated(self.runner, stale, self.prefix,
+                                                           check_mode=self.options.check_mode)
+        except SlurmError as e:
+            raise BackendError("powering down outdated ephemeral workers %s: %s" % (", ".join(stale), e))
+
     def _change(self, changes, kind, name):
         found = [ch for ch in changes if ch.kind == kind and ch.name == name]
         return found[0] if found else None
@@ -350,6 +368,7 @@ class KubeCluster(SlurmConfigReload):
             check_kube_sizes(self.model, custom_resources(self.model))   # before the namespace, the first write
         except SpecError as e:
             raise BackendError(str(e))
+        check_identity_refs(self.client, self.model)     # the Secrets spec.identity names, before any write
         ns_change = self.ensure_namespace()
         # Plan before applying the CRDs, so a refused plan (a StatefulSet to recreate) writes nothing; the namespace
         # was created only if missing, and then nothing of ours exists to refuse.
@@ -395,6 +414,7 @@ class KubeCluster(SlurmConfigReload):
         self.apply_changes(rest)
         self.reload_slurm(changes)
         self.roll_workers(changes)
+        self.roll_ephemeral(desired)
         return self._finish(desired)
 
     def absent(self):

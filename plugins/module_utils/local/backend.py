@@ -31,6 +31,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.config_files
 from ansible_collections.soperator.slurm.plugins.module_utils.local.exporter import Exporter
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     CTLD_OFFSET, Layout, LocalClusterError, LOGIN_DAEMON, _current_user, check_path, node_ports)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.identity import LocalIdentity
 from ansible_collections.soperator.slurm.plugins.module_utils.local.login import LoginNode, require_jail_plugin
 from ansible_collections.soperator.slurm.plugins.module_utils.local import power
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
@@ -86,7 +87,8 @@ class LocalCluster(object):
                  user: Optional[str] = None, timeout: float = 60.0, drain_timeout: float = 300.0,
                  renderer: Optional[Callable[..., Any]] = None, jail_dir: Optional[str] = None,
                  spank_chroot: Optional[str] = None, login: bool = True, login_authorized_keys: Iterable[str] = (),
-                 rollout_timeout: float = 600.0) -> None:
+                 rollout_timeout: float = 600.0,
+                 identity_secrets: Optional[Mapping[str, Mapping[str, bytes]]] = None) -> None:
         self.layout = Layout(state_dir)
         self.model = model
         self.user = user or _current_user()
@@ -106,6 +108,8 @@ class LocalCluster(object):
         self.ports = PortBlock(lay, base_port, self.timeout, self.daemons.running_records)
         self.accounting = Accounting(lay, self.user, self.timeout, self.daemons, self.slurm)
         self.login_node = LoginNode(lay, jail_dir, self.login, self.login_authorized_keys, self.daemons)
+        # spec.identity: sssd and the namespace of the daemons that resolve users (local/identity.py)
+        self.identity = LocalIdentity(lay.state_dir, self.daemons, identity_secrets)
         self.exporter = Exporter(lay, jail_dir, self.daemons)
         self.rollout = Rollout(lay, self.daemons, self.slurm, self.timeout, self.rollout_timeout)
         self.planner = Planner(lay, self.directory, self.ports, self.daemons, self.rollout, self.login_node,
@@ -161,6 +165,7 @@ class LocalCluster(object):
         linked = self.jail_dir is not None and link_refusal("jail_dir", os.path.abspath(self.jail_dir))
         if linked:
             raise LocalClusterError(linked)     # the rule of state_dir (and jail_populate's jail_dir)
+        self.identity.check(self.model)
         if self.model is not None and not any(ns.max_replicas > 0 for ns in self.model.node_sets):
             # slurmctld 22.05 exits with "read_slurm_conf: no nodes configured"
             raise LocalClusterError("the local cluster needs at least one node: give a NodeSet maxReplicas >= 1 "
@@ -189,6 +194,8 @@ class LocalCluster(object):
         lay = self.layout
         self.daemons.ensure("munged", munged_argv(lay), changes, digest=munged_digest(lay),
                             ready=lambda: munge_ready(lay), ports=())
+        self.identity.ensure(model, changes)
+        self.daemons.wrap = self.identity.wrap if model.identity is not None else None
         if model.accounting.enabled:
             self.accounting.ensure(model, base_port, configs, changes)
         else:

@@ -52,6 +52,7 @@ import re
 import shutil
 import subprocess
 
+from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import SSS_PIPES_DIR
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import AccountingStorage, SlurmTarget
@@ -111,6 +112,9 @@ def local_target(model, state_dir, base_port, user=None, db_password=None, have_
         jail = _plugstack_word(jail_dir, "jail_dir")
         plugin = _plugstack_word(spank_chroot or c.SPANK_CHROOT_PLUGIN, "spank_chroot")
         binds = ("/tmp", lay.etc, lay.run, lay.spool)
+        if model.identity is not None:
+            # SSSD's pipes (in slurmstepd's identity namespace: this cluster's sssd, local/identity.py)
+            binds += (SSS_PIPES_DIR,)
     # the host's Slurm (unknown: the oldest we support, which reads only keys every version knows)
     version = slurm_version or host_slurm_version() or OLDEST_SLURM
     return SlurmTarget(

@@ -31,6 +31,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.state import
 from ansible_collections.soperator.slurm.plugins.module_utils.node import safe_tree
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
+from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import SSS_PIPES_DIR
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import ssh_host_keys_secret_name
 
 
@@ -51,18 +52,19 @@ def unsafe_path_components(path):
     return bad
 
 
-def login_binds(lay):
+def login_binds(lay, identity=False):
     """Host directories a login session needs at the same path inside the jail, like the plugin's binds for job
-    steps (see _adapt_plugstack_conf): /tmp, and the cluster's configs (SLURM_CONF), munge socket and spool. A
-    directory inside an earlier one comes along with it and is left out."""
+    steps (see _adapt_plugstack_conf): /tmp, and the cluster's configs (SLURM_CONF), munge socket and spool; with
+    `identity`, SSSD's pipes (the cluster's sssd in sshd's identity namespace). A directory inside an earlier one
+    comes along with it and is left out."""
     binds = []
-    for path in ("/tmp", lay.etc, lay.run, lay.spool):
+    for path in ("/tmp", lay.etc, lay.run, lay.spool) + ((SSS_PIPES_DIR,) if identity else ()):
         if not any(path == b or path.startswith(b.rstrip("/") + "/") for b in binds):
             binds.append(path)
     return binds
 
 
-def render_login_sshd_config(jail_dir, lay, base_port):
+def render_login_sshd_config(jail_dir, lay, base_port, identity=False):
     """The login nodes' sshd_config (render/sshd.py, as on Kubernetes) with this cluster's local paths: it listens on
     127.0.0.1:<base_port + LOGIN_OFFSET>, host keys and authorized keys live under state_dir, sessions get
     SLURM_CONF (the cluster's slurm.conf, bound into the jail at the same path)."""
@@ -73,7 +75,8 @@ def render_login_sshd_config(jail_dir, lay, base_port):
                      "write to (e.g. /tmp); the key files are ours and written 0644/0600.")
     return render_sshd_config(jail_dir, lay.ssh_host_keys, lay.authorized_keys, port=base_port + LOGIN_OFFSET,
                               listen_address=LOOPBACK, pid_file=os.path.join(lay.run, "sshd.pid"),
-                              set_env={"SLURM_CONF": lay.slurm_conf}, strict_modes=strict, notes=notes)
+                              set_env={"SLURM_CONF": lay.slurm_conf}, strict_modes=strict, notes=notes,
+                              identity_keys=identity)
 
 
 def _open_below(root, path, create=False):
@@ -183,7 +186,8 @@ class LoginNode(object):
         self._ensure_host_keys(model, changes)
         if self._write_if_changed(os.path.join(lay.authorized_keys, LOGIN_USER), self._root_keys(model), 0o644):
             changes.append("wrote the login's authorized keys of %s" % LOGIN_USER)
-        config = render_login_sshd_config(jail, lay, base_port)
+        identity = model.identity is not None
+        config = render_login_sshd_config(jail, lay, base_port, identity)
         if self._write_if_changed(lay.sshd_config, config, 0o644):
             changes.append("wrote the login's sshd_config")
         sshd = find_binary("sshd")
@@ -193,7 +197,7 @@ class LoginNode(object):
                               universal_newlines=True, timeout=30, check=False)
         if proc.returncode != 0:
             raise LocalClusterError("sshd -t rejects %s: %s" % (lay.sshd_config, proc.stdout.strip()))
-        binds = login_binds(lay)
+        binds = login_binds(lay, identity)
         for point in ["/dev", "/proc"] + binds:
             _jail_mount_point(jail, point)
         argv = self._login_argv(sshd, lay.sshd_config, jail, binds)
@@ -225,12 +229,12 @@ class LoginNode(object):
         address = self.address()
         if address is None:
             return actions + ["would write the login's sshd_config", "would start %s" % LOGIN_DAEMON]
-        config = render_login_sshd_config(jail, lay, address["port"] - LOGIN_OFFSET)
+        config = render_login_sshd_config(jail, lay, address["port"] - LOGIN_OFFSET, model.identity is not None)
         if current_text(lay.sshd_config) != config:
             actions.append("would write the login's sshd_config")
         if not running:
             return actions + ["would start %s" % LOGIN_DAEMON]
-        argv = self._login_argv(find_binary("sshd"), lay.sshd_config, jail, login_binds(lay))
+        argv = self._login_argv(find_binary("sshd"), lay.sshd_config, jail, login_binds(lay, model.identity is not None))
         if self.daemons.records()[LOGIN_DAEMON].get("digest") != _digest(config, *argv):
             actions.append("would restart %s (configuration changed)" % LOGIN_DAEMON)
         return actions

@@ -39,13 +39,14 @@ def cluster_summary(model):
 
 def run(model, params, check_mode=False, diff=False):
     """params: the module's state, state_dir, wait_timeout, jail_dir, spank_chroot, login, login_authorized_keys,
-    purge and rollout_timeout. -> the result; LocalOperationError (with the partial result) on failure."""
+    purge, rollout_timeout and identity_secrets. -> the result; LocalOperationError (with the partial result) on failure."""
     state = params["state"]
     timeout = params["wait_timeout"]
     cluster = LocalCluster(params["state_dir"] or default_state_dir(model.name), model, timeout=timeout,
                            drain_timeout=timeout, jail_dir=params["jail_dir"], spank_chroot=params["spank_chroot"],
                            login=params["login"], login_authorized_keys=params["login_authorized_keys"],
-                           rollout_timeout=params.get("rollout_timeout", 600))
+                           rollout_timeout=params.get("rollout_timeout", 600),
+                           identity_secrets=params.get("identity_secrets"))
     result = dict(changed=False, actions=[], state_dir=cluster.state_dir, env=cluster.env())
     if model is not None:
         result["cluster"] = cluster_summary(model)

@@ -149,6 +149,8 @@ class Daemons(object):
         self.env = dict(env)
         self.jail_dir = jail_dir
         self._children: Dict[int, Any] = {}    # pid -> Popen of daemons this object started (reaped when they end)
+        # (name, argv) -> the argv to run: spec.identity's namespace for the daemons that resolve users
+        self.wrap: Optional[Callable[[str, List[str]], List[str]]] = None
 
     def records(self) -> Dict[str, Dict[str, Any]]:
         """{name: record} of every daemon recorded (alive or not)."""
@@ -207,6 +209,8 @@ class Daemons(object):
         this cluster's for a slurmd or the login sshd; local/jail_use.py reads it). `ready`: a probe waited for
         (bounded by the timeout); None: the process must only survive its start."""
         lay = self.layout
+        if self.wrap is not None:
+            argv = self.wrap(name, argv)
         held = [p for p in ports if not _port_free(p)]
         if held:
             raise LocalClusterError("cannot start %s of %s: port %s on %s is in use by another process (not a daemon "

@@ -15,7 +15,8 @@ import sys
 
 from ansible_collections.soperator.slurm.plugins.module_utils import files
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir, current_text
-from ansible_collections.soperator.slurm.plugins.module_utils.node import active_check, health_check, health_status
+from ansible_collections.soperator.slurm.plugins.module_utils.node import (
+    active_check, health_check, health_status, nccl_probe)
 
 
 # The program slurmd runs: it gets only SLURMD_NODENAME from slurmd, so this wrapper tells it SLURM_CONF (which
@@ -30,14 +31,14 @@ exec %(python)s %(program)s "$@"
 
 
 def install_health_programs(lay, python=None):
-    """<state_dir>/bin: health_check.py, health_status.py and active_check.py (copies of the module_utils files the
-    images install) and `health-check`, the HealthCheckProgram. Returns the names of the files it (re)wrote."""
+    """<state_dir>/bin: health_check.py, health_status.py, active_check.py and nccl_probe.py (copies of the
+    module_utils files the images install) and `health-check`, the HealthCheckProgram. Returns the names of the files it (re)wrote."""
     _own_dir(lay.bin)
     python = python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
     programs = {}
     # Their source through the import system: in a module run they live inside Ansible's payload zip, not on disk
     # (importing them here is also what puts them into that payload).
-    for program in (health_check, health_status, active_check):
+    for program in (health_check, health_status, active_check, nccl_probe):
         programs[program.__name__.rsplit(".", 1)[-1] + ".py"] = (inspect.getsource(program), 0o644)
     programs["health-check"] = (_HEALTH_WRAPPER % {"slurm_conf": lay.slurm_conf, "python": python,
                                                    "program": os.path.join(lay.bin, "health_check.py")}, 0o755)

@@ -33,10 +33,12 @@ import time
 
 try:
     from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check as hc, health_status
-except ImportError:  # run as a program from an image or the local backend's bin/: the two files lie beside it
+    from ansible_collections.soperator.slurm.plugins.module_utils.node import nccl_probe
+except ImportError:  # run as a program from an image or the local backend's bin/: the files lie beside it
     sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
     import health_check as hc
     import health_status
+    import nccl_probe
 
 CHECK_TAG = "check:"
 POLL_SECONDS = 2.0
@@ -125,6 +127,27 @@ def evaluate_storage(text, min_write, min_read):
     return "; ".join(problems) or None
 
 
+# nccl-probe's first line: its output, not all_reduce_perf's
+PROBE_LINE = re.compile(r"^nccl: [0-9]", re.M)
+
+
+def evaluate_nccl_probe(text, min_busbw):
+    """nccl-probe's output (node/nccl_probe.py) -> a problem, or None. Its bus bandwidth is 0 on one GPU by definition:
+    there it proves NCCL and CUDA work and the limit is not applied."""
+    result = nccl_probe.parse(text)
+    if "no-gpu" in result:
+        return "no GPU: %s" % result["no-gpu"]
+    reduce = result.get("all-reduce")
+    if reduce is None:
+        errors = [ln.strip() for ln in (text or "").splitlines() if ln.startswith("error:")]
+        return (errors[0] if errors else "no all-reduce result in nccl-probe's output")[:hc.MAX_DETAIL]
+    if reduce["wrong"]:
+        return "all-reduce over %d GPUs returned %d wrong values" % (reduce["gpus"], reduce["wrong"])
+    if min_busbw is not None and reduce["gpus"] > 1 and reduce["busbw"] < min_busbw:
+        return "bus bandwidth %.1f GB/s below %s GB/s" % (reduce["busbw"], _num(min_busbw))
+    return None
+
+
 def evaluate_gpu_burn(text):
     faulty = [ln.strip() for ln in (text or "").splitlines() if "FAULTY" in ln]
     if faulty:
@@ -149,7 +172,12 @@ def job_script(check, gpus, output_dir):
         seconds = max(10, min(GPU_BURN_MAX_SECONDS, check["timeoutSeconds"] // 2))
         lines.append("gpu_burn %d" % seconds)
     elif kind == "ncclAllReduce":
-        lines.append("all_reduce_perf -b 512M -e 8G -f 2 -g %d" % max(1, gpus))
+        # nccl-tests where the jail has it; else our probe (node/nccl_probe.py, in the GPU jail as nccl-probe)
+        lines += ["if command -v all_reduce_perf >/dev/null; then",
+                  "    all_reduce_perf -b 512M -e 8G -f 2 -g %d" % max(1, gpus),
+                  "else",
+                  "    nccl-probe --gpus %d" % max(1, gpus),
+                  "fi"]
     elif kind == "storage":
         lines += [
             'f="%s/storage-$SLURM_JOB_ID.bin"' % output_dir,
@@ -168,6 +196,8 @@ def job_script(check, gpus, output_dir):
 def evaluate_output(check, text):
     kind = check["type"]
     if kind == "ncclAllReduce":
+        if PROBE_LINE.search(text or ""):
+            return evaluate_nccl_probe(text, check.get("minBusBandwidthGBs"))
         return evaluate_all_reduce(text, check.get("minBusBandwidthGBs"))
     if kind == "storage":
         return evaluate_storage(text, check.get("minWriteMBs"), check.get("minReadMBs"))

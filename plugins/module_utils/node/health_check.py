@@ -301,9 +301,17 @@ def _short(text):
     return one_line(text)[:MAX_DETAIL]
 
 
+# What a GPU node whose container has no NVIDIA driver reports (README, "GPU workers"): nvidia-smi, like libcuda, is
+# the node's, mounted in by the NVIDIA container toolkit; without it there is no GPU to check.
+NO_GPU = "no GPU: nvidia-smi is not in the container (the node's NVIDIA container toolkit mounts the driver in; " \
+         "the pod needs nvidia.com/gpu)"
+
+
 def check_gpu_count(expected, timeout):
     rc, out, err = run_command(["nvidia-smi", "--query-gpu=index,name,uuid,pci.bus_id", "--format=csv,noheader"],
                                timeout)
+    if rc == 127:
+        return NO_GPU
     if rc != 0:
         return "nvidia-smi failed: %s" % _short(err or out or "rc %s" % rc)
     try:

@@ -152,8 +152,8 @@ class LocalPower(PowerProgram):
             os.remove(record_path)
         return record is not None
 
-    def act(self, action, hostlist):
-        called = time.time()
+    def act(self, action, hostlist, requested=None):
+        called = time.time() if requested is None else requested
         if action == "resume":
             # slurmctld accepts a resumed node only once its boot time is at or after the resume request, in whole
             # seconds; `slurmd -b` reports a boot one second before it registers: so start in the next second.
@@ -161,7 +161,7 @@ class LocalPower(PowerProgram):
         fd = os.open(os.path.join(self.run_dir, LOCK), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         with os.fdopen(fd, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            return super(LocalPower, self).act(action, hostlist)
+            return super(LocalPower, self).act(action, hostlist, requested=called)
 
 
 def main(argv=None):

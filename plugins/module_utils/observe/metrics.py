@@ -25,7 +25,7 @@ except ImportError:  # only the exporter program builds metrics; the modules imp
 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import NODE_NAME
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
-    RESUME_FAILED_REASON, SCALE_DOWN_REASON, UPGRADE_REASON)
+    RESUME_FAILED_REASON, RESUME_REQUESTED, SCALE_DOWN_REASON, UPGRADE_REASON)
 
 MIB = 1024 * 1024
 
@@ -261,6 +261,31 @@ def power_families(nodes, prefix):
     return [node_power, by_nodeset]
 
 
+def resume_requested_at(record, prefix):
+    """When our ResumeProgram was asked to power the node up (the "<prefix> resume-requested <UNIX time>" it left in
+    the node's Comment), or None."""
+    words = record.comment[len(prefix):].split() if prefix and record.comment.startswith(prefix) else []
+    if len(words) == 2 and words[0] == RESUME_REQUESTED and words[1].isdigit():
+        return int(words[1])
+    return None
+
+
+def resume_families(nodes, prefix):
+    """Per up node of an ephemeral NodeSet: seconds from the resume request to the start of the slurmd that
+    registered (SlurmdStartTime), the last time power saving brought it up. Only when that slurmd started at or after
+    the request: a node still powering up, or one whose resume failed, has none."""
+    latency = _gauge("soperator_slurm_node_resume_seconds", "Seconds from Slurm's resume request (our ResumeProgram "
+                     "ran) to the start of the node's slurmd that registered, for the node's last resume.",
+                     ["nodeset", "node"])
+    for r in nodes:
+        match = NODE_NAME.match(r.name)
+        requested = resume_requested_at(r, prefix)
+        if r.cloud and match and requested is not None and not r.power and r.slurmd_start_time \
+                and r.slurmd_start_time >= requested:
+            latency.add_metric([match.group(1), r.name], r.slurmd_start_time - requested)
+    return [latency]
+
+
 def partition_families(nodes):
     """Per partition: nodes by state, CPUs, memory and GPUs total/allocated."""
     nodes_by_state, totals = {}, {}
@@ -423,7 +448,7 @@ def families(snapshot, prefix, scrape_seconds):
     out = exporter_families(snapshot, scrape_seconds)
     if "sinfo" not in snapshot.errors:
         out += node_families(snapshot.nodes, prefix) + partition_families(snapshot.nodes)
-        out += power_families(snapshot.nodes, prefix)
+        out += power_families(snapshot.nodes, prefix) + resume_families(snapshot.nodes, prefix)
         out += health_families(snapshot.health, snapshot.nodes)
     if "squeue" not in snapshot.errors:
         out += job_families(snapshot.jobs)

@@ -109,6 +109,8 @@ def pod_spec(model, component, containers, volumes, scheduling=None, api_access=
             spec["affinity"] = copy.deepcopy(scheduling.affinity)
         if scheduling.priority_class_name:
             spec["priorityClassName"] = scheduling.priority_class_name
+        if scheduling.runtime_class_name:
+            spec["runtimeClassName"] = scheduling.runtime_class_name
     spec["containers"] = containers
     if volumes:
         spec["volumes"] = volumes

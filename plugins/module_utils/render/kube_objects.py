@@ -29,6 +29,8 @@ import hashlib
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_builders as kb
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
+from ansible_collections.soperator.slurm.plugins.module_utils.render.identity_kube import (
+    give_identity, identity_objects, identity_ref_rules)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.observe_objects import observability_objects
 from ansible_collections.soperator.slurm.plugins.module_utils.render.power_kube import (
     give_controller_power, power_objects)
@@ -120,7 +122,8 @@ def remediation_rules(model=None):
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
         # What it did, as core/v1 Events on the SlurmCluster.
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-    ]
+        # spec.identity: the reconcile checks that the Secrets and ConfigMaps it names exist (exactly those).
+    ] + (identity_ref_rules(model) if model is not None else [])
 
 
 def _rbac(model):
@@ -189,7 +192,7 @@ def _config_maps(model, slurm_configs):
     keys = "".join(k + "\n" for k in model.login.ssh_root_public_keys)
     out.append(kb.obj("ConfigMap", kb.meta(model, authorized_keys_name(model), LOGIN), data={"root": keys}))
     out.append(kb.obj("ConfigMap", kb.meta(model, sshd_config_name(model), LOGIN),
-                      data={SSHD_CONFIG: login_sshd_config()}))
+                      data={SSHD_CONFIG: login_sshd_config(model)}))
     if model.accounting.enabled:
         if c.SLURMDBD_CONF not in slurm_configs:
             raise ValueError("accounting is enabled but slurm_configs lacks %s" % c.SLURMDBD_CONF)
@@ -331,11 +334,12 @@ def _wait_for_jail(model, image, guaranteed):
                         security={"allowPrivilegeEscalation": False})
 
 
-def login_sshd_config():
+def login_sshd_config(model=None):
     """The login pods' sshd_config (the same renderer as the local backend's login): chroot into the jail mount,
-    host keys from the SSH host keys Secret, root's keys from the authorized-keys ConfigMap."""
+    host keys from the SSH host keys Secret, root's keys from the authorized-keys ConfigMap; with spec.identity the
+    directory's keys too (render/identity_kube.py)."""
     return render_sshd_config(c.JAIL_MOUNT, c.SSH_HOST_KEY_DIR, SSH_AUTHORIZED_KEYS_DIR, port=SSH_PORT,
-                              keys_by_command=True)
+                              keys_by_command=True, identity_keys=model is not None and model.identity is not None)
 
 
 def _login(model):
@@ -379,9 +383,10 @@ def _login(model):
     pod = kb.pod_spec(model, LOGIN, [container], volumes, scheduling=login.scheduling,
                       initContainers=[_wait_for_jail(model, model.images.login, False)])
     # sshd reads its config only when it starts: a changed config rolls the login pods (sessions end).
-    digest = hashlib.sha256(login_sshd_config().encode("utf-8")).hexdigest()[:16]
-    return kb.stateful_set(model, login_name(model), LOGIN, login_headless_name(model), login.replicas, pod,
-                           parallel=True, pod_annotations={SSHD_CONFIG_ANNOTATION: digest})
+    digest = hashlib.sha256(login_sshd_config(model).encode("utf-8")).hexdigest()[:16]
+    return give_identity(model, kb.stateful_set(model, login_name(model), LOGIN, login_headless_name(model),
+                                                login.replicas, pod, parallel=True,
+                                                pod_annotations={SSHD_CONFIG_ANNOTATION: digest}), LOGIN)
 
 
 def _worker(model, node_set):
@@ -409,8 +414,9 @@ def _worker(model, node_set):
         probe_port="slurmd", liveness=False)
     pod = kb.pod_spec(model, WORKER, [container], volumes, scheduling=node_set.scheduling,
                       initContainers=[_wait_for_jail(model, node_set.image, True)])
-    return kb.stateful_set(model, node_set.name, WORKER, model.worker_service, node_set.replicas, pod,
-                           node_set=node_set.name, on_delete=True, parallel=True)
+    return give_identity(model, kb.stateful_set(model, node_set.name, WORKER, model.worker_service,
+                                                node_set.replicas, pod, node_set=node_set.name, on_delete=True,
+                                                parallel=True), WORKER)
 
 
 def _disruption_budgets(model):
@@ -500,7 +506,8 @@ def render_manifests(model, slurm_configs, secret_material):
         if model.accounting.in_cluster is not None:
             objects.append(_accounting_db(model))
         objects.append(_accounting(model))
-    objects.append(give_controller_power(model, _controller(model)))
+    objects += identity_objects(model)
+    objects.append(give_identity(model, give_controller_power(model, _controller(model)), CONTROLLER))
     objects.append(_login(model))
     workers = dict((node_set.name, _worker(model, node_set)) for node_set in model.node_sets)
     objects += [workers[node_set.name] for node_set in model.node_sets]

@@ -22,6 +22,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import hashlib
 import json
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
@@ -31,6 +32,9 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import 
 
 POWER = "power"                      # the component of these objects
 EPHEMERAL_LABEL = "slurm.soperator.dev/ephemeral-nodeset"
+# The digest of the template a pod was made from: a pod whose digest is not its NodeSet's current one runs an older
+# template (kube/power_roll.py powers its node down once idle, so that the next resume makes it anew).
+TEMPLATE_ANNOTATION = "slurm.soperator.dev/pod-template-hash"
 POWER_CONFIG_DIR = "/etc/soperator/power"
 POWER_CONFIG_FILE = "power.json"
 
@@ -50,10 +54,19 @@ def ephemeral_pod(model, worker_stateful_set, node_set):
     for container in spec["containers"]:
         if container["name"] == "slurmd":
             container["args"] = container["args"][:1] + [c.SLURMD_BOOTED_FLAG] + container["args"][1:]
-    metadata = {"namespace": model.namespace, "labels": ephemeral_pod_labels(model, node_set)}
-    if template["metadata"].get("annotations"):
-        metadata["annotations"] = dict(template["metadata"]["annotations"])
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    metadata = {"namespace": model.namespace, "labels": ephemeral_pod_labels(model, node_set),
+                "annotations": dict(template["metadata"].get("annotations") or {})}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    metadata["annotations"][TEMPLATE_ANNOTATION] = template_hash(pod)
+    return pod
+
+
+def template_hash(pod):
+    """The digest of an ephemeral pod template: its labels, annotations (but this one) and spec."""
+    annotations = dict((k, v) for k, v in (pod["metadata"].get("annotations") or {}).items()
+                       if k != TEMPLATE_ANNOTATION)
+    text = json.dumps([pod["metadata"].get("labels"), annotations, pod["spec"]], sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def power_config(model, worker_stateful_sets):

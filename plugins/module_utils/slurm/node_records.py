@@ -52,6 +52,8 @@ class NodeRecord:
     jobs: Optional[int] = field(default=None, compare=False)
     # When the node's slurmd last registered (sinfo only): tells a restarted / replaced slurmd from the old one.
     slurmd_start_time: Optional[int] = field(default=None, compare=False)
+    # The node's Comment (sinfo only): our power programs leave a resume's request time there (node/power_program.py).
+    comment: str = field(default="", compare=False)
 
     @property
     def drain(self):
@@ -185,6 +187,7 @@ def _record_from_json(node):
         reason_set_by_user=user if isinstance(user, str) and user else None,
         reason_changed_at=_number(node.get("reason_changed_at"), "reason_changed_at") or None,
         slurmd_start_time=_number(node.get("slurmd_start_time"), "slurmd_start_time") or None,
+        comment=_text(node.get("comment")),
         partitions=tuple(str(p) for p in partitions), gres=_text(node.get("gres")),
         gres_used=_text(node.get("gres_used")), features=tuple(features),
         cpus=_number(node.get("cpus"), "cpus"), alloc_cpus=_number(node.get("alloc_cpus"), "alloc_cpus"),

@@ -44,6 +44,8 @@ SCALE_DOWN_REASON = "scale-down"
 UPGRADE_REASON = "upgrade"
 # The reason our ResumeFailProgram gives a node whose worker did not come up within ResumeTimeout (ephemeral NodeSets).
 RESUME_FAILED_REASON = "resume-failed"
+# The node Comment our ResumeProgram leaves, "<prefix> resume-requested <UNIX time>": when Slurm asked for the node.
+RESUME_REQUESTED = "resume-requested"
 STATES = ("drained", "resumed", "undrained")
 
 SINFO_JSON = ("sinfo", "--json")

@@ -22,6 +22,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec import model 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import CEL_RULES as EPHEMERAL_CEL
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import ephemeral_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import topology as node_topology
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.cron import SCHEDULE_PATTERN, schedule_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.window import START_HELP, START_PATTERN, start_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
@@ -282,6 +283,9 @@ def _scheduling_fields():
         "affinity": AnyObj("A Kubernetes affinity, passed through to the pods.", optional=True),
         "priorityClassName": Str("Kubernetes PriorityClass of the pods.", pattern=K8S_NAME,
                                  pattern_help=K8S_NAME_HELP, max_length=MAX_DNS_NAME),
+        "runtimeClassName": Str("Kubernetes RuntimeClass of the pods: e.g. nvidia for GPU NodeSets where the NVIDIA "
+                                "container toolkit is not the nodes' default runtime.", pattern=K8S_NAME,
+                                pattern_help=K8S_NAME_HELP, max_length=MAX_DNS_NAME),
     }
 
 
@@ -305,9 +309,13 @@ IMAGES = Obj("Container images. Each unset component image is <registry>/<compon
     "pullSecrets": Arr(Str(pattern=K8S_NAME, pattern_help=K8S_NAME_HELP, max_length=MAX_DNS_NAME),
                        "Names of image pull Secrets.", default=[]),
     "controller": _image_ref("slurmctld image."),
-    "worker": _image_ref("slurmd image (also the default of every NodeSet)."),
+    "worker": _image_ref("slurmd image (also the default of every NodeSet without GRES gpu)."),
+    "workerGpu": _image_ref("slurmd image with the NVIDIA user space (CUDA runtime, NCCL): the default of every NodeSet "
+                            "with GRES gpu (default <registry>/worker-gpu:<tag>)."),
     "login": _image_ref("Login (sshd) image."),
-    "populateJail": _image_ref("Image whose root filesystem fills the jail."),
+    "populateJail": _image_ref("Image whose root filesystem fills the jail (default <registry>/jail:<tag>, or "
+                               "<registry>/jail-gpu:<tag>, whose jail also holds the CUDA runtime and NCCL, when a "
+                               "NodeSet has GRES gpu)."),
     "accounting": _image_ref("slurmdbd image."),
     "mariadb": _image_ref("MariaDB image of the in-cluster accounting database.", default=DEFAULT_MARIADB_IMAGE),
     "remediation": _image_ref("Ansible runner image of the remediation CronJob."),
@@ -511,6 +519,7 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
     "healthChecks": HEALTH_CHECKS,
     "remediation": REMEDIATION,
     "observability": OBSERVABILITY,
+    "identity": identity_schema(),
 })
 NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict({
     "clusterName": Str("The SlurmCluster this NodeSet belongs to.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),

@@ -31,6 +31,7 @@ class Images:
     mariadb: str
     remediation: str
     pull_policy: str
+    worker_gpu: str                     # the default of NodeSets with GRES gpu
     pull_secrets: Tuple[str, ...]
 
 
@@ -60,6 +61,7 @@ class Scheduling:
     tolerations: Tuple[Toleration, ...] = ()
     affinity: Optional[dict] = None
     priority_class_name: Optional[str] = None
+    runtime_class_name: Optional[str] = None
 
 
 UPDATE_STRATEGIES = ("slurmAware", "scheduled", "onDelete")
@@ -217,6 +219,28 @@ class Login:
 class PasswordSecretRef:
     name: str
     key: str
+
+
+@dataclass(frozen=True)
+class Ldap:
+    """spec.identity.ldap (spec/identity.py): what render/sssd_conf.py writes sssd.conf from."""
+    uri: str
+    search_base: str
+    user_search_base: Optional[str]
+    group_search_base: Optional[str]
+    bind_dn: Optional[str]
+    bind_password_secret: Optional[PasswordSecretRef]
+    ca_config_map: Optional[PasswordSecretRef]
+    start_tls: bool
+    access_filter: Optional[str]
+    entry_cache_timeout: int
+
+
+@dataclass(frozen=True)
+class Identity:
+    """spec.identity: SSSD from our sssd.conf (ldap) or from the user's (sssd_config_secret), never both."""
+    ldap: Optional[Ldap] = None
+    sssd_config_secret: Optional[PasswordSecretRef] = None
 
 
 @dataclass(frozen=True)
@@ -394,6 +418,7 @@ class ClusterModel:
     # The validated documents, defaults filled in: what we write back as the CRs.
     cluster_spec: dict = field(repr=False, compare=False, default_factory=dict)
     node_set_specs: Dict[str, dict] = field(repr=False, compare=False, default_factory=dict)
+    identity: Optional[Identity] = None         # spec.identity (spec/identity.py); None: jail users only
 
     def node_set(self, name: str) -> NodeSet:
         for ns in self.node_sets:

@@ -54,6 +54,8 @@ remediation_status_name = _cluster_suffixed("remediation-status")
 munge_secret_name = _cluster_suffixed("munge")
 ssh_host_keys_secret_name = _cluster_suffixed("ssh-host-keys")
 accounting_db_secret_name = _cluster_suffixed("accounting-db")
+# spec.identity: the sssd.conf template and nsswitch.conf files (render/identity_kube.py)
+sssd_config_name = _cluster_suffixed("sssd")
 
 
 def jail_claim_name(model: "ClusterModel") -> str:

@@ -21,6 +21,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents imp
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import (
     ephemeral_issues, ephemeral_model, replicas_of)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.topology import node_labels_model, topology_issues
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_issues, identity_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import (
     CLUSTER_DOCUMENT,
     GRES_PATTERN,
@@ -115,6 +116,7 @@ def _cross_checks(cluster, node_sets):
     spec, label = _get(cluster, "spec"), "SlurmCluster/%s" % name
     issues.extend(ephemeral_issues(label, _get(spec, "slurmConfig"), node_sets))
     issues.extend(topology_issues(label, _get(spec, "topology"), node_sets))
+    issues.extend(identity_issues(label, _get(spec, "identity")))
     if spec is None:
         return issues
 
@@ -283,6 +285,7 @@ def _scheduling(spec):
                                        t.get("tolerationSeconds")) for t in spec.get("tolerations") or []),
         affinity=copy.deepcopy(spec.get("affinity")),
         priority_class_name=spec.get("priorityClassName"),
+        runtime_class_name=spec.get("runtimeClassName"),
     )
 
 
@@ -299,12 +302,16 @@ def _parse_gres(text):
     return m.Gres(name=parts[0], type=parts[1] if len(parts) == 3 else None, count=int(parts[-1]))
 
 
-def _node_set_model(doc, default_image):
+def _gpus(node_set_spec):
+    return sum(g.count for g in (_parse_gres(text) for text in node_set_spec["gres"]) if g.name == "gpu")
+
+
+def _node_set_model(doc, images):
     spec = doc["spec"]
     slurm_node = spec["slurmNode"]
     resources = _str_map(spec["resources"])
     gres = tuple(_parse_gres(g) for g in spec["gres"])
-    gpus = sum(g.count for g in gres if g.name == "gpu")
+    gpus = _gpus(spec)
     if gpus and "nvidia.com/gpu" not in resources:
         resources["nvidia.com/gpu"] = str(gpus)
     return m.NodeSet(
@@ -322,7 +329,7 @@ def _node_set_model(doc, default_image):
         features=tuple(spec["features"]),
         scheduling=_scheduling(spec),
         max_unavailable=spec["maxUnavailable"],
-        image=spec.get("image") or default_image,
+        image=spec.get("image") or (images.worker_gpu if gpus else images.worker),
         shared_memory=str(spec["sharedMemory"]) if spec.get("sharedMemory") is not None else None,
         update_strategy=_update_strategy(spec["updateStrategy"]),
         ephemeral=ephemeral_model(spec),
@@ -343,14 +350,17 @@ def _model(cluster, node_set_docs):
         controller=_image(images, images.get("controller"), "controller"),
         worker=_image(images, images.get("worker"), "worker"),
         login=_image(images, images.get("login"), "login"),
-        populate_jail=_image(images, images.get("populateJail"), "jail"),
+        # The jail holds what jobs load: with GPU NodeSets, the CUDA runtime and NCCL too.
+        populate_jail=_image(images, images.get("populateJail"),
+                             "jail-gpu" if any(_gpus(d["spec"]) for d in node_set_docs) else "jail"),
         accounting=_image(images, images.get("accounting"), "accounting"),
         mariadb=images["mariadb"],
         remediation=_image(images, images.get("remediation"), "ansible-runner"),
         pull_policy=images["pullPolicy"],
         pull_secrets=tuple(images["pullSecrets"]),
+        worker_gpu=_image(images, images.get("workerGpu"), "worker-gpu"),
     )
-    node_sets = tuple(sorted((_node_set_model(d, image_set.worker) for d in node_set_docs), key=lambda n: n.name))
+    node_sets = tuple(sorted((_node_set_model(d, image_set) for d in node_set_docs), key=lambda n: n.name))
     partitions = tuple(
         m.Partition(p["name"], tuple(p["nodeSets"]), p["default"], _str_map(p["config"]))
         for p in spec["partitions"]
@@ -440,6 +450,7 @@ def _model(cluster, node_set_docs):
         observability=_observability(spec["observability"]),
         cluster_spec=cluster,
         node_set_specs={d["metadata"]["name"]: d for d in node_set_docs},
+        identity=identity_model(spec),
     )
 
 

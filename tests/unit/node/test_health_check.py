@@ -209,3 +209,9 @@ def test_load_config_refuses_what_is_not_ours(tmp_path):
         hc.load_config(str(path))
     with pytest.raises(hc.HealthCheckError):
         hc.load_config(str(tmp_path / "missing.json"))
+
+
+def test_no_nvidia_smi_is_the_documented_no_gpu_answer(monkeypatch, tmp_path):
+    # a container the NVIDIA container toolkit did not set up: no nvidia-smi on PATH (run for real, not stood in)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert hc.check_gpu_count(8, 10) == hc.NO_GPU

@@ -262,7 +262,10 @@ def test_every_pod_searches_worker_and_controller_domains(objects):
 
 def test_images_pull_policy_and_secrets(objects):
     m = make_model()
-    expected = {"demo-controller": m.images.controller, "demo-login": m.images.login, "gpu": m.images.worker,
+    # a NodeSet with GRES gpu runs the GPU worker image, the others the worker image
+    assert m.images.worker_gpu == m.images.worker.replace("/worker:", "/worker-gpu:")
+    expected = {"demo-controller": m.images.controller, "demo-login": m.images.login, "gpu": m.images.worker_gpu,
+                "cpu": m.images.worker,
                 "demo-accounting": m.images.accounting, "demo-accounting-db": m.images.mariadb,
                 "demo-populate-jail": m.jail.populate_image, "demo-remediation": m.images.remediation}
     for obj in pod_objects(objects):

@@ -103,6 +103,9 @@ DEFAULTED_SPECS = [
     ({}, {"ephemeral": {"enabled": True}, "maxReplicas": 4}),
     ({"topology": {"nodeLabels": {"tiers": ["example.com/leaf"], "nodeSets": ["cpu"]}}}, {}),
     ({"accounting": {"database": {"external": {"host": "db", "user": "u", "passwordSecret": {"name": "s"}}}}}, {}),
+    ({"identity": {"ldap": {"uri": "ldaps://ldap", "searchBase": "dc=x", "bindDN": "cn=b,dc=x",
+                            "bindPasswordSecret": {"name": "b"}, "caConfigMap": {"name": "ca"}}}}, {}),
+    ({"identity": {"sssdConfigSecret": {"name": "s"}}}, {}),
 ]
 
 # Where the ClusterModel names a spec field otherwise than its snake_case (spec path prefix -> model path prefix);

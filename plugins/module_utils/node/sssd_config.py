@@ -1,0 +1,101 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) soperator.slurm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The sssd.conf that sssd reads: the rendered template (render/sssd_conf.py, no password in it) with the bind
+password appended to its domain section, written 0600 (sssd refuses a config others may read).
+
+A program of the images (the SSSD container runs it before `sssd -i`) and a function of the local backend. Standard
+library only (node/). The password is read from a file (the mounted bindPasswordSecret) and never printed: every
+message names the file, never its content.
+
+    python3 sssd_config.py write --template T [--password-file F] --out /etc/sssd/sssd.conf
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import argparse
+import os
+import sys
+
+AUTHTOK_KEY = "ldap_default_authtok"
+
+
+class SssdConfigError(Exception):
+    pass
+
+
+def with_bind_password(template, password, source="the bind password"):
+    """`template` (text whose last section is the [domain/...] one) with `ldap_default_authtok = <password>` at its
+    end. `password` (bytes or text) must read back as written from an INI line: UTF-8, no control character, no
+    space at either end (libini_config trims them). A trailing newline (as `echo` writes a file) is dropped."""
+    if isinstance(password, bytes):
+        try:
+            password = password.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SssdConfigError("%s is not UTF-8 text" % source)
+    if password.endswith("\n"):
+        password = password[:-1]
+    if not password:
+        raise SssdConfigError("%s is empty" % source)
+    if password != password.strip(" ") or any(ord(c) < 0x20 or ord(c) == 0x7f for c in password):
+        raise SssdConfigError("%s holds a control character or a space at either end: sssd.conf cannot hold it as "
+                              "written" % source)
+    sections = [line.strip() for line in template.splitlines() if line.strip().startswith("[")]
+    if not sections or not sections[-1].startswith("[domain/"):
+        raise SssdConfigError("the sssd.conf template does not end with its domain section")
+    if any(line.split("=", 1)[0].strip() == AUTHTOK_KEY for line in template.splitlines()):
+        raise SssdConfigError("the sssd.conf template already holds %s" % AUTHTOK_KEY)
+    return template.rstrip("\n") + "\n%s = %s\n" % (AUTHTOK_KEY, password)
+
+
+def write_config(path, text):
+    """Write `text` to `path` 0600 through a new file renamed over it (a link at `path` is replaced, never
+    followed)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, ".%s.%d.tmp" % (os.path.basename(path), os.getpid()))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _read(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Write sssd.conf from its template and the bind password file.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    write = sub.add_parser("write")
+    write.add_argument("--template", required=True)
+    write.add_argument("--password-file", help="the bind password (absent: an anonymous bind)")
+    write.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    try:
+        text = _read(args.template).decode("utf-8")
+        if args.password_file:
+            text = with_bind_password(text, _read(args.password_file), "the bind password in %s" % args.password_file)
+        write_config(args.out, text)
+    except (OSError, UnicodeDecodeError, SssdConfigError) as e:
+        sys.stderr.write("sssd_config: %s\n" % e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
