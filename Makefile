@@ -189,5 +189,7 @@ runner-local: images-deps
 	TAG= $(PYTHON) images/build.py --suite $(JAIL_SUITE) --only ansible-runner
 
 # Each example's rendered slurm.conf, started by the controller image's slurmctld (with slurmdbd where it has one).
+# Then the topology.yaml of spec.topology.nodeLabels (tree and block), read by that slurmctld (images/check_topology.py).
 images-check-configs: images
 	$(IMAGES_ENV) $(PYTHON) images/check_configs.py
+	$(IMAGES_ENV) $(PYTHON) images/check_topology.py

@@ -20,6 +20,7 @@ SLURM_CONF_DIR = "/etc/slurm"
 SLURM_CONFIG_FILES = ("slurm.conf", "cgroup.conf", "gres.conf", "plugstack.conf", "mpi.conf", "topology.conf",
                       "health.json")
 SLURMDBD_CONF = "slurmdbd.conf"
+TOPOLOGY_YAML = "topology.yaml"      # Slurm 25.05+ (spec.topology.nodeLabels; render/topology_conf.py)
 JAIL_MOUNT = "/mnt/jail"
 MUNGE_KEY_DIR = "/etc/munge"
 MUNGE_SOCKET_DIR = "/run/munge"

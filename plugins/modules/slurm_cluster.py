@@ -536,6 +536,20 @@ rollout:
             steps: [drained, replaced, rechecked, resumed]},
            {node: cpu-0, node_set: cpu, batch: 3, step: waiting, steps: [drained],
             reason: "drained (soperator: upgrade); jobs still run on it after 600s: ..."}]
+topology:
+  description:
+    - With O(target=kubernetes) and C(spec.topology.nodeLabels), the topology this run computed from the labels of
+      the Kubernetes nodes the workers run on (the tree written to topology.conf and, for Slurm 25.05+,
+      topology.yaml); V(null) without nodeLabels.
+    - C(units) top first, each a switch (C(plugin) V(topology/tree)) or a block (V(topology/block)) with its Slurm
+      C(nodes) or its C(children) switches. C(unplaced) lists the workers left out of the tree, with the reason (no
+      pod on a node yet, a tier label missing on its node, a switch under two parents); Slurm gives them no job until
+      a run finds their place.
+  returned: when O(target=kubernetes) and O(state=present)
+  type: dict
+  sample: {plugin: topology/tree, units: [{name: root, children: [spine-a, spine-b]}, {name: spine-a, children: [leaf-1]},
+           {name: leaf-1, nodes: [gpu-0, gpu-1]}], unplaced: [{node: gpu-2, reason: "Kubernetes node n7 has no label
+           example.com/leaf"}]}
 reservations:
   description:
     - With O(target=kubernetes), for each NodeSet with C(spec.updateStrategy.type=scheduled) whose reservation this

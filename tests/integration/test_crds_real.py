@@ -109,7 +109,11 @@ def test_a_bad_nodeset_is_refused_at_our_field_path(crds, namespace, bad):
     {"accounting": {"enabled": True, "database": {
         "inCluster": {"storage": "1Gi"},
         "external": {"host": "db", "user": "slurm", "passwordSecret": {"name": "db"}}}}},
-], ids=["jail-claim-and-size", "jail-neither", "database-both"])
+    {"topology": {"enabled": True, "nodeLabels": {"tiers": ["example.com/leaf"], "nodeSets": ["cpu"]}}},
+    {"topology": {"nodeLabels": {"plugin": "topology/block", "tiers": ["example.com/spine", "example.com/leaf"],
+                                 "nodeSets": ["cpu"]}}},
+], ids=["jail-claim-and-size", "jail-neither", "database-both", "topology-labels-and-static",
+        "topology-block-two-tiers"])
 def test_a_bad_slurmcluster_is_refused_at_our_field_path(crds, namespace, bad):
     docs = small_docs()
     docs[0]["spec"].update(bad)

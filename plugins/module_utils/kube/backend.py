@@ -36,6 +36,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.reconfigure i
     CONFIG_DIGEST_FIELD, SlurmConfigReload)
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.status import cluster_status, node_set_status
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import rollout as kube_rollout
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import topology as kube_topology
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.identity_refs import check_identity_refs
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import upgrade as kube_upgrade
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.pod_replace import KubeReplacer
@@ -47,6 +48,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm import rollo
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.crds import crds
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.schema import SpecError
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.topology import topology_tree
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (
     CR_API_VERSION, KubeError, NotFound, RESOURCES, object_key)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import render_cluster, secret_material
@@ -371,6 +373,9 @@ class KubeCluster(SlurmConfigReload):
         # Plan before applying the CRDs, so a refused plan (a StatefulSet to recreate) writes nothing; the namespace
         # was created only if missing, and then nothing of ours exists to refuse.
         live = {} if self.namespace_missing else self.read_live()
+        if not self.namespace_missing:
+            # spec.topology.nodeLabels: where the workers run now decides topology.conf / topology.yaml
+            self.model = kube_topology.with_placement(self.client, self.model)
         for obj in extra_live:
             live.setdefault(object_key(obj), obj)
         rendered = render_cluster(self.model, live_secret_material(live))
@@ -538,7 +543,9 @@ class KubeCluster(SlurmConfigReload):
             not a.startswith("kept ") for a in self.actions) or any(
             slurm_rollout.acted(step, self.options.check_mode) for step in self.rollout_steps) or any(
             maintenance.acted(entry) for entry in self.reservations)
+        tree = topology_tree(self.model)
         return {
+            "topology": tree.report() if tree is not None else None,
             "upgrade": self.upgrade.report() if self.upgrade is not None else None,
             "rollout": list(self.rollout_steps),
             "reservations": list(self.reservations),

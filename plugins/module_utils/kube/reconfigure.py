@@ -28,8 +28,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 CONFIG_DIGEST_FIELD = "slurmConfigDigest"
 
 
-def _controller_config_path(key):
-    return posixpath.join(c.SLURM_CONF_DIR, key)
+# The files of spec.topology.nodeLabels: the part of the configs that follows where the pods run.
+TOPOLOGY_FILES = ("topology.conf", c.TOPOLOGY_YAML)
 
 
 SHA256SUM_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
@@ -143,18 +143,27 @@ class SlurmConfigReload(object):
         gres.conf alone. The kubelet swaps the whole volume at once (the `..data` symlink), so the pod never sees a
         mix of old and new files, and one read of all of them tells which version it has."""
         where = self.runner.describe()
-        if where.get("transport") != "kubernetes":
-            # slurm_transport=local: that controller reads a local slurm.conf, which this ConfigMap does not feed.
-            return
-        pod = "%s/%s" % (where["namespace"], where["pod"])
         desired = config_change.desired.get("data") or {}
+        if where.get("transport") == "kubernetes":
+            pod, conf_dir, keys = "%s/%s" % (where["namespace"], where["pod"]), c.SLURM_CONF_DIR, None
+        elif self.model.topology.node_labels is not None and where.get("slurm_conf"):
+            # slurm_transport=local: that slurmctld reads its own slurm.conf, which this ConfigMap does not feed; only
+            # the topology files of spec.topology.nodeLabels (they follow the pods) are the ConfigMap's, mirrored
+            # beside its slurm.conf by whoever runs it there: wait for them as for a pod.
+            pod, conf_dir, keys = "slurmctld of %s" % where["slurm_conf"], posixpath.dirname(where["slurm_conf"]), \
+                TOPOLOGY_FILES
+        else:
+            return
         # keys an update dropped must be gone from the pod; an unchanged ConfigMap (a reload owed by an earlier
         # run) may hold keys of another writer, which stay
         removed = set((config_change.live or {}).get("data") or {}) - set(desired) \
             if config_change.action == ka.UPDATE else set()
-        wanted = dict((_controller_config_path(key), hashlib.sha256(text.encode("utf-8")).hexdigest())
-                      for key, text in desired.items())
-        wanted.update((_controller_config_path(key), None) for key in removed)   # None: the file must be gone
+        wanted = dict((posixpath.join(conf_dir, key), hashlib.sha256(text.encode("utf-8")).hexdigest())
+                      for key, text in desired.items() if keys is None or key in keys)
+        # None: the file must be gone
+        wanted.update((posixpath.join(conf_dir, key), None) for key in removed if keys is None or key in keys)
+        if not wanted:
+            return
         argv = ["sha256sum"] + sorted(wanted)
         reads = []
 
@@ -175,7 +184,7 @@ class SlurmConfigReload(object):
                                "reconfigure` was not run. The kubelet refreshes mounted ConfigMaps on its sync period; "
                                "a re-run of this task once the pod shows the new files runs the reconfigure "
                                "(slurmctld is recorded as still running the old configs)."
-                               % (config_change.describe(), self.options.wait_timeout, pod, stale, c.SLURM_CONF_DIR)))
+                               % (config_change.describe(), self.options.wait_timeout, pod, stale, conf_dir)))
         if len(reads) > 1:
             self.actions.append("waited %d s for the changed Slurm configs to reach the controller pod %s"
                                 % (round(seconds), pod))

@@ -136,11 +136,14 @@ def _rbac(model):
         kb.obj("RoleBinding", kb.meta(model, name, REMEDIATION), subjects=subject,
                roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}),
     ]
-    if model.remediation.cordon_kubernetes_node:
-        # Cordoning a Kubernetes node (a server-side apply of spec.unschedulable) is cluster-scoped; nothing else is.
+    # Cordoning a Kubernetes node (a server-side apply of spec.unschedulable) and listing the nodes whose labels make
+    # spec.topology.nodeLabels' tree are cluster-scoped; nothing else is.
+    node_verbs = (["patch"] if model.remediation.cordon_kubernetes_node else []) + (
+        ["list"] if model.topology.node_labels is not None else [])
+    if node_verbs:
         cluster_name = remediation_cluster_role_name(model)
         out.append(kb.obj("ClusterRole", kb.meta(model, cluster_name, REMEDIATION, namespaced=False),
-                          rules=[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]))
+                          rules=[{"apiGroups": [""], "resources": ["nodes"], "verbs": node_verbs}]))
         out.append(kb.obj("ClusterRoleBinding", kb.meta(model, cluster_name, REMEDIATION, namespaced=False),
                           subjects=subject,
                           roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",

@@ -24,7 +24,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render import slur
 from ansible_collections.soperator.slurm.plugins.module_utils.render.health_json import render_health_json
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import AccountingStorage, KUBERNETES
 from ansible_collections.soperator.slurm.plugins.module_utils.render.topology_conf import (
-    render_topology_conf, topology_enabled)
+    render_topology_conf, render_topology_yaml, topology_plugin)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys, hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import NODE_NAME
@@ -133,8 +133,8 @@ def _slurm_sections(model, target):
         ]
     sections.append(("Passive health checks", health))
     sections.append(("Power saving (ephemeral NodeSets)", power_save.power_save_settings(model, target)))
-    if topology_enabled(model):
-        sections.append(("Network topology (topology.conf)", [("TopologyPlugin", "topology/tree", None)]))
+    if topology_plugin(model):
+        sections.append(("Network topology (topology.conf)", [("TopologyPlugin", topology_plugin(model), None)]))
     if slurmctld_metrics(model, target):
         sections.append(("Metrics", [("MetricsType", "metrics/openmetrics",
                                       "slurmctld serves %s on its port (spec.observability)."
@@ -463,4 +463,7 @@ def render_slurm_configs(model, target=KUBERNETES):
     }
     if model.accounting.enabled:
         files[c.SLURMDBD_CONF] = _render_slurmdbd_conf(model, target)
+    topology_yaml = render_topology_yaml(model, target)
+    if topology_yaml is not None:
+        files[c.TOPOLOGY_YAML] = topology_yaml
     return files

@@ -23,6 +23,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.accounting im
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.cron import SCHEDULE_PATTERN, schedule_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import CEL_RULES as EPHEMERAL_CEL
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import ephemeral_schema
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import topology as node_topology
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
     QUANTITY_PATTERN,
@@ -263,6 +264,10 @@ def _cidr(value):
     return None
 
 
+TOPOLOGY_HELP = "Slurm's network topology: a static tree (enabled, switches) or one that follows the Kubernetes " \
+                "nodes the workers run on (nodeLabels)."
+
+
 def _scheduling_fields():
     return {
         "nodeSelector": _labels("Kubernetes node labels the pods must match.", default={}),
@@ -499,7 +504,7 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
         "default": Str("MpiDefault.", enum=["none", "pmix", "pmi2"], default="none"),
         "config": _slurm_config("mpi.conf", "mpi.conf keys.", default={}),
     }),
-    "topology": Obj("topology.conf (topology/tree).", {
+    "topology": Obj(TOPOLOGY_HELP, {
         "enabled": Bool("Use topology/tree. With no switches: one leaf switch per NodeSet under one root.",
                         default=False),
         "switches": Arr(Obj("A switch.", {
@@ -509,7 +514,9 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
             "switches": Arr(Str(pattern=SLURM_WORD, pattern_help=SLURM_WORD_HELP), "Child switches.",
                             default=[]),
         }, required=("name",)), "Switches.", default=[], unique_key="name"),
-    }),
+        "nodeLabels": node_topology.node_labels_schema(
+            Str(max_length=317, checks=[_qualified_name_problem]), Str(pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP)),
+    }, cel=node_topology.CEL_RULES),
     "healthChecks": HEALTH_CHECKS,
     "remediation": REMEDIATION,
     "observability": OBSERVABILITY,

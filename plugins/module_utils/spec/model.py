@@ -280,9 +280,29 @@ class Switch:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a worker's pod runs, as the backend read it (spec/topology.py builds the tree from these): its
+    Kubernetes node (None: no pod, or not scheduled yet) and that node's labels among the tiers."""
+    host: Optional[str]
+    labels: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeLabels:
+    """spec.topology.nodeLabels (spec/topology.py): Slurm's topology from the labels of the Kubernetes nodes the
+    workers of `node_sets` run on. `placement` (Slurm node -> Placement) is filled by the backend that read it; None:
+    not read (a render without a cluster), every node unplaced."""
+    plugin: str
+    tiers: Tuple[str, ...]
+    node_sets: Tuple[str, ...]
+    placement: Optional[Dict[str, Placement]] = None
+
+
+@dataclass(frozen=True)
 class Topology:
     enabled: bool
     switches: Tuple[Switch, ...]
+    node_labels: Optional[NodeLabels] = None        # spec.topology.nodeLabels
 
 
 @dataclass(frozen=True)

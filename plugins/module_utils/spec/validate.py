@@ -21,6 +21,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents imp
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.accounting import accounting_issues, policy_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import (
     ephemeral_issues, ephemeral_model, replicas_of)
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.topology import node_labels_model, topology_issues
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_issues, identity_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import (
     CLUSTER_DOCUMENT,
@@ -115,6 +116,7 @@ def _cross_checks(cluster, node_sets):
         issues.extend(_nodeset_resource_checks(label, _get(doc, "spec", default={})))
     spec, label = _get(cluster, "spec"), "SlurmCluster/%s" % name
     issues.extend(ephemeral_issues(label, _get(spec, "slurmConfig"), node_sets))
+    issues.extend(topology_issues(label, _get(spec, "topology"), node_sets))
     issues.extend(identity_issues(label, _get(spec, "identity")))
     issues.extend(accounting_issues(label, spec))
     if spec is None:
@@ -424,7 +426,8 @@ def _model(cluster, node_set_docs):
         cgroup_config=_str_map(spec["cgroupConfig"]),
         mpi=m.Mpi(spec["mpi"]["default"], _str_map(spec["mpi"]["config"])),
         topology=m.Topology(spec["topology"]["enabled"], tuple(
-            m.Switch(s["name"], tuple(s["nodeSets"]), tuple(s["switches"])) for s in spec["topology"]["switches"])),
+            m.Switch(s["name"], tuple(s["nodeSets"]), tuple(s["switches"])) for s in spec["topology"]["switches"]),
+            node_labels_model(spec["topology"])),
         health_checks=m.HealthChecks(
             passive=m.PassiveChecks(
                 enabled=passive["enabled"], interval=passive["interval"], node_states=tuple(passive["nodeStates"]),

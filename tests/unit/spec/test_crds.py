@@ -101,6 +101,7 @@ DEFAULTED_SPECS = [
      {"tolerations": _TOLERATION}),
     ({"accounting": {"database": {"inCluster": {}}}}, {}),
     ({}, {"ephemeral": {"enabled": True}, "maxReplicas": 4}),
+    ({"topology": {"nodeLabels": {"tiers": ["example.com/leaf"], "nodeSets": ["cpu"]}}}, {}),
     ({"accounting": {"database": {"external": {"host": "db", "user": "u", "passwordSecret": {"name": "s"}}}}}, {}),
     ({"identity": {"ldap": {"uri": "ldaps://ldap", "searchBase": "dc=x", "bindDN": "cn=b,dc=x",
                             "bindPasswordSecret": {"name": "b"}, "caConfigMap": {"name": "ca"}}}}, {}),
