@@ -33,6 +33,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
     CTLD_OFFSET, Layout, LocalClusterError, LOGIN_DAEMON, _current_user, check_path, node_ports)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.identity import LocalIdentity
 from ansible_collections.soperator.slurm.plugins.module_utils.local.login import LoginNode, require_jail_plugin
+from ansible_collections.soperator.slurm.plugins.module_utils.local import controllers
 from ansible_collections.soperator.slurm.plugins.module_utils.local import power
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import (
     nodes_to_remove, outdated_nodes, slurm_digest, stop_order, wanted_nodes)
@@ -166,6 +167,12 @@ class LocalCluster(object):
         if linked:
             raise LocalClusterError(linked)     # the rule of state_dir (and jail_populate's jail_dir)
         self.identity.check(self.model)
+        if self.model is not None and self.model.controller.replicas > 1 and os.geteuid() != 0:
+            raise LocalClusterError("spec.controller.replicas %d needs root locally: each slurmctld runs in its own "
+                                    "UTS and mount namespaces (local/controllers.py)" % self.model.controller.replicas)
+        if self.model is not None and self.model.controller.replicas > 1 and self.model.identity is not None:
+            raise LocalClusterError("spec.controller.replicas 2 with spec.identity: not run locally yet (the backup "
+                                    "slurmctld would resolve users outside the identity namespace)")
         if self.model is not None and not any(ns.max_replicas > 0 for ns in self.model.node_sets):
             # slurmctld 22.05 exits with "read_slurm_conf: no nodes configured"
             raise LocalClusterError("the local cluster needs at least one node: give a NodeSet maxReplicas >= 1 "
@@ -200,8 +207,7 @@ class LocalCluster(object):
             self.accounting.ensure(model, base_port, configs, changes)
         else:
             self.accounting.ensure_off(changes)
-        self.daemons.ensure("slurmctld", [find_binary("slurmctld"), "-D"], changes, digest=slurm_hash,
-                            ready=self._ctld_ready, ports=[base_port + CTLD_OFFSET])
+        self._ensure_controllers(model, slurm_hash, base_port, changes)
         self._converge_nodes(model, slurm_hash, ports, changes)
         self.login_node.ensure(model, base_port, changes)
         self.exporter.ensure(model, changes)
@@ -250,7 +256,7 @@ class LocalCluster(object):
         daemons = self.daemons
         if self.login_node.stop():                     # sessions first: they may submit jobs
             stopped.append(LOGIN_DAEMON)
-        if daemons.running("slurmctld"):
+        if daemons.running(controllers.PRIMARY) or daemons.running(controllers.BACKUP):
             self._cancel_all_jobs()
         for name in stop_order(daemons.records()):     # the order plan_absent() reports
             if daemons.stop(name):
@@ -267,7 +273,7 @@ class LocalCluster(object):
         for name, rec in sorted(self.daemons.records().items()):
             procs[name] = {"pid": rec["pid"], "running": _record_alive(rec)}
         nodes = None
-        if procs.get("slurmctld", {}).get("running"):
+        if any(procs.get(n, {}).get("running") for n in (controllers.PRIMARY, controllers.BACKUP)):
             try:
                 nodes = self.sinfo_nodes()
             except LocalClusterError:
@@ -528,6 +534,29 @@ class LocalCluster(object):
         wait.wait_until(all_up, "nodes up", self.timeout, poll=0.5, timeout_error=not_up)
 
     # --- Slurm's side of stopping and starting -----------------------------------------------------------------
+
+    def _ensure_controllers(self, model, slurm_hash, base_port, changes):
+        """slurmctld, and with spec.controller.replicas 2 the backup too (local/controllers.py)."""
+        replicas = model.controller.replicas
+        if replicas == 1:
+            self.daemons.ensure(controllers.PRIMARY, [find_binary("slurmctld"), "-D"], changes, digest=slurm_hash,
+                                ready=self._ctld_ready, ports=[base_port + CTLD_OFFSET])
+        for index, name in enumerate(controllers.daemon_names(replicas) if replicas > 1 else []):
+            argv = controllers.controller_argv(self.layout.run, model.controller_hosts[index], index,
+                                               find_binary("unshare"), find_binary("mount"), find_binary("slurmctld"))
+            host = model.controller_hosts[index]
+            self.daemons.ensure(name, argv, changes, digest=slurm_hash, ready=lambda h=host: self._ctld_up(h),
+                                ports=[base_port + CTLD_OFFSET] if index == 0 else [])
+        if replicas == 1 and self.daemons.stop(controllers.BACKUP):
+            changes.append("stopped %s (spec.controller.replicas 1)" % controllers.BACKUP)
+
+    def _ctld_up(self, host):
+        """`scontrol ping` says the controller of `host` is UP (in control or standing by)."""
+        try:
+            result = self.slurm(timeout=15).run(["scontrol", "ping"], check=False)[0]
+        except SlurmError:
+            return False
+        return controllers.ping_states(result.stdout).get(host) == "UP"
 
     def _ctld_ready(self):
         try:

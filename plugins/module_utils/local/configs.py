@@ -25,7 +25,9 @@ slurm.conf
     LocalCluster (install_health_programs).
   * AccountingStorageHost=localhost, AccountingStoragePort=<local slurmdbd port> and AccountingStoragePass=<our
     munge socket> (the socket slurmctld authenticates to slurmdbd with) when accounting is on.
-  * One slurmctld: a ControlAddr/BackupAddr from spec.slurmConfig is left out.
+  * One slurmctld: a ControlAddr/BackupAddr from spec.slurmConfig is left out. With spec.controller.replicas 2:
+    SlurmctldHost=<cluster>-controller-0(127.0.0.1) and -1(127.0.0.2), SlurmctldPidFile=run/ctld/slurmctld.pid
+    (local/controllers.py).
 gres.conf: `File=` (GPU device files; there are none) becomes `Count=<number of GPUs>`.
 plugstack.conf: without `jail_dir` the chroot SPANK plugin line is commented out and jobs run in the host's root
   filesystem. With `jail_dir` (a local directory holding the jail's root filesystem) the line loads the local
@@ -56,6 +58,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf i
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import AccountingStorage, SlurmTarget
+from ansible_collections.soperator.slurm.plugins.module_utils.local import controllers
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     CTLD_OFFSET, DBD_OFFSET, DB_NAME, DB_OFFSET, DB_USER, LOCAL_HOST, LOCAL_JOBACCT, LOCAL_PROCTRACK, LOCAL_TASK_PLUGIN,
     LOOPBACK, Layout, LocalClusterError, check_path, node_ports, _current_user)
@@ -119,7 +122,8 @@ def local_target(model, state_dir, base_port, user=None, db_password=None, have_
     version = slurm_version or host_slurm_version() or OLDEST_SLURM
     return SlurmTarget(
         slurm_version=version,
-        controller_host="%s(%s)" % (LOCAL_HOST, LOOPBACK),
+        controller_hosts=(("%s(%s)" % (LOCAL_HOST, LOOPBACK),) if model.controller.replicas == 1
+                          else controllers.controller_lines(model.controller_hosts)),
         controller_port=base_port + CTLD_OFFSET,
         node_address=LOOPBACK,
         node_hostname=LOCAL_HOST,
@@ -137,7 +141,8 @@ def local_target(model, state_dir, base_port, user=None, db_password=None, have_
         slurmd_user=user if user != "root" else None,
         state_save_location=lay.ctld_state,
         slurmd_spool_dir=os.path.join(lay.spool, "%n"),
-        slurmctld_pid_file=os.path.join(lay.run, "slurmctld.pid"),
+        slurmctld_pid_file=os.path.join(lay.run, "slurmctld.pid") if model.controller.replicas == 1
+        else os.path.join(controllers.pid_dir(lay.run), "slurmctld.pid"),
         slurmd_pid_file=os.path.join(lay.run, "slurmd-%n.pid"),
         slurmctld_log_file=lay.log_file("slurmctld"),
         slurmd_log_file=lay.log_file("slurmd-%n"),

@@ -17,7 +17,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.layout impor
 
 SLURMD = "slurmd-"
 # Started in this order (the slurmds after them, in the model's order); stopped in the reverse, after the slurmds.
-_SERVICES = ("munged", "mariadbd", "slurmdbd", "slurmctld")
+_SERVICES = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmctld-1")    # -1: the backup (controllers.py)
 
 
 def _digest(*texts):

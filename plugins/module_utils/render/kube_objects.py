@@ -27,6 +27,7 @@ import copy
 import hashlib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_builders as kb
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
 from ansible_collections.soperator.slurm.plugins.module_utils.render.identity_kube import (
@@ -309,6 +310,10 @@ def node_definitions_hash(model):
 
 def _controller(model):
     ctl = model.controller
+    if ctl.replicas > 1:
+        # the backup's pod, one ReadWriteMany spool claim for both and their anti-affinity are not rendered yet
+        raise SoperatorError("spec.controller.replicas %d: the Kubernetes objects of a backup controller are not "
+                             "rendered yet (slurm.conf is)" % ctl.replicas)
     volumes, mounts = kb.slurm_volumes(model)
     mounts.append(kb.mount("spool", c.CONTROLLER_SPOOL))
     container = kb.container(

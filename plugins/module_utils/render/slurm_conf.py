@@ -27,6 +27,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render.topology_co
     render_topology_conf, render_topology_yaml, topology_plugin)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys, hostlist
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.controller import MESSAGE_TIMEOUT, slurmctld_timeout
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import NODE_NAME
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_syntax import (
     comment, plugstack_line, slurm_line, slurm_word)
@@ -52,6 +53,20 @@ def _given(value, default):
 NO_ADDR_CACHE_DEFUNCT = (24, 11)
 
 
+def _controller_hosts(model, target):
+    """The SlurmctldHost lines, in order: the primary, then the backup (spec.controller.replicas)."""
+    given = target.controller_hosts
+    if given is None:
+        given = tuple("%s(%s)" % (host, names.statefulset_pod_host(model, names.controller_name(model), i))
+                      for i, host in enumerate(model.controller_hosts))
+    if len(given) != model.controller.replicas:
+        raise ValueError("the target has %d controller hosts for %d controllers"
+                         % (len(given), model.controller.replicas))
+    notes = ["The primary slurmctld."] + ["A backup slurmctld: takes control when the ones above are lost."] \
+        * (len(given) - 1)
+    return [("SlurmctldHost", host, note if len(given) > 1 else None) for host, note in zip(given, notes)]
+
+
 def slurmctld_metrics(model, target=KUBERNETES):
     """slurmctld's own metrics endpoints: on with the exporter, where the target's Slurm has them."""
     return model.observability.exporter.enabled and tuple(target.slurm_version) >= c.SLURM_METRICS_SINCE
@@ -61,8 +76,7 @@ def _slurm_sections(model, target):
     passive = model.health_checks.passive
     daemons = [
         ("ClusterName", model.name, None),
-        ("SlurmctldHost", _given(target.controller_host,
-                                 "%s(%s)" % (model.controller_host, controller_address(model))), None),
+    ] + _controller_hosts(model, target) + [
         ("SlurmctldPort", _given(target.controller_port, model.controller.port), None),
         ("SlurmdPort", c.SLURMD_PORT, None),
         ("SlurmUser", target.slurm_user, None),
@@ -112,7 +126,12 @@ def _slurm_sections(model, target):
             ("SelectTypeParameters", "CR_Core_Memory", "Cores and memory are the consumable resources."),
         ] + ([("GresTypes", ",".join(parts.gres_types(model)), None)] if parts.gres_types(model) else [])),
         ("Timers", [
-            ("SlurmctldTimeout", 120, "Seconds without slurmctld before clients give up on it."),
+            ("SlurmctldTimeout", slurmctld_timeout(model.controller.replicas),
+             "Seconds without an answer of the primary slurmctld before the backup takes control "
+             "(spec/controller.py says why this value)." if model.controller.replicas > 1 else
+             "Seconds without slurmctld before clients give up on it."),
+            ("MessageTimeout", MESSAGE_TIMEOUT, "Seconds a Slurm message may take (Slurm's default; a third of "
+             "SlurmctldTimeout with a backup, so one slow answer is not taken for a lost controller)."),
             ("SlurmdTimeout", 300, "Seconds without a worker's answer before its node is set DOWN."),
             ("InactiveLimit", 0, "srun/salloc clients may be unresponsive as long as the job runs."),
             ("KillWait", 30, "Seconds between SIGTERM and SIGKILL at a job's end or time limit."),

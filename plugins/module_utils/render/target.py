@@ -40,7 +40,7 @@ class SlurmTarget:
     # --- the Slurm that reads the files: a key an older Slurm does not know is left out for it
     slurm_version: Tuple[int, int] = c.IMAGES_SLURM_VERSION
     # --- hosts and ports (None: the pods' names and the model's ports)
-    controller_host: Optional[str] = None          # SlurmctldHost, `host(address)`
+    controller_hosts: Optional[Tuple[str, ...]] = None   # SlurmctldHost lines, `host(address)`, primary first
     controller_port: Optional[int] = None
     node_address: Optional[str] = None             # NodeAddr= of every node (pods: their DNS names)
     node_hostname: Optional[str] = None            # NodeHostname= of every node

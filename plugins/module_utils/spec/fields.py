@@ -20,6 +20,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.confi
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import image
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import model as m
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.accounting import accounting_fields
+from ansible_collections.soperator.slurm.plugins.module_utils.spec import controller as ha
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.cron import SCHEDULE_PATTERN, schedule_problem
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import CEL_RULES as EPHEMERAL_CEL
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import ephemeral_schema
@@ -345,9 +346,11 @@ CONTROLLER = Obj("slurmctld.", dict({
     "spool": Obj("The controller's StateSaveLocation volume.", {
         "size": _quantity("Size.", default="10Gi", minimum="positive"),
         "storageClassName": _storage_class("StorageClass."),
+        "accessModes": ha.spool_access_modes_schema(),
     }),
     "port": Int("SlurmctldPort.", minimum=1, maximum=65535, default=6817),
-}, **_scheduling_fields()))
+    "replicas": ha.replicas_schema(),
+}, **_scheduling_fields()), cel=ha.CEL_RULES)
 LOGIN = Obj("Login nodes: sshd in the jail.", dict({
     "replicas": Int("Number of login pods.", minimum=0, maximum=INT32_MAX, default=2),
     "service": Obj("The SSH Service.", {

@@ -198,6 +198,8 @@ class Controller:
     spool_storage_class_name: Optional[str]
     port: int
     scheduling: Scheduling
+    replicas: int = 1                           # spec.controller.replicas (spec/controller.py): 2 adds a backup
+    spool_access_modes: Tuple[str, ...] = ("ReadWriteOnce",)
 
 
 @dataclass(frozen=True)
@@ -438,6 +440,11 @@ class ClusterModel:
     @property
     def controller_host(self) -> str:
         return "%s-controller-0" % self.name
+
+    @property
+    def controller_hosts(self) -> Tuple[str, ...]:
+        """The controller pods in SlurmctldHost order: the primary, then the backup (spec.controller.replicas)."""
+        return tuple("%s-controller-%d" % (self.name, i) for i in range(self.controller.replicas))
 
     def dns_name(self, host: str, service: str) -> str:
         return "%s.%s.%s.svc.%s" % (host, service, self.namespace, self.cluster_domain)

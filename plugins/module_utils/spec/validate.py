@@ -19,6 +19,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec import model 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import names as n
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import doc_label
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.accounting import accounting_issues, policy_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.controller import controller_issues
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import (
     ephemeral_issues, ephemeral_model, replicas_of)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.topology import node_labels_model, topology_issues
@@ -119,6 +120,7 @@ def _cross_checks(cluster, node_sets):
     issues.extend(topology_issues(label, _get(spec, "topology"), node_sets))
     issues.extend(identity_issues(label, _get(spec, "identity")))
     issues.extend(accounting_issues(label, spec))
+    issues.extend(controller_issues(label, _get(spec, "controller")))
     if spec is None:
         return issues
 
@@ -393,6 +395,8 @@ def _model(cluster, node_set_docs):
             spool_storage_class_name=spec["controller"]["spool"].get("storageClassName"),
             port=spec["controller"]["port"],
             scheduling=_scheduling(spec["controller"]),
+            replicas=spec["controller"]["replicas"],
+            spool_access_modes=tuple(spec["controller"]["spool"]["accessModes"]),
         ),
         login=m.Login(
             replicas=spec["login"]["replicas"],

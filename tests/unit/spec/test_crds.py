@@ -114,6 +114,7 @@ MODEL_NAMES = [
     (("jail", "populate", "overwrite"), ("jail", "overwrite")),
     (("jail", "populate", "backoffLimit"), ("jail", "populate_backoff_limit")),
     (("controller", "spool", "size"), ("controller", "spool_size")),
+    (("controller", "spool", "accessModes"), ("controller", "spool_access_modes")),
     (("accounting", "database", "inCluster"), ("accounting", "in_cluster")),
     (("accounting", "database", "external"), ("accounting", "external")),
     (("nodeSets", "[]", "slurmNode"), ("nodeSets", "[]")),
