@@ -4,6 +4,7 @@ import hashlib
 import io
 import json
 import os
+import subprocess
 import tarfile
 
 
@@ -74,3 +75,59 @@ def make_archive(path, layout):
         for name in sorted(os.listdir(layout)):
             tar.add(os.path.join(layout, name), arcname=name)
     return str(path)
+
+
+PROGRAMS = ("/bin/sh", "/bin/cat", "/bin/ls")
+
+
+def member(name, kind=tarfile.REGTYPE, mode=0o755, linkname=""):
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.mtime, info.linkname = kind, mode, 1600000000, linkname
+    return info
+
+
+def host_files():
+    """The programs and every library ldd names for them, as the names the loader uses: with merged /usr (/bin,
+    /lib64: links into /usr) the name below /usr, a link there (/usr/bin/sh -> dash) kept as a link, and its
+    target too."""
+    out = subprocess.run(["ldd"] + list(PROGRAMS), capture_output=True, text=True, timeout=60, check=True).stdout
+    todo = list(PROGRAMS) + [w for w in out.split() if w.startswith("/") and os.path.exists(w)]
+    found = {}
+    while todo:
+        path = todo.pop()
+        top = "/" + path.strip("/").split("/")[0]
+        if os.path.islink(top):
+            path = "/usr" + path
+        if path in found:
+            continue
+        if os.path.islink(path):
+            found[path] = os.readlink(path)
+            todo.append(os.path.normpath(os.path.join(os.path.dirname(path), found[path])))
+        else:
+            found[path] = None
+    return found
+
+
+def host_layer():
+    """A layer of this machine's /bin/sh, cat, ls and their libraries (merged /usr as Debian's), /etc/os-release
+    saying ID=lower and /etc/gone."""
+    members, dirs = [], set()
+    for path, link in sorted(host_files().items()):
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts)):
+            name = "/".join(parts[:i])
+            if name not in dirs:
+                dirs.add(name)
+                members.append((member(name, tarfile.DIRTYPE), None))
+        if link is not None:
+            members.append((member("/".join(parts), tarfile.SYMTYPE, 0o777, link), None))
+        else:
+            with open(path, "rb") as f:
+                members.append((member("/".join(parts)), f.read()))
+    for link in ("bin", "lib", "lib64", "sbin"):        # merged /usr, as Debian's
+        if os.path.islink("/" + link):
+            members.append((member(link, tarfile.SYMTYPE, 0o777, os.readlink("/" + link)), None))
+    members.append((member("etc", tarfile.DIRTYPE), None))
+    members.append((member("etc/os-release", mode=0o644), b"ID=lower\n"))
+    members.append((member("etc/gone", mode=0o644), b"whited out\n"))
+    return members

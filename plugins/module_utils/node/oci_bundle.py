@@ -210,7 +210,8 @@ def choose_manifest(blobs, ref=None, arch=None):
     if not isinstance(manifests, list) or not manifests:
         raise BundleError("%s: index.json lists no manifests" % blobs.label)
     if ref is not None:
-        named = [m for m in manifests if isinstance(m, dict) and (m.get("annotations") or {}).get(REF_ANNOTATION) == ref]
+        named = [m for m in manifests
+                 if isinstance(m, dict) and (m.get("annotations") or {}).get(REF_ANNOTATION) == ref]
         if not named:
             refs = sorted(str((m.get("annotations") or {}).get(REF_ANNOTATION)) for m in manifests
                           if isinstance(m, dict))
@@ -355,8 +356,8 @@ def runtime_config(image_config, where="the image config"):
              "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
             {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": nosuid + ["mode=1777"]},
             {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": nosuid},
-            {"destination": "/sys", "type": "none", "source": "/sys", "options": ["rbind", "nosuid", "noexec",
-                                                                                 "nodev", "ro"]},
+            {"destination": "/sys", "type": "none", "source": "/sys",
+             "options": ["rbind", "nosuid", "noexec", "nodev", "ro"]},
         ],
         "linux": {
             "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
@@ -513,9 +514,9 @@ def main(argv=None):
     except (safe_tree.JailError, OSError) as e:
         sys.stderr.write("oci bundle failed: %s\n" % e)
         return 1
-    print(json.dumps(result, sort_keys=True))
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -374,7 +374,8 @@ class Writer(object):
         node = self.tree
         for i, part in enumerate(parts):
             if node.kind != DIRECTORY:
-                raise JailError("unsafe member %r: %s is %s, not a directory" % (member, "/".join(parts[:i]), node.kind))
+                raise JailError("unsafe member %r: %s is %s, not a directory"
+                                % (member, "/".join(parts[:i]), node.kind))
             node = node.children.get(part)
             if node is None:
                 return None

@@ -42,8 +42,8 @@ def test_layers_and_whiteouts_make_the_rootfs_and_the_bundle_is_kept_by_digest(t
     layout = str(tmp_path / "layout")
     top = [F("opt/.wh.a", b""), D("opt/keep"), F("opt/keep/.wh..wh..opq", b""), F("opt/keep/new", b"n"),
            F("etc/os-release", b"ID=top\n"), F(".wh.var", b"")]
-    desc = oci_helpers.make_layout(layout, [BASE, top], config={"Entrypoint": ["/bin/tool"], "Cmd": ["-v"],
-                                                             "Env": ["PATH=/bin", "A=1"], "WorkingDir": "/opt"})
+    config = {"Entrypoint": ["/bin/tool"], "Cmd": ["-v"], "Env": ["PATH=/bin", "A=1"], "WorkingDir": "/opt"}
+    desc = oci_helpers.make_layout(layout, [BASE, top], config=config)
     cache = str(tmp_path / "cache")
     made = oci_bundle.make_bundle(layout, cache)
     bundle = os.path.join(cache, "sha256-" + desc["digest"].split(":")[1])
@@ -110,7 +110,10 @@ def test_setuid_bits_are_dropped_unless_kept(tmp_path):
     oci_helpers.make_layout(layout, [[D("bin"), F("bin/su", b"#!/bin/sh\n", 0o4755), D("t", 0o3777)]])
     plain = oci_bundle.make_bundle(layout, str(tmp_path / "plain"))["bundle"]
     kept = oci_bundle.make_bundle(layout, str(tmp_path / "kept"), keep_setuid=True)["bundle"]
-    mode = lambda b, p: stat.S_IMODE(os.lstat(os.path.join(b, "rootfs", p)).st_mode)  # noqa: E731
+
+    def mode(bundle, path):
+        return stat.S_IMODE(os.lstat(os.path.join(bundle, "rootfs", path)).st_mode)
+
     assert (mode(plain, "bin/su"), mode(plain, "t")) == (0o755, 0o1777)
     assert (mode(kept, "bin/su"), mode(kept, "t")) == (0o4755, 0o3777)
 
@@ -181,7 +184,7 @@ def world(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="the corpus runs as root: owners and setuid bits are applied")
 @pytest.mark.parametrize("case", hostile.CASES + whiteout_cases(), ids=_hostile_id)
 def test_a_hostile_layer_never_touches_anything_outside_the_cache(world, tmp_path, case):
-    name, members, expect = case[0], case[1](), case[2]
+    members, expect = case[1](), case[2]
     fmt = case[3] if len(case) > 3 else tarfile.GNU_FORMAT
     layout = str(tmp_path / "layout")
     oci_helpers.make_layout(layout, [BASE + [S("opt/tohost", hostile.v("secret"))], members], fmt=fmt)
