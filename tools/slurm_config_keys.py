@@ -31,6 +31,7 @@ TABLES = {
     "partition": (["src/common/read_config.c"], "_partition_options"),
     "cgroup.conf": (["src/interfaces/cgroup.c", "src/common/cgroup.c"], "options"),
     "mpi.conf": (["src/plugins/mpi/pmix/mpi_pmix.c"], "pmix_options"),
+    "oci.conf": (["src/common/oci_config.c", "src/slurmd/slurmstepd/read_oci_conf.c"], "options"),
 }
 
 HEADER = ("# -*- coding: utf-8 -*-\n# Copyright (c) soperator.slurm contributors\n"

@@ -366,6 +366,54 @@ class Writer(object):
         finally:
             os.close(made)
 
+    # -- OCI whiteouts: removing what an earlier layer wrote ------------------------------------------------------
+
+    def _existing(self, member, parts):
+        """The record at parts, None when the archive holds nothing there; a parent that is not a directory (a
+        symlink above the name) is refused, so a removal never reaches through a link."""
+        node = self.tree
+        for i, part in enumerate(parts):
+            if node.kind != DIRECTORY:
+                raise JailError("unsafe member %r: %s is %s, not a directory"
+                                % (member, "/".join(parts[:i]), node.kind))
+            node = node.children.get(part)
+            if node is None:
+                return None
+        return node
+
+    def remove(self, member, name):
+        """Remove `name` and everything below it (an OCI whiteout `member`): only what the archive wrote before, in
+        the record and on disk, never following a link; a name the archive does not hold is nothing to do."""
+        parts = self._parts(member, name, "the name it removes")
+        if not parts:
+            raise JailError("unsafe member %r: it removes the root" % member)
+        parent = self._existing(member, parts[:-1])
+        if parent is not None and parent.kind != DIRECTORY:
+            raise JailError("unsafe member %r: %s is %s, not a directory" % (member, "/".join(parts[:-1]),
+                                                                             parent.kind))
+        if parent is None or parts[-1] not in parent.children:
+            return
+        self._count(member, 0)
+        del parent.children[parts[-1]]
+        if self.root_fd is None:
+            return
+        fd = self._parent_fd(parts, False)
+        try:
+            self._clear(fd, parts[-1])
+        finally:
+            os.close(fd)
+
+    def empty(self, member, name):
+        """Remove everything below the directory `name` (an OCI opaque whiteout `member`), keeping the directory."""
+        parts = self._parts(member, name, "the directory it empties")
+        node = self._existing(member, parts)
+        if node is None:
+            return
+        if node.kind != DIRECTORY:
+            raise JailError("unsafe member %r: %s is %s, not a directory" % (member, "/".join(parts), node.kind))
+        for child in sorted(node.children):
+            self.remove(member, "/".join(parts + [child]))
+
     def skip(self, member, why):
         self.skipped.append("%s (%s)" % ("/".join(self._parts(member, member)), why))
 

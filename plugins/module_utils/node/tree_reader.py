@@ -275,6 +275,28 @@ def _from_tar(writer, path, limit=None, deadline=safe_tree.NO_DEADLINE):
             last = member.name
 
 
+def each_member(path, deadline=safe_tree.NO_DEADLINE):
+    """(archive, member) for each member of the tar archive at `path` (plain or compressed), every header checked
+    as read_into checks them: for a reader that picks members by name (an OCI archive's blobs) without writing any."""
+    last = None
+    try:
+        archive = _checked_tarfile(None, deadline).open(path, "r:*")
+    except (_BadHeader,) + _READ_ERRORS as e:
+        raise archive_error(path, e)
+    with archive:
+        while True:
+            try:
+                member = archive.next()
+            except _BadHeader as e:
+                raise archive_error(path, e)
+            except _READ_ERRORS as e:
+                raise archive_error(path, e, " after member %r" % last if last is not None else "")
+            if member is None:
+                return
+            yield archive, member
+            last = member.name
+
+
 def _raise(error):
     raise error
 

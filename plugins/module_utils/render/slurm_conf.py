@@ -23,6 +23,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render import powe
 from ansible_collections.soperator.slurm.plugins.module_utils.render import slurm_conf_parts as parts
 from ansible_collections.soperator.slurm.plugins.module_utils.render.health_json import render_health_json
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import AccountingStorage, KUBERNETES
+from ansible_collections.soperator.slurm.plugins.module_utils.render.oci_conf import OCI_CONF, render_oci_conf
 from ansible_collections.soperator.slurm.plugins.module_utils.render.topology_conf import (
     render_topology_conf, render_topology_yaml, topology_plugin)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys, hostlist
@@ -485,4 +486,7 @@ def render_slurm_configs(model, target=KUBERNETES):
     topology_yaml = render_topology_yaml(model, target)
     if topology_yaml is not None:
         files[c.TOPOLOGY_YAML] = topology_yaml
+    oci_conf = render_oci_conf(model, target)
+    if oci_conf is not None:
+        files[OCI_CONF] = oci_conf
     return files

@@ -20,6 +20,7 @@ _PURPOSE = {
     "plugstack.conf": "spank(8)",
     "mpi.conf": "mpi.conf (options of the MPI plugins, like PMIxTimeout)",
     "topology.conf": "topology.conf(5)",
+    "oci.conf": "oci.conf(5)",
     c.SLURMDBD_CONF: "slurmdbd.conf(5)",
 }
 # JSON has no comments: health.json names its generator in its "generatedBy" key instead of a header.

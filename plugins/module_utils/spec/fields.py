@@ -25,6 +25,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.cron import S
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import CEL_RULES as EPHEMERAL_CEL
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral import ephemeral_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import topology as node_topology
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.containers import containers_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
     QUANTITY_PATTERN,
@@ -524,6 +525,7 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
     "remediation": REMEDIATION,
     "observability": OBSERVABILITY,
     "identity": identity_schema(),
+    "containers": containers_schema(),
 })
 NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict({
     "clusterName": Str("The SlurmCluster this NodeSet belongs to.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),

@@ -403,6 +403,14 @@ class Observability:
 
 
 @dataclass(frozen=True)
+class Containers:
+    """spec.containers (spec/containers.py): oci.conf for `srun --container` (render/oci_conf.py) when enabled."""
+    enabled: bool
+    runtime: str        # runc | crun
+    state_dir: str      # the runtime's --root on the node
+
+
+@dataclass(frozen=True)
 class ClusterModel:
     name: str
     namespace: str
@@ -425,6 +433,7 @@ class ClusterModel:
     cluster_spec: dict = field(repr=False, compare=False, default_factory=dict)
     node_set_specs: Dict[str, dict] = field(repr=False, compare=False, default_factory=dict)
     identity: Optional[Identity] = None         # spec.identity (spec/identity.py); None: jail users only
+    containers: Optional[Containers] = None     # spec.containers (spec/containers.py); None: as disabled
 
     def node_set(self, name: str) -> NodeSet:
         for ns in self.node_sets:

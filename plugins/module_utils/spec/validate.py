@@ -24,6 +24,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral imp
     ephemeral_issues, ephemeral_model, replicas_of)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.topology import node_labels_model, topology_issues
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_issues, identity_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.containers import containers_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import (
     CLUSTER_DOCUMENT,
     GRES_PATTERN,
@@ -458,6 +459,7 @@ def _model(cluster, node_set_docs):
         cluster_spec=cluster,
         node_set_specs={d["metadata"]["name"]: d for d in node_set_docs},
         identity=identity_model(spec),
+        containers=containers_model(spec["containers"]),
     )
 
 

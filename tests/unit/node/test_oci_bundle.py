@@ -1,0 +1,201 @@
+"""oci_bundle: OCI images (layouts and archives built here) into runtime bundles, layers and whiteouts applied by
+the jail's writer; the hostile corpus of the jail's tarballs, as image layers, plus escaping whiteouts."""
+import json
+import os
+import stat
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from ansible_collections.soperator.slurm.plugins.module_utils.node import oci_bundle, safe_tree
+import oci_helpers
+import test_jail_hostile as hostile
+from repo_root import ROOT
+
+PROGRAM = os.path.join(ROOT, "plugins", "module_utils", "node", "oci_bundle.py")
+D, F, S, H, C = hostile.D, hostile.F, hostile.S, hostile.H, hostile.C
+
+BASE = [D("etc"), F("etc/os-release", b"ID=tiny\n"), D("opt"), F("opt/a", b"a"), D("opt/keep"),
+        F("opt/keep/b", b"b"), D("var"), F("var/x", b"x"), S("lib", "usr/lib")]
+
+
+def _tree(top):
+    found = {}
+    for current, dirnames, filenames in os.walk(top):
+        for name in dirnames + filenames:
+            path = os.path.join(current, name)
+            st = os.lstat(path)
+            rel = os.path.relpath(path, top)
+            if stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as f:
+                    found[rel] = f.read()
+            elif stat.S_ISLNK(st.st_mode):
+                found[rel] = "-> " + os.readlink(path)
+            else:
+                found[rel] = "dir" if stat.S_ISDIR(st.st_mode) else oct(st.st_mode)
+    return found
+
+
+def test_layers_and_whiteouts_make_the_rootfs_and_the_bundle_is_kept_by_digest(tmp_path):
+    layout = str(tmp_path / "layout")
+    top = [F("opt/.wh.a", b""), D("opt/keep"), F("opt/keep/.wh..wh..opq", b""), F("opt/keep/new", b"n"),
+           F("etc/os-release", b"ID=top\n"), F(".wh.var", b"")]
+    config = {"Entrypoint": ["/bin/tool"], "Cmd": ["-v"], "Env": ["PATH=/bin", "A=1"], "WorkingDir": "/opt"}
+    desc = oci_helpers.make_layout(layout, [BASE, top], config=config)
+    cache = str(tmp_path / "cache")
+    made = oci_bundle.make_bundle(layout, cache)
+    bundle = os.path.join(cache, "sha256-" + desc["digest"].split(":")[1])
+    assert made == {"bundle": bundle, "digest": desc["digest"], "changed": True}
+    assert sorted(os.listdir(cache)) == [os.path.basename(bundle)]
+    assert _tree(os.path.join(bundle, "rootfs")) == {
+        "etc": "dir", "etc/os-release": b"ID=top\n", "opt": "dir", "opt/keep": "dir", "opt/keep/new": b"n",
+        "lib": "-> usr/lib"}
+    with open(os.path.join(bundle, "config.json")) as f:
+        config = json.load(f)
+    assert config["root"] == {"path": "rootfs", "readonly": False}
+    assert config["process"]["args"] == ["/bin/tool", "-v"] and config["process"]["env"] == ["PATH=/bin", "A=1"]
+    assert config["process"]["cwd"] == "/opt" and config["process"]["noNewPrivileges"] is True
+    assert {"type": "network"} not in config["linux"]["namespaces"]
+    # again: the same bundle, untouched; from the archive of the same layout too
+    assert oci_bundle.make_bundle(layout, cache) == dict(made, changed=False)
+    archive = oci_helpers.make_archive(tmp_path / "image.tar", layout)
+    proc = subprocess.run([sys.executable, PROGRAM, "--source", archive, "--cache", cache], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and json.loads(proc.stdout) == dict(made, changed=False), proc.stderr
+    assert sorted(os.listdir(cache)) == [os.path.basename(bundle)]
+
+
+def test_an_archive_makes_the_same_bundle_as_its_layout(tmp_path):
+    layout = str(tmp_path / "layout")
+    oci_helpers.make_layout(layout, [BASE], compress=False)
+    archive = oci_helpers.make_archive(tmp_path / "image.tar", layout)
+    one = oci_bundle.make_bundle(archive, str(tmp_path / "one"))
+    two = oci_bundle.make_bundle(layout, str(tmp_path / "two"))
+    assert one["changed"] and one["digest"] == two["digest"]
+    assert _tree(one["bundle"]) == _tree(two["bundle"])
+    assert os.listdir(str(tmp_path / "one")) == [os.path.basename(one["bundle"])]     # no staging left
+
+
+def _blob_path(layout, digest):
+    return os.path.join(layout, "blobs", *digest.split(":"))
+
+
+@pytest.mark.parametrize("damage", ["flip-a-byte", "append", "truncate", "remove"])
+def test_a_blob_that_does_not_match_its_digest_makes_no_bundle(tmp_path, damage):
+    layout = str(tmp_path / "layout")
+    desc = oci_helpers.make_layout(layout, [BASE])
+    with open(_blob_path(layout, desc["digest"])) as f:
+        layer = json.load(f)["layers"][0]["digest"]
+    path = _blob_path(layout, layer)
+    data = open(path, "rb").read()
+    if damage == "remove":
+        os.unlink(path)
+    else:
+        changed = {"flip-a-byte": data[:-1] + bytes([data[-1] ^ 1]), "append": data + b"x",
+                   "truncate": data[:-1]}[damage]
+        with open(path, "wb") as f:
+            f.write(changed)
+    cache = str(tmp_path / "cache")
+    expect = {"flip-a-byte": "does not match its digest", "append": "holds more than",
+              "truncate": "bytes, its descriptor says", "remove": "is missing"}[damage]
+    with pytest.raises(oci_bundle.BundleError, match=expect):
+        oci_bundle.make_bundle(layout, cache)
+    assert os.listdir(cache) == []
+
+
+def test_setuid_bits_are_dropped_unless_kept(tmp_path):
+    layout = str(tmp_path / "layout")
+    oci_helpers.make_layout(layout, [[D("bin"), F("bin/su", b"#!/bin/sh\n", 0o4755), D("t", 0o3777)]])
+    plain = oci_bundle.make_bundle(layout, str(tmp_path / "plain"))["bundle"]
+    kept = oci_bundle.make_bundle(layout, str(tmp_path / "kept"), keep_setuid=True)["bundle"]
+
+    def mode(bundle, path):
+        return stat.S_IMODE(os.lstat(os.path.join(bundle, "rootfs", path)).st_mode)
+
+    assert (mode(plain, "bin/su"), mode(plain, "t")) == (0o755, 0o1777)
+    assert (mode(kept, "bin/su"), mode(kept, "t")) == (0o4755, 0o3777)
+
+
+def test_several_images_need_a_ref(tmp_path):
+    layout = str(tmp_path / "layout")
+    oci_helpers.make_layout(layout, [BASE], ref="one")
+    second = oci_helpers.make_layout(layout, [[F("two", b"2")]], ref="two")
+    with pytest.raises(oci_bundle.BundleError, match="lists 2 images for linux/amd64; name one with --ref"):
+        oci_bundle.make_bundle(layout, str(tmp_path / "c"), arch="amd64")
+    with pytest.raises(oci_bundle.BundleError, match=r"no image named 'three' \(it has: one, two\)"):
+        oci_bundle.make_bundle(layout, str(tmp_path / "c"), ref="three")
+    made = oci_bundle.make_bundle(layout, str(tmp_path / "c"), ref="two")
+    assert made["digest"] == second["digest"] and _tree(os.path.join(made["bundle"], "rootfs")) == {"two": b"2"}
+
+
+def test_a_cache_that_is_a_symlink_is_refused(tmp_path):
+    layout = str(tmp_path / "layout")
+    oci_helpers.make_layout(layout, [BASE])
+    (tmp_path / "real").mkdir()
+    os.symlink(str(tmp_path / "real"), str(tmp_path / "cache"))
+    with pytest.raises(oci_bundle.BundleError, match="is a symbolic link"):
+        oci_bundle.make_bundle(layout, str(tmp_path / "cache"))
+    assert os.listdir(str(tmp_path / "real")) == []
+
+
+# --- hostile layers -------------------------------------------------------------------------------------------------
+
+def whiteout_cases():
+    v = hostile.v
+    return [
+        ("whiteout-dotdot", lambda: [F(".wh...", b"")], r"a whiteout of '\.\.'"),
+        ("whiteout-of-dot", lambda: [F("opt/.wh..", b"")], r"a whiteout of '\.'"),
+        ("whiteout-empty-name", lambda: [F("opt/.wh.", b"")], r"a whiteout of ''"),
+        ("whiteout-below-dotdot", lambda: [F("../victim/.wh.secret", b"")], r"'\.\.' in"),
+        ("whiteout-absolute-host-path", lambda: [F(v(".wh.secret"), b"")], None),
+        ("opaque-absolute-host-dir", lambda: [F(v("dir", ".wh..wh..opq"), b"")], None),
+        ("whiteout-through-lower-symlink", lambda: [F("lib/.wh.x", b"")], r"lib is a symlink, not a directory"),
+        ("opaque-through-lower-symlink", lambda: [F("lib/.wh..wh..opq", b"")], r"lib is a symlink"),
+        # a whiteout removes what lower layers wrote, before its own layer's entries: a link the same layer makes
+        # is not there yet, and nothing is removed
+        ("symlink-then-whiteout-below-it", lambda: [S("esc", v()), F("esc/.wh.secret", b"")], None),
+        ("dir-replaced-by-symlink-then-opaque", lambda: [S("opt", v("dir")), F("opt/.wh..wh..opq", b"")], None),
+        ("opaque-of-a-symlink-to-host", lambda: [S("hostdir", v("dir")), F("hostdir/.wh..wh..opq", b"")], None),
+        ("opaque-through-lower-link-to-host", lambda: [F("opt/tohost/.wh..wh..opq", b"")],
+         r"opt/tohost is a symlink"),
+        ("whiteout-through-lower-link-to-host", lambda: [F("opt/tohost/.wh.x", b"")], r"opt/tohost is a symlink"),
+        ("whiteout-of-lower-link-to-host", lambda: [F("opt/.wh.tohost", b"")], None),
+        ("whiteout-of-a-symlink-removes-the-link-only", lambda: [F(".wh.lib", b"")], None),
+        ("opaque-root", lambda: [F(".wh..wh..opq", b""), F("new", b"n")], None),
+        ("whiteout-as-symlink-and-dir", lambda: [S("opt/.wh.a", v("secret")), D("opt/.wh.keep")], None),
+        ("whiteout-of-whiteout", lambda: [F("opt/.wh..wh.x", b"")], r"a whiteout of '\.wh\.x'"),
+    ]
+
+
+def _hostile_id(case):
+    return case[0]
+
+
+@pytest.fixture
+def world(tmp_path):
+    host = hostile.make_world(tmp_path)
+    hostile.VICTIM = str(host / "victim")
+    (host / "jail-cache").mkdir()
+    return host
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the corpus runs as root: owners and setuid bits are applied")
+@pytest.mark.parametrize("case", hostile.CASES + whiteout_cases(), ids=_hostile_id)
+def test_a_hostile_layer_never_touches_anything_outside_the_cache(world, tmp_path, case):
+    members, expect = case[1](), case[2]
+    fmt = case[3] if len(case) > 3 else tarfile.GNU_FORMAT
+    layout = str(tmp_path / "layout")
+    oci_helpers.make_layout(layout, [BASE + [S("opt/tohost", hostile.v("secret"))], members], fmt=fmt)
+    cache = str(world / "jail-cache")
+    before = hostile.snapshot(world)
+    if expect is None:
+        made = oci_bundle.make_bundle(layout, cache)
+        assert os.listdir(cache) == [os.path.basename(made["bundle"])]
+        hostile._assert_contained(world, cache)     # pylint: disable=protected-access
+    else:
+        with pytest.raises(safe_tree.JailError, match=expect):
+            oci_bundle.make_bundle(layout, cache)
+        assert os.listdir(cache) == [], "a failed bundle leaves nothing in the cache"
+    assert hostile.snapshot(world) == before, "something outside the cache changed"
