@@ -154,6 +154,21 @@ class Slapd(object):
             self.stop()
         raise RuntimeError("slapd did not start on loopback")
 
+    def restart(self, timeout=60):
+        """slapd again on the same directory and port (after stop()): what sssd knows as the server comes back."""
+        conf = os.path.join(self.dir, "slapd.d")
+        self.proc = subprocess.Popen(["slapd", "-d", "0", "-F", conf, "-h", self.uri + "/"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("slapd did not start again on port %d" % self.port)
+
     def ldap(self, tool, *args, input_text=None):
         return subprocess.run([tool, "-x", "-H", self.uri, "-D", ADMIN, "-w", self.admin_password] + list(args),
                               input=input_text, universal_newlines=True, stdout=subprocess.PIPE,
