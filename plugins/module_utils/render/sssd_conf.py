@@ -95,8 +95,9 @@ def render_sssd_conf(ldap: Ldap, ca_file: Optional[str] = None) -> str:
     if ldap.bind_dn:
         domain += [("ldap_default_bind_dn", ldap.bind_dn), ("ldap_default_authtok_type", "password")]
     tls = ldap.uri.startswith("ldaps://") or ldap.start_tls
-    if ldap.start_tls:
-        domain.append(("ldap_id_use_start_tls", "true"))
+    # Always said: SSSD 2.13 (the images') defaults it to true, 2.8 (bookworm's) to false. false on ldaps:// (TLS
+    # already) and on the plain ldap:// allowed to a loopback host only.
+    domain.append(("ldap_id_use_start_tls", "true" if ldap.start_tls else "false"))
     if tls:
         domain.append(("ldap_tls_reqcert", "demand"))
         if ca_file:

@@ -74,6 +74,11 @@ def test_start_tls_is_required_not_opportunistic():
     ldap = model_of({"ldap": dict(LDAP, uri="ldap://ldap.example.com", startTLS=True)}).identity.ldap
     dom = read_ini(render_sssd_conf(ldap))["domain/directory"]
     assert dom["ldap_id_use_start_tls"] == "true" and dom["ldap_tls_reqcert"] == "demand"
+    # said even when off: SSSD 2.13 (the images') would otherwise try StartTLS on every ldap:// and ldaps:// server
+    for uri in ("ldaps://ldap.example.com", "ldap://127.0.0.1:389"):
+        fields = dict((k, v) for k, v in LDAP.items() if uri.startswith("ldaps") or k != "caConfigMap")
+        ldap = model_of({"ldap": dict(fields, uri=uri)}).identity.ldap
+        assert read_ini(render_sssd_conf(ldap))["domain/directory"]["ldap_id_use_start_tls"] == "false"
 
 
 @pytest.mark.parametrize("value", ["a\nb", "a\rb", " a", "a ", "", "a\x00b", "a\x7f"])
