@@ -152,7 +152,11 @@ def _tls_context(directory):
         context.verify_mode = ssl.CERT_NONE
         return context
     ca = directory.get("ca_file")
-    return ssl.create_default_context(cafile=ca) if ca else ssl.create_default_context()
+    context = ssl.create_default_context(cafile=ca) if ca else ssl.create_default_context()
+    # No stricter than SSSD's libldap: Python 3.13 on adds X.509 strict checks (a CA-signed certificate without an
+    # Authority Key Identifier fails them) that OpenSSL's default verification, and so SSSD, does not make.
+    context.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)
+    return context
 
 
 def probe(uri, directory, timeout=PROBE_TIMEOUT):

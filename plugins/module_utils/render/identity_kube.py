@@ -99,8 +99,10 @@ def _sidecar(model, image, guaranteed):
         write += ["--password-file", SSSD_BIND_FILE]
     if ldap is not None and ldap.ca_config_map is not None:
         mounts.append(kb.mount("ldap-ca", SSSD_CA_DIR, True))
-    # Fixed words only (no spec value reaches the shell): write the config, then sssd in the foreground.
-    script = " ".join(write) + " && exec /usr/sbin/sssd -i --logger=stderr"
+    # Fixed words only (no spec value reaches the shell): write the config, then sssd in the foreground. The pipes are
+    # an emptyDir: sssd binds its private sockets in pipes/private, which the image's directory had.
+    script = "install -d -m 0700 %s/private && %s && exec /usr/sbin/sssd -i --logger=stderr" % (
+        SSS_PIPES_DIR, " ".join(write))
     resources = {"requests": dict(SIDECAR_RESOURCES), "limits": dict(SIDECAR_RESOURCES)} if guaranteed else \
         {"requests": dict(SIDECAR_RESOURCES), "limits": {"memory": SIDECAR_RESOURCES["memory"]}}
     return kb.container(model, "sssd", image, command=["/bin/sh", "-c", script], mounts=mounts,

@@ -70,7 +70,8 @@ def _section(name: str, pairs: List[Tuple[str, str]]) -> List[str]:
 def render_sssd_conf(ldap: Ldap, ca_file: Optional[str] = None) -> str:
     """sssd.conf (without the bind password: see the module's doc) for `ldap`; `ca_file`: where the CA bundle of
     ldap.caConfigMap is, as SSSD sees it (None: the system's CAs). The domain is the last section."""
-    sssd = [("config_file_version", "2"), ("services", "nss, pam, ssh"), ("domains", DOMAIN)]
+    # (no config_file_version: SSSD 2.13 refuses the attribute in its log, 2.8 does not need it)
+    sssd = [("services", "nss, pam, ssh"), ("domains", DOMAIN)]
     nss = [("filter_users", "root"), ("filter_groups", "root"),
            # off: every lookup goes through the responder, which applies entry_cache_timeout
            ("memcache_timeout", "0")]

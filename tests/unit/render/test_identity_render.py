@@ -133,6 +133,7 @@ def test_kube_objects_with_identity():
         assert "--password-file /etc/soperator/ldap-bind/password" in script and "exec /usr/sbin/sssd -i" in script
         # the servers, for the login's key command (fail closed): beside the pipes, which the login container shares
         assert "--directory-out /var/lib/sss/pipes/soperator-directory.json" in script
+        assert script.startswith("install -d -m 0700 /var/lib/sss/pipes/private && ")   # an emptyDir: sssd's sockets
         volumes = dict((v["name"], v) for v in pod["volumes"])
         assert volumes["ldap-bind"]["secret"] == {"secretName": "ldap-bind", "defaultMode": 0o400,
                                                   "items": [{"key": "pw", "path": "password"}]}
