@@ -275,8 +275,7 @@ def test_slurmctld_of_the_images_serves_its_own_metrics(tag, tmp_path):
 
 
 @pytest.mark.skipif(not os.path.exists("/usr/sbin/slapd"), reason="needs slapd (make deps)")
-def test_the_sssd_of_the_login_image_serves_a_directory_user_and_its_key_command_gates_on_the_directory(tag,
-                                                                                                       tmp_path):
+def test_the_login_images_sssd_serves_a_directory_user_and_its_key_command_gates_on_the_directory(tag, tmp_path):
     """What the login pod's `sssd` sidecar runs (render/identity_kube.py: sssd_config.py write, then sssd -i), in the
     login image, against a real slapd on loopback (the host's network): alice resolves with her directory groups,
     /opt/soperator/bin/authorized-keys prints her key as nobody; with slapd stopped it prints none and says why."""

@@ -92,9 +92,12 @@ def test_a_directory_user_sshes_to_the_login_service_and_runs_on_both_workers(re
         def pods():
             return json.loads(node.kubectl("-n", NS, "get", "pods", "-o", "json").stdout)["items"]
         wanted = {name + "-controller-0", name + "-login-0", "cpu-0", "cpu-1"}
-        wait("the cluster's pods Ready", lambda: (wanted <= {p["metadata"]["name"] for p in pods() if _ready(p)},
-                                                   [(p["metadata"]["name"], p["status"].get("phase")) for p in pods()]),
-             300, poll=3)
+
+        def all_ready():
+            current = pods()
+            return (wanted <= {p["metadata"]["name"] for p in current if _ready(p)},
+                    [(p["metadata"]["name"], p["status"].get("phase")) for p in current])
+        wait("the cluster's pods Ready", all_ready, 300, poll=3)
         ip = node.kubectl("-n", NS, "get", "svc", name + "-login", "-o", "jsonpath={.spec.clusterIP}").stdout
 
         def ssh(user, command):
