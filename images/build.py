@@ -77,25 +77,38 @@ DPKG_OPTS = ["path-exclude=/usr/share/man/*", "path-exclude=/usr/share/doc/*",
              "path-include=/usr/share/doc/*/copyright", "path-exclude=/usr/share/locale/*",
              "path-exclude=/usr/share/info/*"]
 
+# spec.identity: SSSD in the controller, login and worker images (the pods' `sssd` sidecar runs it from the pod's own
+# image: render/identity_kube.py). sssd-ldap brings sssd-common (with sss_ssh_authorizedkeys, the login's key
+# command's); libnss-sss and libpam-sss the clients. forky's snapshot has no sssd (dropped from testing), and
+# trixie's needs python3-sss built for python3 < 3.14 (forky's is 3.14): these root filesystems take unstable's main
+# too, pinned below the suite, so it supplies sssd and only what the suite lacks.
+SSSD_PACKAGES = ["sssd-ldap", "libnss-sss", "libpam-sss", "sssd-tools"]
+SSSD_SUITE = "sid"
+SSSD_SOURCES = ["%s main" % SSSD_SUITE]
+GPU_SOURCES = SSSD_SOURCES + ["%s contrib non-free" % GPU_EXTRA_SUITE]
+
 # Root filesystems: packages and extra mmdebstrap customize hooks ({plugin} is the built SPANK plugin's path).
 ROOTFS = {
     # Only to compile the SPANK plugin against this suite's <slurm/spank.h>.
     "build": {"packages": ["libslurm-dev", "gcc", "libc6-dev", "make"]},
     # python3: Slurm's power saving programs of ephemeral NodeSets (node/power_kube.py) run in this image.
-    "controller": {"packages": ["slurmctld", "slurm-client", "munge", "util-linux", "python3", "tini"]},
+    "controller": {"packages": ["slurmctld", "slurm-client", "munge", "util-linux", "python3", "tini"]
+                   + SSSD_PACKAGES, "sources": SSSD_SOURCES},
     # dmesg (util-linux) and scontrol for the health check; procps for ps/kill in jobs' epilogs. tini (every Slurm
     # image) is PID 1: it reaps the orphans the daemons leave (slurmstepd double-forks, munged daemonizes), which
     # slurmd as PID 1 leaves as zombies.
     "worker": {"packages": ["slurmd", "slurm-client", "munge", "util-linux", "python3", "procps", "hostname",
-                            "tini"]},
+                            "tini"] + SSSD_PACKAGES, "sources": SSSD_SOURCES},
     "login": {"packages": ["openssh-server", "slurm-client", "munge", "util-linux", "libnss-extrausers",
-                           "python3", "tini"]},
+                           "python3", "tini"] + SSSD_PACKAGES, "sources": SSSD_SOURCES},
     "accounting": {"packages": ["slurmdbd", "munge", "util-linux", "tini"]},
     # What users get as / on login and worker nodes: Slurm clients of the same version, munge, python3, ssh, the
     # plugin at the path plugstack.conf names (srun/sbatch in the jail load it), and localhost in /etc/hosts.
+    # libnss-sss: sessions and job steps in the jail resolve directory users through the node's SSSD (spec.identity).
     "jail-rootfs": {
         "packages": ["slurm-client", "munge", "openssh-client", "python3", "hostname", "procps", "iproute2",
-                     "less", "nano"],
+                     "less", "nano", "libnss-sss"],
+        "sources": SSSD_SOURCES,
         "hooks": [
             'rm -f "$1"/etc/munge/munge.key "$1"/etc/resolv.conf "$1"/etc/hostname',
             'printf "127.0.0.1\\tlocalhost\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n" > "$1"/etc/hosts',
@@ -131,22 +144,24 @@ ROOTFS = {
 
 # The GPU variants: the same root filesystems plus the NVIDIA user space (GPU_PACKAGES). The jail's also holds
 # nccl-probe (node/nccl_probe.py), which the ncclAllReduce active check runs in a job where all_reduce_perf is missing.
-ROOTFS["worker-gpu"] = {"packages": ROOTFS["worker"]["packages"] + GPU_PACKAGES, "sources": "gpu",
+ROOTFS["worker-gpu"] = {"packages": ROOTFS["worker"]["packages"] + GPU_PACKAGES, "sources": GPU_SOURCES,
                         "hooks": [versions_hook(GPU_PACKAGES + ["slurmd"])]}
 ROOTFS["jail-rootfs-gpu"] = {
-    "packages": ROOTFS["jail-rootfs"]["packages"] + GPU_PACKAGES, "sources": "gpu",
+    "packages": ROOTFS["jail-rootfs"]["packages"] + GPU_PACKAGES, "sources": GPU_SOURCES,
     "hooks": ROOTFS["jail-rootfs"]["hooks"] + [
         'upload {probe} /usr/local/bin/nccl-probe',
         'sed -i "1i #!/usr/bin/python3" "$1"/usr/local/bin/nccl-probe',
         'chmod 0755 "$1"/usr/local/bin/nccl-probe',
         versions_hook(GPU_PACKAGES + ["slurm-client"])]}
 NCCL_PROBE = os.path.join(NODE, "nccl_probe.py")
+SSSD_CONFIG = os.path.join(NODE, "sssd_config.py")
 
 # Image component -> (Containerfile dir, root filesystem, files for the build context: name -> source path).
 IMAGE_RECIPES = {
     "controller": ("controller", "controller", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
                                                 "power_kube.py": os.path.join(NODE, "power_kube.py"),
-                                                "power_program.py": os.path.join(NODE, "power_program.py")}),
+                                                "power_program.py": os.path.join(NODE, "power_program.py"),
+                                                "sssd_config.py": SSSD_CONFIG}),
     "worker": ("worker", "worker", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
                                     "spank_chroot.so": "{plugin}",
                                     "health_check.py": os.path.join(NODE, "health_check.py"),
@@ -156,7 +171,8 @@ IMAGE_RECIPES = {
                                     "jail.py": os.path.join(NODE, "jail.py"),
                                     "jail_source.py": os.path.join(NODE, "jail_source.py"),
                                     "tree_reader.py": os.path.join(NODE, "tree_reader.py"),
-                                    "safe_tree.py": os.path.join(NODE, "safe_tree.py")}),
+                                    "safe_tree.py": os.path.join(NODE, "safe_tree.py"),
+                                    "sssd_config.py": SSSD_CONFIG}),
     "login": ("login", "login", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
                                  "spank_chroot.so": "{plugin}",
                                  "health_check.py": os.path.join(NODE, "health_check.py"),
@@ -166,7 +182,9 @@ IMAGE_RECIPES = {
                                  "jail.py": os.path.join(NODE, "jail.py"),
                                  "jail_source.py": os.path.join(NODE, "jail_source.py"),
                                  "tree_reader.py": os.path.join(NODE, "tree_reader.py"),
-                                 "safe_tree.py": os.path.join(NODE, "safe_tree.py")}),
+                                 "safe_tree.py": os.path.join(NODE, "safe_tree.py"),
+                                 "sssd_config.py": SSSD_CONFIG,
+                                 "authorized_keys.py": os.path.join(NODE, "authorized_keys.py")}),
     "accounting": ("accounting", "accounting", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh")}),
     "mariadb": ("mariadb", "mariadb", {"entrypoint.sh": os.path.join(IMAGES, "mariadb", "entrypoint.sh")}),
     "worker-gpu": ("worker-gpu", "worker-gpu", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
@@ -178,7 +196,8 @@ IMAGE_RECIPES = {
                                                 "jail.py": os.path.join(NODE, "jail.py"),
                                                 "jail_source.py": os.path.join(NODE, "jail_source.py"),
                                                 "tree_reader.py": os.path.join(NODE, "tree_reader.py"),
-                                                "safe_tree.py": os.path.join(NODE, "safe_tree.py")}),
+                                                "safe_tree.py": os.path.join(NODE, "safe_tree.py"),
+                                                "sssd_config.py": SSSD_CONFIG}),
     "jail-gpu": ("populate_jail", "populate", {"jail-rootfs.tar": "{jail_gpu_rootfs}",
                                                "jail.py": os.path.join(NODE, "jail.py"),
                                                "jail_source.py": os.path.join(NODE, "jail_source.py"),
@@ -262,10 +281,16 @@ class Builder(object):
             cmd += ["--dpkgopt=" + o for o in DPKG_OPTS]
             cmd += ["--customize-hook=" + h for h in hooks]
             cmd += [self.args.suite, target]
-            if sources == "gpu":
+            if sources:
+                # the suite's main, and more suites ("<suite> <components>") for what the suite lacks; each pinned
+                # below the suite (priority 100), so apt takes a package from them only where the suite has none
                 mirror = self.args.mirror or DEFAULT_MIRROR
-                cmd += ["deb %s %s main" % (mirror, self.args.suite),
-                        "deb %s %s contrib non-free" % (mirror, GPU_EXTRA_SUITE)]
+                extra = [x for x in sources if x.split()[0] != self.args.suite]
+                pins = "".join("Package: *\\nPin: release n=%s\\nPin-Priority: 100\\n\\n" % x.split()[0]
+                               for x in extra)
+                cmd[1:1] = ["--setup-hook=mkdir -p \"$1\"/etc/apt/preferences.d && printf '%s' > "
+                            "\"$1\"/etc/apt/preferences.d/soperator-extra-suites" % pins]
+                cmd += ["deb %s %s main" % (mirror, self.args.suite)] + ["deb %s %s" % (mirror, x) for x in extra]
             elif self.args.mirror:
                 cmd.append(self.args.mirror)
             run(cmd, stdout=subprocess.DEVNULL if not self.args.verbose else None,

@@ -272,3 +272,58 @@ def test_slurmctld_of_the_images_serves_its_own_metrics(tag, tmp_path):
     finally:
         cluster.cleanup()
         os.unlink(spec)
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/sbin/slapd"), reason="needs slapd (make deps)")
+def test_the_login_images_sssd_serves_a_directory_user_and_its_key_command_gates_on_the_directory(tag, tmp_path):
+    """What the login pod's `sssd` sidecar runs (render/identity_kube.py: sssd_config.py write, then sssd -i), in the
+    login image, against a real slapd on loopback (the host's network): alice resolves with her directory groups,
+    /opt/soperator/bin/authorized-keys prints her key as nobody; with slapd stopped it prints none and says why."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "slurm"))
+    from ldap_server import SSSD_DN, SUFFIX, Slapd    # pylint: disable=import-outside-toplevel
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import render_sssd_conf
+    from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import Ldap
+
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(tmp_path / "alice")],
+                   check=True, timeout=60)
+    alice_key = (tmp_path / "alice.pub").read_text().strip()
+    slapd = Slapd(str(tmp_path / "slapd"), {"alice": alice_key, "bob": alice_key}).start()
+    try:
+        conf = tmp_path / "conf"
+        conf.mkdir()
+        (conf / "sssd.conf").write_text(render_sssd_conf(Ldap(
+            uri=slapd.uri, search_base=SUFFIX, user_search_base=None, group_search_base=None, bind_dn=SSSD_DN,
+            bind_password_secret=None, ca_config_map=None, start_tls=False, access_filter=None,
+            entry_cache_timeout=5)))
+        (conf / "password").write_text(slapd.sssd_password)
+        # the pod mounts an nsswitch.conf with sss (the login image's own has files extrausers)
+        script = ("printf 'passwd: files sss\\ngroup: files sss\\n' > /etc/nsswitch.conf && "
+                  "python3 /opt/soperator/lib/sssd_config.py write --template /t/sssd.conf --password-file "
+                  "/t/password --out /etc/sssd/sssd.conf --directory-out /var/lib/sss/pipes/soperator-directory.json"
+                  " && (/usr/sbin/sssd -i --logger=stderr 2>/tmp/sssd.log &) && for i in $(seq 60); do "
+                  "test -S /var/lib/sss/pipes/nss && break; sleep 0.5; done; sleep 1; "
+                  "echo ID $(id alice); "
+                  "echo KEY $(setpriv --reuid=nobody --regid=nogroup --clear-groups "
+                  "/opt/soperator/bin/authorized-keys /nonexistent alice); "
+                  "echo STOP; read line; "
+                  "echo KEY2 $(setpriv --reuid=nobody --regid=nogroup --clear-groups "
+                  "/opt/soperator/bin/authorized-keys /nonexistent alice 2>&1); echo END; cat /tmp/sssd.log")
+        proc = subprocess.Popen(["podman", "run", "--rm", "-i", "--network", "host", "-v", "%s:/t:ro" % conf,
+                                 "--entrypoint", "sh", "%s/login:%s" % (REGISTRY, tag), "-c", script],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                universal_newlines=True, env=ENV)
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if line.startswith("STOP"):
+                slapd.stop()
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+        proc.wait(timeout=120)
+        text = "".join(out)
+        assert "ID uid=47101(alice) gid=47001(hpc) groups=47001(hpc),47002(gpu)" in text, text
+        assert "KEY %s" % alice_key in text, text
+        key2 = [line for line in out if line.startswith("KEY2")]
+        assert key2 and alice_key not in key2[0] and "does not answer" in key2[0], text
+    finally:
+        slapd.stop()

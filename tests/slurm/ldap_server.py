@@ -109,7 +109,10 @@ def free_port():
 
 
 class Slapd(object):
-    def __init__(self, workdir, keys, sssd_password="sssd-bind-pw", admin_password="admin-pw"):
+    def __init__(self, workdir, keys, sssd_password="sssd-bind-pw", admin_password="admin-pw", host="127.0.0.1",
+                 tls=None):
+        """tls: (certificate file, key file): ldaps:// on `host` (an address pods reach, for the real node)."""
+        self.host, self.tls = host, tls
         self.dir = workdir
         self.sssd_password = sssd_password
         self.admin_password = admin_password
@@ -119,7 +122,15 @@ class Slapd(object):
 
     @property
     def uri(self):
-        return "ldap://127.0.0.1:%d" % self.port
+        return "%s://%s:%d" % ("ldaps" if self.tls else "ldap", self.host, self.port)
+
+    @property
+    def admin_uri(self):
+        """What the tests' ldap tools use: loopback when it listens there (no TLS to set up for them)."""
+        return self.uri if not self.tls else "ldap://127.0.0.1:%d" % (self.port + 1)
+
+    def _listen(self):
+        return self.uri + "/" + ((" ldap://127.0.0.1:%d/" % (self.port + 1)) if self.tls else "")
 
     def start(self, timeout=60):
         conf, data, run = (os.path.join(self.dir, n) for n in ("slapd.d", "data", "run"))
@@ -130,8 +141,12 @@ class Slapd(object):
             f.write(OPENSSH_LPK)
         config = os.path.join(self.dir, "config.ldif")
         with open(config, "w") as f:
-            f.write(CONFIG.format(run=run, schemas=SCHEMAS, lpk=lpk, data=data, suffix=SUFFIX, admin=ADMIN,
-                                  admin_password=self.admin_password, sssd=SSSD_DN))
+            text = CONFIG.format(run=run, schemas=SCHEMAS, lpk=lpk, data=data, suffix=SUFFIX, admin=ADMIN,
+                                 admin_password=self.admin_password, sssd=SSSD_DN)
+            if self.tls:
+                text = text.replace("olcArgsFile: %s/slapd.args\n" % run, "olcArgsFile: %s/slapd.args\n"
+                                    "olcTLSCertificateFile: %s\nolcTLSCertificateKeyFile: %s\n" % ((run,) + self.tls))
+            f.write(text)
         subprocess.run(["slapadd", "-n0", "-F", conf, "-l", config], check=True, timeout=60,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         entries = os.path.join(self.dir, "entries.ldif")
@@ -142,20 +157,35 @@ class Slapd(object):
         for _attempt in range(5):
             self.port = free_port()
             # -d 0: stays in the foreground (our child, stopped by its pid) and logs nothing
-            self.proc = subprocess.Popen(["slapd", "-d", "0", "-F", conf, "-h", self.uri + "/"],
+            self.proc = subprocess.Popen(["slapd", "-d", "0", "-F", conf, "-h", self._listen()],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self.proc.poll() is None:
                 try:
-                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    socket.create_connection((self.host, self.port), timeout=1).close()
                     return self
                 except OSError:
                     time.sleep(0.2)
             self.stop()
         raise RuntimeError("slapd did not start on loopback")
 
+    def restart(self, timeout=60):
+        """slapd again on the same directory and port (after stop()): what sssd knows as the server comes back."""
+        conf = os.path.join(self.dir, "slapd.d")
+        self.proc = subprocess.Popen(["slapd", "-d", "0", "-F", conf, "-h", self._listen()],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                socket.create_connection((self.host, self.port), timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("slapd did not start again on port %d" % self.port)
+
     def ldap(self, tool, *args, input_text=None):
-        return subprocess.run([tool, "-x", "-H", self.uri, "-D", ADMIN, "-w", self.admin_password] + list(args),
+        return subprocess.run([tool, "-x", "-H", self.admin_uri, "-D", ADMIN, "-w", self.admin_password] + list(args),
                               input=input_text, universal_newlines=True, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, timeout=60, check=True).stdout
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -181,11 +182,17 @@ class LoginSshd(object):
             subprocess.run(["ssh-keygen", "-q", "-t", key_type, "-N", "", "-f",
                             os.path.join(host_keys, "ssh_host_%s_key" % key_type)], check=True, timeout=120)
         self.port = free_port()
+        # the key command (as the local cluster's login runs it), where nobody can read it: pytest's dirs are 0700
+        self.command_dir = tempfile.mkdtemp(prefix="soperator-keys-", dir="/var/lib")
+        os.chmod(self.command_dir, 0o755)
+        with open(sssd.config) as f:
+            li.write_key_command(sssd.dir, f.read())
+        shutil.copy(os.path.join(sssd.dir, li.KEYS_COMMAND), self.command_dir)
         config = os.path.join(workdir, "sshd_config")
         with open(config, "w") as f:
             f.write(render_sshd_config("/", host_keys, keys_dir, port=self.port, listen_address="127.0.0.1",
                                        pid_file=os.path.join(workdir, "sshd.pid"), strict_modes=False,
-                                       identity_keys=True))
+                                       identity_keys=True, identity_command=li.keys_command(self.command_dir)))
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         self.log = os.path.join(workdir, "sshd.log")
         with open(self.log, "w") as log:
@@ -212,6 +219,7 @@ class LoginSshd(object):
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=30)
+        shutil.rmtree(self.command_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -147,6 +147,45 @@ def test_a_removed_user_cannot_log_in_after_the_cache_time(local_cluster, slapd,
     assert proc.returncode == 255 and "Permission denied" in proc.stderr, proc.stdout + proc.stderr
 
 
+@pytest.fixture(scope="module")
+def root_key(tmp_path_factory):
+    where = tmp_path_factory.mktemp("root-key")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "root", "-f", str(where / "root")],
+                   check=True, timeout=60)
+    return str(where / "root"), (where / "root.pub").read_text().strip()
+
+
+def _sshd_log(cluster):
+    with open(cluster.layout.output("sshd")) as f:
+        return f.read()
+
+
+def test_a_directory_that_goes_down_fails_closed_and_root_keeps_its_access(local_cluster, slapd, jail, plugin,
+                                                                           user_keys, root_key):
+    """SSSD, offline, keeps answering from its cache (expired entries too): the login's key command takes the
+    directory's keys only while the directory answers, so alice, looked up before slapd stopped, cannot log in
+    once it is down; root (the cluster's keys) still can; alice logs in again once slapd is back."""
+    skip_without(("munged", "slurmctld", "slurmd", "sshd"))
+    cluster = local_cluster(model=_spec(slapd.uri), jail_dir=jail, spank_chroot=plugin,
+                            login_authorized_keys=[root_key[1]],
+                            identity_secrets={"ldap-bind": {"password": slapd.sssd_password.encode()}})
+    key = user_keys["alice"][0]
+    proc = ssh(cluster, "alice", key, "id -u")
+    assert proc.returncode == 0 and proc.stdout.strip() == str(USERS["alice"][0]), proc.stderr + _sshd_log(cluster)
+    slapd.stop()
+    import time
+    time.sleep(CACHE_SECONDS + 2)
+    proc = ssh(cluster, "alice", key, "id -u")
+    assert proc.returncode == 255 and "Permission denied" in proc.stderr, proc.stdout + proc.stderr
+    log = _sshd_log(cluster)
+    assert "directory %s does not answer" % slapd.uri in log and "alice" in log, log[-3000:]
+    proc = ssh(cluster, "root", root_key[0], "id -u")
+    assert proc.returncode == 0 and proc.stdout.strip() == "0", proc.stdout + proc.stderr
+    slapd.restart()
+    proc = ssh(cluster, "alice", key, "id -u")
+    assert proc.returncode == 0 and proc.stdout.strip() == str(USERS["alice"][0]), proc.stdout + proc.stderr
+
+
 def test_a_wrong_bind_password_fails_closed(local_cluster, slapd, jail, plugin, user_keys):
     skip_without(("munged", "slurmctld", "slurmd", "sshd"))
     cluster = local_cluster(model=_spec(slapd.uri), jail_dir=jail, spank_chroot=plugin,

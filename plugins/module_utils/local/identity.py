@@ -17,6 +17,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import hashlib
+import json
+import pkgutil
 import os
 import socket
 import sys
@@ -26,7 +28,9 @@ from ansible_collections.soperator.slurm.plugins.module_utils import files
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LOGIN_DAEMON, LocalClusterError
 from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import SLURMD
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary
-from ansible_collections.soperator.slurm.plugins.module_utils.node.sssd_config import SssdConfigError, with_bind_password
+from ansible_collections.soperator.slurm.plugins.module_utils.node import authorized_keys
+from ansible_collections.soperator.slurm.plugins.module_utils.node.sssd_config import (
+    DIRECTORY_FILE, SssdConfigError, directory_description, with_bind_password)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import (
     SSS_STATE_DIR, ca_bundle_problem, render_nsswitch, render_sssd_conf)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import uri_host_port
@@ -107,6 +111,25 @@ def already_wrapped(argv: Sequence[str]) -> bool:
 
 
 SSSD_DAEMON = "sssd"
+KEYS_COMMAND = "authorized-keys.py"
+
+
+def keys_command(sss_dir: str) -> List[str]:
+    """The login sshd's AuthorizedKeysCommand (before its arguments): the cluster's copy of node/authorized_keys.py
+    (`<sss_dir>/authorized-keys.py`, written by write_key_command), run as nobody by the system's Python: sshd
+    refuses a command below a directory that is not root's alone (a pyenv in /root, a virtualenv)."""
+    python = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.path.exists(p)), sys.executable)
+    return [python, os.path.join(sss_dir, KEYS_COMMAND)]
+
+
+def write_key_command(sss_dir: str, sssd_conf: str) -> None:
+    """The login's key command in `sss_dir` and the servers it probes (node/authorized_keys.py) from `sssd_conf`, the
+    text sssd reads: at DIRECTORY_FILE in the identity namespace, where /var/lib/sss is `sss_dir`/lib."""
+    # its source through the loader: in a module run by Ansible the package is a zip
+    source = pkgutil.get_data(authorized_keys.__name__.rsplit(".", 1)[0], "authorized_keys.py")
+    files.atomic_write(os.path.join(sss_dir, KEYS_COMMAND), source, 0o755)
+    files.atomic_write(os.path.join(sss_dir, "lib", os.path.relpath(DIRECTORY_FILE, SSS_STATE_DIR)),
+                       json.dumps(directory_description(sssd_conf), sort_keys=True), 0o644)
 
 
 class LocalIdentity(object):
@@ -209,6 +232,7 @@ class LocalIdentity(object):
             files.atomic_write(os.path.join(self.dir, "ca.crt"), self.secrets[ref.name][ref.key], 0o644)
         files.atomic_write(self.config, text, 0o600)
         files.atomic_write(self.nsswitch, render_nsswitch(["files", "sss"]), 0o644)
+        write_key_command(self.dir, text)
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         nss_pipe = os.path.join(self.dir, "lib", "pipes", "nss")
         self.daemons.ensure(SSSD_DAEMON, sssd_argv(self.dir, self.config), changes, digest=digest,

@@ -28,6 +28,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import 
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import Daemons, _record_alive, find_binary
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     _own_dir, _read_own_file, _saved_base, current_text)
+from ansible_collections.soperator.slurm.plugins.module_utils.local.identity import keys_command
 from ansible_collections.soperator.slurm.plugins.module_utils.node import safe_tree
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
@@ -76,7 +77,8 @@ def render_login_sshd_config(jail_dir, lay, base_port, identity=False):
     return render_sshd_config(jail_dir, lay.ssh_host_keys, lay.authorized_keys, port=base_port + LOGIN_OFFSET,
                               listen_address=LOOPBACK, pid_file=os.path.join(lay.run, "sshd.pid"),
                               set_env={"SLURM_CONF": lay.slurm_conf}, strict_modes=strict, notes=notes,
-                              identity_keys=identity)
+                              identity_keys=identity,
+                              identity_command=keys_command(os.path.join(lay.state_dir, "sss")) if identity else None)
 
 
 def _open_below(root, path, create=False):

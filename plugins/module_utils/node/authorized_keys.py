@@ -1,31 +1,47 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""sshd's AuthorizedKeysCommand on a Kubernetes login node with spec.identity: a user's keys are the cluster's
+"""sshd's AuthorizedKeysCommand on a login node with spec.identity: a user's keys are the cluster's
 (`<keys_dir>/<user>`, the authorized-keys ConfigMap: root's) and then the directory's (sss_ssh_authorizedkeys: the
 sshPublicKey of the user's LDAP entry). sshd allows one command, and the ConfigMap's directory (mode 0777 from the
-kubelet) cannot be an AuthorizedKeysFile under StrictModes: this program prints both.
+kubelet) cannot be an AuthorizedKeysFile under StrictModes: this program prints both. The local backend runs it too.
 
     authorized_keys.py KEYS_DIR USER
 
-Fails closed: a user name that is not a plain name prints nothing; an SSSD that does not answer prints no
-directory key (sss_ssh_authorizedkeys fails) while the cluster's keys still print: root keeps its access. Standard
-library only (node/); runs as AuthorizedKeysCommandUser (nobody).
+Fails closed. SSSD, once offline, keeps answering from its cache, expired entries too (a user looked up before the
+directory went away still resolves, with their keys). So the directory's keys are printed only when the directory
+answers NOW: a bounded probe of the servers SSSD uses (DIRECTORY_FILE, written next to SSSD's pipes from the sssd.conf
+SSSD reads: node/sssd_config.py): a TCP connection, TLS for ldaps:// (or StartTLS when sssd.conf asks for it),
+verified against the CA sssd.conf names unless sssd.conf itself skips the check (ldap_tls_reqcert never/allow/try),
+then an anonymous LDAP bind request that must get a BindResponse (any result: the server answers LDAP). When no
+server answers (or the file is missing), only the cluster's keys print, and one line on stderr (sshd's log, the
+login pod's log) says why. A user name that is not a plain name prints nothing; root's keys are never the
+directory's. Standard library only (node/); runs as AuthorizedKeysCommandUser (nobody).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 import re
+import socket
+import ssl
 import subprocess
 import sys
+import time
 
 SSS_AUTHORIZED_KEYS = "/usr/bin/sss_ssh_authorizedkeys"
+# The servers SSSD talks to, as node/sssd_config.py writes them (keep the two in step): beside SSSD's pipes, which the
+# SSSD container shares with the login container (and the local backend binds to the cluster's own).
+DIRECTORY_FILE = "/var/lib/sss/pipes/soperator-directory.json"
 # The names the cluster's keys are filed under, and what we hand to sss_ssh_authorizedkeys.
 USER_NAME = re.compile(r"[A-Za-z0-9_][-A-Za-z0-9_.]*\Z")
 TIMEOUT = 20
+PROBE_TIMEOUT = 5.0
+STARTTLS_OID = b"1.3.6.1.4.1.1466.20037"
+NO_VERIFY = ("never", "allow", "try")
 
 
 def cluster_keys(keys_dir, user):
@@ -51,17 +67,180 @@ def directory_keys(user, program=SSS_AUTHORIZED_KEYS):
     return proc.stdout if proc.returncode == 0 else b""
 
 
+class ProbeError(Exception):
+    pass
+
+
+def _length(n):
+    if n < 0x80:
+        return bytes([n])
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([0x80 | len(body)]) + body
+
+
+def _tlv(tag, body):
+    return bytes([tag]) + _length(len(body)) + body
+
+
+def ldap_message(message_id, op):
+    """An LDAPMessage (RFC 4511) with `op`, BER-encoded."""
+    return _tlv(0x30, _tlv(0x02, bytes([message_id])) + op)
+
+
+ANONYMOUS_BIND = _tlv(0x60, _tlv(0x02, b"\x03") + _tlv(0x04, b"") + _tlv(0x80, b""))
+START_TLS = _tlv(0x77, _tlv(0x80, STARTTLS_OID))
+
+
+def _read_tlv(data, at):
+    """(tag, start of the value, end of the value) of the element at `at`; ProbeError when `data` is short."""
+    if at + 2 > len(data):
+        raise ProbeError("a truncated LDAP message")
+    tag, first = data[at], data[at + 1]
+    at += 2
+    if first & 0x80:
+        count = first & 0x7f
+        if count == 0 or count > 4 or at + count > len(data):
+            raise ProbeError("a malformed LDAP message")
+        size = int.from_bytes(data[at:at + count], "big")
+        at += count
+    else:
+        size = first
+    if at + size > len(data):
+        raise ProbeError("a truncated LDAP message")
+    return tag, at, at + size
+
+
+def read_response(sock, deadline):
+    """(protocolOp tag, resultCode) of the next LDAPMessage on `sock`."""
+    data = b""
+    while True:
+        if data[:1] not in (b"", b"\x30"):
+            raise ProbeError("an answer that is not LDAP")
+        try:
+            _tag, start, end = _read_tlv(data, 0)
+            break
+        except ProbeError:
+            if len(data) > 65536:
+                raise
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ProbeError("the server closed the connection")
+        data += chunk
+    _tag, _start, after_id = _read_tlv(data[:end], start)
+    op, op_start, _op_end = _read_tlv(data[:end], after_id)
+    code_tag, code_start, code_end = _read_tlv(data[:end], op_start)
+    if code_tag != 0x0a or code_end == code_start:
+        raise ProbeError("an LDAP answer without a result code")
+    return op, int.from_bytes(data[code_start:code_end], "big")
+
+
+def split_uri(uri):
+    """(scheme, host, port) of ldap[s]://host[:port][/]."""
+    match = re.match(r"(ldaps?)://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]+)(?::([0-9]{1,5}))?/?\Z", uri.strip())
+    if not match:
+        raise ProbeError("%r is not an ldap:// or ldaps:// URI" % uri)
+    scheme, host, port = match.groups()
+    return scheme, host.strip("[]"), int(port) if port else (636 if scheme == "ldaps" else 389)
+
+
+def _tls_context(directory):
+    reqcert = (directory.get("tls_reqcert") or "demand").lower()
+    if reqcert in NO_VERIFY:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    ca = directory.get("ca_file")
+    context = ssl.create_default_context(cafile=ca) if ca else ssl.create_default_context()
+    # No stricter than SSSD's libldap: Python 3.13 on adds X.509 strict checks (a CA-signed certificate without an
+    # Authority Key Identifier fails them) that OpenSSL's default verification, and so SSSD, does not make.
+    context.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)
+    return context
+
+
+def probe(uri, directory, timeout=PROBE_TIMEOUT):
+    """None when the LDAP server at `uri` answers an anonymous bind request within `timeout` seconds (over TLS as
+    sssd.conf has it); otherwise why not, in a few words."""
+    deadline = time.monotonic() + timeout
+    try:
+        scheme, host, port = split_uri(uri)
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except ProbeError as e:
+        return str(e)
+    except OSError as e:
+        return "connect: %s" % (e.strerror or e)
+    try:
+        message_id = 1
+        if scheme == "ldap" and directory.get("start_tls"):
+            sock.sendall(ldap_message(message_id, START_TLS))
+            message_id += 1
+            op, code = read_response(sock, deadline)
+            if op != 0x78 or code != 0:
+                return "StartTLS refused (result %d)" % code
+        if scheme == "ldaps" or directory.get("start_tls"):
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            sock = _tls_context(directory).wrap_socket(sock, server_hostname=host)
+        sock.sendall(ldap_message(message_id, ANONYMOUS_BIND))
+        op, _code = read_response(sock, deadline)
+        if op != 0x61:
+            return "no bind response"
+        try:
+            sock.sendall(ldap_message(message_id + 1, b"\x42\x00"))   # unbind
+        except OSError:
+            pass
+        return None
+    except ssl.SSLError as e:
+        return "TLS: %s" % (e.reason or e)
+    except socket.timeout:
+        return "no answer within %gs" % timeout
+    except (OSError, ProbeError) as e:
+        return str(e.strerror if isinstance(e, OSError) and e.strerror else e)
+    finally:
+        sock.close()
+
+
+def directory_down(path=DIRECTORY_FILE, timeout=PROBE_TIMEOUT):
+    """None when one of the directory's servers answers now; otherwise the line to log (without the user)."""
+    try:
+        with open(path) as f:
+            directory = json.load(f)
+        uris = [str(u) for u in directory.get("uris") or []]
+    except (OSError, ValueError, AttributeError) as e:
+        return "no description of the directory at %s (%s)" % (path, getattr(e, "strerror", None) or e)
+    if not uris:
+        return "no LDAP server named in %s" % path
+    reasons = []
+    for uri in uris[:4]:
+        why = probe(uri, directory, timeout)
+        if why is None:
+            return None
+        reasons.append("%s: %s" % (uri, why))
+    return "directory %s does not answer (%s)" % (", ".join(uris[:4]), "; ".join(reasons))
+
+
 def main(argv=None):
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        sys.stderr.write("usage: authorized_keys.py KEYS_DIR USER\n")
+    usage = "usage: authorized_keys.py KEYS_DIR USER [DIRECTORY_FILE]\n"
+    if args in (["-h"], ["--help"]):
+        sys.stdout.write(usage)
+        return 0
+    if len(args) not in (2, 3):
+        sys.stderr.write(usage)
         return 2
-    keys_dir, user = args
+    keys_dir, user = args[:2]
     out = cluster_keys(keys_dir, user)
     if out and not out.endswith(b"\n"):
         out += b"\n"
-    out += directory_keys(user)
+    if USER_NAME.match(user) and user != "root":
+        down = directory_down(args[2] if len(args) == 3 else DIRECTORY_FILE)
+        if down is None:
+            out += directory_keys(user, SSS_AUTHORIZED_KEYS)
+        else:
+            sys.stderr.write("authorized-keys: %s: the directory's keys of %s are not offered (fail closed; the "
+                             "cluster's keys still are)\n" % (down, user))
     sys.stdout.buffer.write(out)
+    sys.stdout.flush()
     return 0
 
 

@@ -8,7 +8,10 @@ A program of the images (the SSSD container runs it before `sssd -i`) and a func
 library only (node/). The password is read from a file (the mounted bindPasswordSecret) and never printed: every
 message names the file, never its content.
 
-    python3 sssd_config.py write --template T [--password-file F] --out /etc/sssd/sssd.conf
+    python3 sssd_config.py write --template T [--password-file F] --out /etc/sssd/sssd.conf [--directory-out F]
+
+--directory-out: also write (0644, no secret in it) which servers the config names, as JSON: what the login's key
+command (node/authorized_keys.py) probes before it takes keys from SSSD.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,10 +19,15 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import argparse
+import configparser
+import json
 import os
+import re
 import sys
 
 AUTHTOK_KEY = "ldap_default_authtok"
+# node/authorized_keys.py reads it (keep the two in step): beside SSSD's pipes, shared with the login container.
+DIRECTORY_FILE = "/var/lib/sss/pipes/soperator-directory.json"
 
 
 class SssdConfigError(Exception):
@@ -48,6 +56,54 @@ def with_bind_password(template, password, source="the bind password"):
     if any(line.split("=", 1)[0].strip() == AUTHTOK_KEY for line in template.splitlines()):
         raise SssdConfigError("the sssd.conf template already holds %s" % AUTHTOK_KEY)
     return template.rstrip("\n") + "\n%s = %s\n" % (AUTHTOK_KEY, password)
+
+
+def _uris(value):
+    return [u.strip() for u in (value or "").split(",") if u.strip() and u.strip() != "_srv_"]
+
+
+def directory_description(text):
+    """{"uris", "start_tls", "ca_file", "tls_reqcert"} of the domains sssd.conf `text` enables: the servers SSSD
+    connects to (ldap_uri and ldap_backup_uri; for the ad and ipa providers, LDAP on their servers), nothing secret.
+    A config that cannot be read gives no server (the key command then offers no directory key)."""
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read_string(text)
+    except configparser.Error:
+        return {"uris": [], "start_tls": False, "ca_file": None, "tls_reqcert": None}
+    names = []
+    if parser.has_option("sssd", "domains"):
+        names = [n.strip() for n in parser.get("sssd", "domains").split(",") if n.strip()]
+    if not names:
+        names = [s.split("/", 1)[1] for s in parser.sections() if s.startswith("domain/")]
+    uris, start_tls, ca, reqcert = [], False, None, None
+    for name in names:
+        section = "domain/" + name
+        if not parser.has_section(section):
+            continue
+        options = dict(parser.items(section))
+        found = _uris(options.get("ldap_uri")) + _uris(options.get("ldap_backup_uri"))
+        for provider in ("ad", "ipa"):
+            hosts = _uris(options.get(provider + "_server")) + _uris(options.get(provider + "_backup_server"))
+            found += ["ldap://%s" % h for h in hosts if re.match(r"[A-Za-z0-9.-]+\Z", h)]
+        uris += [u for u in found if u not in uris]
+        start_tls = start_tls or options.get("ldap_id_use_start_tls", "").strip().lower() == "true"
+        ca = ca or options.get("ldap_tls_cacert")
+        reqcert = reqcert or options.get("ldap_tls_reqcert")
+    return {"uris": uris, "start_tls": start_tls, "ca_file": ca, "tls_reqcert": reqcert}
+
+
+def write_directory(path, text):
+    """The JSON of directory_description(text) at `path`, 0644, through a new file renamed over it."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, ".%s.%d.tmp" % (os.path.basename(path), os.getpid()))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.fchmod(fd, 0o644)
+        os.write(fd, json.dumps(directory_description(text), sort_keys=True).encode("utf-8"))
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def write_config(path, text):
@@ -85,12 +141,15 @@ def main(argv=None):
     write.add_argument("--template", required=True)
     write.add_argument("--password-file", help="the bind password (absent: an anonymous bind)")
     write.add_argument("--out", required=True)
+    write.add_argument("--directory-out", help="also write the servers it names (JSON) here: " + DIRECTORY_FILE)
     args = parser.parse_args(argv)
     try:
         text = _read(args.template).decode("utf-8")
         if args.password_file:
             text = with_bind_password(text, _read(args.password_file), "the bind password in %s" % args.password_file)
         write_config(args.out, text)
+        if args.directory_out:
+            write_directory(args.directory_out, text)
     except (OSError, UnicodeDecodeError, SssdConfigError) as e:
         sys.stderr.write("sssd_config: %s\n" % e)
         return 1

@@ -15,6 +15,9 @@
   an emptyDir shared by the sidecar and the main container, and mounted again below the jail (JAIL_MOUNT/var/lib/
   sss/pipes) with the jail's nsswitch.conf (`files sss`), so login sessions and job steps, chrooted into the jail,
   resolve directory users too. SSSD's cache (/var/lib/sss/db) stays in the sidecar: a new pod starts it empty.
+- Fail closed: the sidecar also writes which servers sssd.conf names (DIRECTORY_FILE, beside the pipes); the login's
+  key command (node/authorized_keys.py) offers the directory's keys only while one of them answers, verified with the
+  CA (mounted in the login container too). SSSD offline would otherwise keep serving its cache.
 - The controller runs SSSD as well: slurmctld maps the user names of accounting (sacctmgr's users) to uids and checks
   a job's user and groups (AllowGroups, PrivateData) by uid. Slurm's auth/slurm with use_client_ids would spare
   it, but munge is our one AuthType, and the local backend's Slurm 22.05 has no auth/slurm: one way for both.
@@ -25,6 +28,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+from ansible_collections.soperator.slurm.plugins.module_utils.node.sssd_config import DIRECTORY_FILE
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_builders as kb
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import CONFIG, LOGIN, WORKER
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import (
@@ -89,14 +93,16 @@ def _sidecar(model, image, guaranteed):
     ldap = model.identity.ldap
     mounts = [kb.mount("sssd-template", SSSD_TEMPLATE_DIR, True), kb.mount("sss-pipes", SSS_PIPES_DIR)]
     write = ["python3", SSSD_CONFIG_PROGRAM, "write", "--template", "%s/%s" % (SSSD_TEMPLATE_DIR, SSSD_CONF),
-             "--out", "/etc/sssd/%s" % SSSD_CONF]
+             "--out", "/etc/sssd/%s" % SSSD_CONF, "--directory-out", DIRECTORY_FILE]
     if ldap is not None and ldap.bind_password_secret is not None:
         mounts.append(kb.mount("ldap-bind", SSSD_BIND_DIR, True))
         write += ["--password-file", SSSD_BIND_FILE]
     if ldap is not None and ldap.ca_config_map is not None:
         mounts.append(kb.mount("ldap-ca", SSSD_CA_DIR, True))
-    # Fixed words only (no spec value reaches the shell): write the config, then sssd in the foreground.
-    script = " ".join(write) + " && exec /usr/sbin/sssd -i --logger=stderr"
+    # Fixed words only (no spec value reaches the shell): write the config, then sssd in the foreground. The pipes are
+    # an emptyDir: sssd binds its private sockets in pipes/private, which the image's directory had.
+    script = "install -d -m 0700 %s/private && %s && exec /usr/sbin/sssd -i --logger=stderr" % (
+        SSS_PIPES_DIR, " ".join(write))
     resources = {"requests": dict(SIDECAR_RESOURCES), "limits": dict(SIDECAR_RESOURCES)} if guaranteed else \
         {"requests": dict(SIDECAR_RESOURCES), "limits": {"memory": SIDECAR_RESOURCES["memory"]}}
     return kb.container(model, "sssd", image, command=["/bin/sh", "-c", script], mounts=mounts,
@@ -114,6 +120,9 @@ def give_identity(model, stateful_set, component):
     mounts = main.setdefault("volumeMounts", [])
     mounts += [kb.mount("sss-pipes", SSS_PIPES_DIR),
                dict(kb.mount("sssd-nsswitch", "/etc/nsswitch.conf", True), subPath=nsswitch)]
+    if component == LOGIN and model.identity.ldap is not None and model.identity.ldap.ca_config_map is not None:
+        # the key command's probe verifies the directory's certificate as SSSD does (node/authorized_keys.py)
+        mounts.append(kb.mount("ldap-ca", SSSD_CA_DIR, True))
     if component in (LOGIN, WORKER):
         # Sessions and job steps are chrooted into the jail: its NSS finds SSSD there too.
         mounts += [kb.mount("sss-pipes", c.JAIL_MOUNT + SSS_PIPES_DIR),

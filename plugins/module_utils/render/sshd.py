@@ -21,7 +21,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
-from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import SSS_AUTHORIZED_KEYS
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax.config_syntax import (
     comment, sshd_line, sshd_literal)
 
@@ -37,7 +36,7 @@ def host_key_paths(key_dir):
 
 def render_sshd_config(chroot_dir, host_key_dir, authorized_keys_dir, port=22, listen_address=None, pid_file=None,
                        set_env=None, strict_modes=True, use_pam=True, notes=(), keys_by_command=False,
-                       identity_keys=False):
+                       identity_keys=False, identity_command=None):
     """The sshd_config text of a login node.
 
     chroot_dir: the jail as sshd sees it. host_key_dir: the directory of the host keys (host_key_paths).
@@ -48,7 +47,9 @@ def render_sshd_config(chroot_dir, host_key_dir, authorized_keys_dir, port=22, l
     AuthorizedKeysFile. For a ConfigMap volume: the kubelet makes its directory mode 0777, and StrictModes refuses
     every AuthorizedKeysFile below it ("bad ownership or modes"), while a command's input is not checked.
     identity_keys (spec.identity on): the directory's keys too, from SSSD (sss_ssh_authorizedkeys, the sshPublicKey of
-    the user's entry). With keys_by_command the one command prints both (AUTHORIZED_KEYS_PROGRAM, node/authorized_keys.py).
+    the user's entry), through node/authorized_keys.py: it offers them only while the directory answers (fail
+    closed) and prints the cluster's keys too. identity_command: how to run it (default AUTHORIZED_KEYS_PROGRAM, the
+    login image's copy); it gets the keys directory and `%u`.
     """
     # Every line goes through config_syntax.sshd_line / comment: a path with a space, a quote, '#' or a '%' that sshd
     # would expand raises ConfigSyntaxError instead of writing a line sshd reads differently.
@@ -74,16 +75,16 @@ def render_sshd_config(chroot_dir, host_key_dir, authorized_keys_dir, port=22, l
         sshd_line("PermitRootLogin", "prohibit-password"),
     ]
     own_keys = "%s%%h/.ssh/authorized_keys" % ("" if jail == "/" else jail)
+    key_command = list(identity_command or [AUTHORIZED_KEYS_PROGRAM]) + [keys_dir, "%u"]
     if keys_by_command:
-        command = [AUTHORIZED_KEYS_PROGRAM, keys_dir, "%u"] if identity_keys else \
-            ["/usr/bin/cat", "%s/%%u" % keys_dir]
+        command = key_command if identity_keys else ["/usr/bin/cat", "%s/%%u" % keys_dir]
         lines += [sshd_line("AuthorizedKeysFile", own_keys),
                   sshd_line("AuthorizedKeysCommand", *command),
                   sshd_line("AuthorizedKeysCommandUser", "nobody")]
     else:
         lines.append(sshd_line("AuthorizedKeysFile", "%s/%%u" % keys_dir, own_keys))
         if identity_keys:
-            lines += [sshd_line("AuthorizedKeysCommand", SSS_AUTHORIZED_KEYS, "%u"),
+            lines += [sshd_line("AuthorizedKeysCommand", *key_command),
                       sshd_line("AuthorizedKeysCommandUser", "nobody")]
     lines += [
         sshd_line("StrictModes", "yes" if strict_modes else "no"),

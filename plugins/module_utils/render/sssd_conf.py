@@ -70,7 +70,8 @@ def _section(name: str, pairs: List[Tuple[str, str]]) -> List[str]:
 def render_sssd_conf(ldap: Ldap, ca_file: Optional[str] = None) -> str:
     """sssd.conf (without the bind password: see the module's doc) for `ldap`; `ca_file`: where the CA bundle of
     ldap.caConfigMap is, as SSSD sees it (None: the system's CAs). The domain is the last section."""
-    sssd = [("config_file_version", "2"), ("services", "nss, pam, ssh"), ("domains", DOMAIN)]
+    # (no config_file_version: SSSD 2.13 refuses the attribute in its log, 2.8 does not need it)
+    sssd = [("services", "nss, pam, ssh"), ("domains", DOMAIN)]
     nss = [("filter_users", "root"), ("filter_groups", "root"),
            # off: every lookup goes through the responder, which applies entry_cache_timeout
            ("memcache_timeout", "0")]
@@ -95,8 +96,9 @@ def render_sssd_conf(ldap: Ldap, ca_file: Optional[str] = None) -> str:
     if ldap.bind_dn:
         domain += [("ldap_default_bind_dn", ldap.bind_dn), ("ldap_default_authtok_type", "password")]
     tls = ldap.uri.startswith("ldaps://") or ldap.start_tls
-    if ldap.start_tls:
-        domain.append(("ldap_id_use_start_tls", "true"))
+    # Always said: SSSD 2.13 (the images') defaults it to true, 2.8 (bookworm's) to false. false on ldaps:// (TLS
+    # already) and on the plain ldap:// allowed to a loopback host only.
+    domain.append(("ldap_id_use_start_tls", "true" if ldap.start_tls else "false"))
     if tls:
         domain.append(("ldap_tls_reqcert", "demand"))
         if ca_file:

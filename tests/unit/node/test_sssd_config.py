@@ -67,3 +67,162 @@ def test_key_command_prints_cluster_then_directory_keys(tmp_path):
     assert ak.directory_keys("root", str(fake)) == b""            # root: the cluster's keys only
     assert ak.directory_keys("-rf", str(fake)) == b""
     assert ak.directory_keys("alice", str(tmp_path / "missing")) == b""     # no SSSD: no directory key
+
+
+SSSD_CONF = """[sssd]
+services = nss, ssh
+domains = directory
+
+[domain/directory]
+id_provider = ldap
+ldap_uri = ldaps://ldap1.example.com, ldaps://ldap2.example.com:1636
+ldap_backup_uri = ldaps://backup.example.com
+ldap_tls_cacert = /etc/soperator/ldap-ca/ca.crt
+ldap_default_authtok = secret%value
+"""
+
+
+def test_directory_description_names_the_servers_and_no_secret():
+    got = sc.directory_description(SSSD_CONF)
+    assert got == {"uris": ["ldaps://ldap1.example.com", "ldaps://ldap2.example.com:1636",
+                            "ldaps://backup.example.com"],
+                   "start_tls": False, "ca_file": "/etc/soperator/ldap-ca/ca.crt", "tls_reqcert": None}
+    assert "secret" not in repr(got)
+    start = sc.directory_description("[domain/x]\nldap_uri = ldap://h\nldap_id_use_start_tls = True\n")
+    assert start["uris"] == ["ldap://h"] and start["start_tls"] is True
+    ipa = sc.directory_description("[sssd]\ndomains = a\n[domain/a]\nid_provider = ipa\nipa_server = _srv_, ipa1.x\n")
+    assert ipa["uris"] == ["ldap://ipa1.x"]
+    assert sc.directory_description("not an ini [")["uris"] == []
+    assert sc.DIRECTORY_FILE == ak.DIRECTORY_FILE
+
+
+def test_program_writes_the_directory_file_readable_by_all(tmp_path):
+    (tmp_path / "t").write_text(SSSD_CONF.replace("ldap_default_authtok = secret%value\n", ""))
+    (tmp_path / "p").write_text("pw-value\n")
+    assert sc.main(["write", "--template", str(tmp_path / "t"), "--password-file", str(tmp_path / "p"),
+                    "--out", str(tmp_path / "o"), "--directory-out", str(tmp_path / "d.json")]) == 0
+    st = os.stat(str(tmp_path / "d.json"))
+    assert stat.S_IMODE(st.st_mode) == 0o644
+    text = (tmp_path / "d.json").read_text()
+    assert "ldap1.example.com" in text and "pw-value" not in text
+
+
+class FakeLdap(object):
+    """A loopback server answering each LDAPMessage it reads with `answer` (None: it reads and says nothing)."""
+
+    def __init__(self, answer, context=None):
+        import socket
+        import threading
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port = self.sock.getsockname()[1]
+        self.answer, self.context = answer, context
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _addr = self.sock.accept()
+            except OSError:
+                return
+            try:
+                conn.settimeout(5)
+                if self.context is not None:
+                    conn = self.context.wrap_socket(conn, server_side=True)
+                if conn.recv(4096) and self.answer is not None:
+                    conn.sendall(self.answer)
+                    conn.recv(4096)
+                else:
+                    conn.recv(4096)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    def close(self):
+        import socket
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)     # wakes the accept() and stops listening (a bare close does not)
+        except OSError:
+            pass
+        self.sock.close()
+        self.thread.join(10)
+
+
+BIND_RESPONSE = ak.ldap_message(1, ak._tlv(0x61, ak._tlv(0x0a, b"\x31") + ak._tlv(0x04, b"") + ak._tlv(0x04, b"")))
+
+
+def test_probe_wants_an_ldap_bind_response():
+    server = FakeLdap(BIND_RESPONSE)
+    try:
+        assert ak.probe("ldap://127.0.0.1:%d" % server.port, {}) is None
+    finally:
+        server.close()
+    closed = ak.probe("ldap://127.0.0.1:%d" % server.port, {})
+    assert closed.startswith("connect: ") and "refused" in closed
+    silent = FakeLdap(None)
+    try:
+        import time
+        started = time.monotonic()
+        why = ak.probe("ldap://127.0.0.1:%d" % silent.port, {}, timeout=1)
+        assert why == "no answer within 1s" and time.monotonic() - started < 5
+    finally:
+        silent.close()
+    http = FakeLdap(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    try:
+        assert ak.probe("ldap://127.0.0.1:%d" % http.port, {}) == "an answer that is not LDAP"
+    finally:
+        http.close()
+
+
+def test_probe_over_tls_checks_the_certificate_as_sssd_conf_says(tmp_path):
+    import shutil
+    import ssl
+    import subprocess
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl")
+    cert, key = str(tmp_path / "c.pem"), str(tmp_path / "k.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ldap",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
+                   check=True, timeout=60, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server = FakeLdap(BIND_RESPONSE, context)
+    uri = "ldaps://127.0.0.1:%d" % server.port
+    try:
+        assert ak.probe(uri, {"ca_file": cert}) is None
+        assert ak.probe(uri, {}).startswith("TLS: ")                       # not a CA the system trusts
+        assert ak.probe(uri, {"tls_reqcert": "never"}) is None            # sssd.conf itself skips the check
+    finally:
+        server.close()
+
+
+def test_key_command_withholds_directory_keys_while_the_directory_is_down(tmp_path, monkeypatch, capsys):
+    import json
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "root").write_text("ssh-ed25519 AAAA root@x\n")
+    fake = tmp_path / "sss"
+    fake.write_text("#!%s\nimport sys\nprint('ssh-ed25519 BBBB ' + sys.argv[1])\n" % sys.executable)
+    fake.chmod(0o755)
+    monkeypatch.setattr(ak, "SSS_AUTHORIZED_KEYS", str(fake))
+    server = FakeLdap(BIND_RESPONSE)
+    directory = tmp_path / "d.json"
+    directory.write_text(json.dumps({"uris": ["ldap://127.0.0.1:%d" % server.port]}))
+    try:
+        assert ak.main([str(tmp_path / "keys"), "alice", str(directory)]) == 0
+        assert capsys.readouterr().out == "ssh-ed25519 BBBB alice\n"
+    finally:
+        server.close()
+    assert ak.main([str(tmp_path / "keys"), "alice", str(directory)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "authorized-keys: directory ldap://127.0.0.1:%d does not answer (" % server.port in captured.err
+    assert "the directory's keys of alice are not offered (fail closed" in captured.err
+    assert ak.main([str(tmp_path / "keys"), "root", str(directory)]) == 0        # root: no probe, its keys
+    captured = capsys.readouterr()
+    assert captured.out == "ssh-ed25519 AAAA root@x\n" and captured.err == ""
+    assert ak.main([str(tmp_path / "keys"), "alice", str(tmp_path / "missing.json")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and "no description of the directory at" in captured.err

@@ -74,6 +74,11 @@ def test_start_tls_is_required_not_opportunistic():
     ldap = model_of({"ldap": dict(LDAP, uri="ldap://ldap.example.com", startTLS=True)}).identity.ldap
     dom = read_ini(render_sssd_conf(ldap))["domain/directory"]
     assert dom["ldap_id_use_start_tls"] == "true" and dom["ldap_tls_reqcert"] == "demand"
+    # said even when off: SSSD 2.13 (the images') would otherwise try StartTLS on every ldap:// and ldaps:// server
+    for uri in ("ldaps://ldap.example.com", "ldap://127.0.0.1:389"):
+        fields = dict((k, v) for k, v in LDAP.items() if uri.startswith("ldaps") or k != "caConfigMap")
+        ldap = model_of({"ldap": dict(fields, uri=uri)}).identity.ldap
+        assert read_ini(render_sssd_conf(ldap))["domain/directory"]["ldap_id_use_start_tls"] == "false"
 
 
 @pytest.mark.parametrize("value", ["a\nb", "a\rb", " a", "a ", "", "a\x00b", "a\x7f"])
@@ -97,7 +102,10 @@ def test_nsswitch_files_first():
 
 def test_sshd_asks_sssd_for_keys_only_with_identity():
     local = render_sshd_config("/srv/jail", "/k", "/ak", identity_keys=True)
-    assert "AuthorizedKeysCommand /usr/bin/sss_ssh_authorizedkeys %u" in local
+    assert "AuthorizedKeysCommand /opt/soperator/bin/authorized-keys /ak %u" in local
+    local = render_sshd_config("/srv/jail", "/k", "/ak", identity_keys=True,
+                               identity_command=["/usr/bin/python3", "/s/authorized-keys.py"])
+    assert "AuthorizedKeysCommand /usr/bin/python3 /s/authorized-keys.py /ak %u" in local
     assert "AuthorizedKeysCommandUser nobody" in local
     assert "AuthorizedKeysFile /ak/%u /srv/jail%h/.ssh/authorized_keys" in local     # root's keys still work
     assert "AuthorizedKeysCommand" not in render_sshd_config("/srv/jail", "/k", "/ak")
@@ -123,6 +131,9 @@ def test_kube_objects_with_identity():
         assert sidecar["image"] == pod["containers"][0]["image"]
         script = sidecar["command"][-1]
         assert "--password-file /etc/soperator/ldap-bind/password" in script and "exec /usr/sbin/sssd -i" in script
+        # the servers, for the login's key command (fail closed): beside the pipes, which the login container shares
+        assert "--directory-out /var/lib/sss/pipes/soperator-directory.json" in script
+        assert script.startswith("install -d -m 0700 /var/lib/sss/pipes/private && ")   # an emptyDir: sssd's sockets
         volumes = dict((v["name"], v) for v in pod["volumes"])
         assert volumes["ldap-bind"]["secret"] == {"secretName": "ldap-bind", "defaultMode": 0o400,
                                                   "items": [{"key": "pw", "path": "password"}]}
@@ -131,6 +142,8 @@ def test_kube_objects_with_identity():
         assert main_mounts["/var/lib/sss/pipes"]["name"] == "sss-pipes"
         assert main_mounts["/etc/nsswitch.conf"]["subPath"] == ("nsswitch-login.conf" if name == "c-login"
                                                                 else "nsswitch.conf")
+        # the login's key command probes the directory over TLS with the same CA as SSSD
+        assert ("/etc/soperator/ldap-ca" in main_mounts) == (name == "c-login")
         in_jail = c.JAIL_MOUNT + "/var/lib/sss/pipes" in main_mounts
         assert in_jail == (name != "c-controller")
         if name in ("cpu", "gpu"):
