@@ -156,58 +156,33 @@ ROOTFS["jail-rootfs-gpu"] = {
 NCCL_PROBE = os.path.join(NODE, "nccl_probe.py")
 SSSD_CONFIG = os.path.join(NODE, "sssd_config.py")
 
+
+def _node_files(*names):
+    """Build-context entries of node/ programs: name -> its path under plugins/module_utils/node."""
+    return {name: os.path.join(NODE, name) for name in names}
+
+
+ENTRYPOINT = {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh")}
+# What the login and worker images share: the SPANK plugin, the health checks (and nccl_probe.py, whose output
+# active_check parses), the jail programs (the wait-for-jail init container) and the SSSD sidecar's sssd_config.py.
+NODE_IMAGE_FILES = dict(ENTRYPOINT, **{"spank_chroot.so": "{plugin}"}, **_node_files(
+    "health_check.py", "health_status.py", "active_check.py", "nccl_probe.py", "jail.py", "jail_source.py",
+    "tree_reader.py", "safe_tree.py", "sssd_config.py"))
+
+# The populate program (node/jail.py and what it imports), in the jail images.
+JAIL_PROGRAM = _node_files("jail.py", "jail_source.py", "tree_reader.py", "safe_tree.py")
+
 # Image component -> (Containerfile dir, root filesystem, files for the build context: name -> source path).
 IMAGE_RECIPES = {
-    "controller": ("controller", "controller", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
-                                                "power_kube.py": os.path.join(NODE, "power_kube.py"),
-                                                "power_program.py": os.path.join(NODE, "power_program.py"),
-                                                "sssd_config.py": SSSD_CONFIG}),
-    "worker": ("worker", "worker", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
-                                    "spank_chroot.so": "{plugin}",
-                                    "health_check.py": os.path.join(NODE, "health_check.py"),
-                                    "health_status.py": os.path.join(NODE, "health_status.py"),
-                                    "active_check.py": os.path.join(NODE, "active_check.py"),
-                                    "nccl_probe.py": NCCL_PROBE,
-                                    "jail.py": os.path.join(NODE, "jail.py"),
-                                    "jail_source.py": os.path.join(NODE, "jail_source.py"),
-                                    "tree_reader.py": os.path.join(NODE, "tree_reader.py"),
-                                    "safe_tree.py": os.path.join(NODE, "safe_tree.py"),
-                                    "sssd_config.py": SSSD_CONFIG}),
-    "login": ("login", "login", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
-                                 "spank_chroot.so": "{plugin}",
-                                 "health_check.py": os.path.join(NODE, "health_check.py"),
-                                 "health_status.py": os.path.join(NODE, "health_status.py"),
-                                 "active_check.py": os.path.join(NODE, "active_check.py"),
-                                 "nccl_probe.py": NCCL_PROBE,
-                                 "jail.py": os.path.join(NODE, "jail.py"),
-                                 "jail_source.py": os.path.join(NODE, "jail_source.py"),
-                                 "tree_reader.py": os.path.join(NODE, "tree_reader.py"),
-                                 "safe_tree.py": os.path.join(NODE, "safe_tree.py"),
-                                 "sssd_config.py": SSSD_CONFIG,
-                                 "authorized_keys.py": os.path.join(NODE, "authorized_keys.py")}),
-    "accounting": ("accounting", "accounting", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh")}),
+    "controller": ("controller", "controller", dict(ENTRYPOINT, **_node_files(
+        "power_kube.py", "power_program.py", "sssd_config.py"))),
+    "worker": ("worker", "worker", dict(NODE_IMAGE_FILES)),
+    "login": ("login", "login", dict(NODE_IMAGE_FILES, **_node_files("authorized_keys.py"))),
+    "accounting": ("accounting", "accounting", dict(ENTRYPOINT)),
     "mariadb": ("mariadb", "mariadb", {"entrypoint.sh": os.path.join(IMAGES, "mariadb", "entrypoint.sh")}),
-    "worker-gpu": ("worker-gpu", "worker-gpu", {"entrypoint.sh": os.path.join(IMAGES, "entrypoint.sh"),
-                                                "spank_chroot.so": "{plugin}",
-                                                "health_check.py": os.path.join(NODE, "health_check.py"),
-                                                "health_status.py": os.path.join(NODE, "health_status.py"),
-                                                "active_check.py": os.path.join(NODE, "active_check.py"),
-                                                "nccl_probe.py": NCCL_PROBE,
-                                                "jail.py": os.path.join(NODE, "jail.py"),
-                                                "jail_source.py": os.path.join(NODE, "jail_source.py"),
-                                                "tree_reader.py": os.path.join(NODE, "tree_reader.py"),
-                                                "safe_tree.py": os.path.join(NODE, "safe_tree.py"),
-                                                "sssd_config.py": SSSD_CONFIG}),
-    "jail-gpu": ("populate_jail", "populate", {"jail-rootfs.tar": "{jail_gpu_rootfs}",
-                                               "jail.py": os.path.join(NODE, "jail.py"),
-                                               "jail_source.py": os.path.join(NODE, "jail_source.py"),
-                                               "tree_reader.py": os.path.join(NODE, "tree_reader.py"),
-                                               "safe_tree.py": os.path.join(NODE, "safe_tree.py")}),
-    "jail": ("populate_jail", "populate", {"jail-rootfs.tar": "{jail_rootfs}",
-                                           "jail.py": os.path.join(NODE, "jail.py"),
-                                           "jail_source.py": os.path.join(NODE, "jail_source.py"),
-                                           "tree_reader.py": os.path.join(NODE, "tree_reader.py"),
-                                           "safe_tree.py": os.path.join(NODE, "safe_tree.py")}),
+    "worker-gpu": ("worker-gpu", "worker-gpu", dict(NODE_IMAGE_FILES)),
+    "jail-gpu": ("populate_jail", "populate", dict(JAIL_PROGRAM, **{"jail-rootfs.tar": "{jail_gpu_rootfs}"})),
+    "jail": ("populate_jail", "populate", dict(JAIL_PROGRAM, **{"jail-rootfs.tar": "{jail_rootfs}"})),
 }
 # The root filesystems each image is made from (the jail image: the populate program's, and the jail's as a tarball).
 ROOTFS_OF = {"controller": ("controller",), "worker": ("worker",), "login": ("login",),

@@ -251,6 +251,24 @@ def is_tar(path):
 
 
 def _from_tar(writer, path, limit=None, deadline=safe_tree.NO_DEADLINE):
+    for archive, member in _members(path, limit, deadline):
+        try:
+            _tar_member(writer, archive, member)
+        except ARCHIVE_ERRORS as e:     # reading its data
+            raise archive_error(path, e, " in member %r" % member.name)
+        except OSError as e:
+            raise JailError("member %r: %s" % (member.name, e))
+
+
+def each_member(path, deadline=safe_tree.NO_DEADLINE):
+    """(archive, member) for each member of the tar archive at `path` (plain or compressed), every header checked
+    as read_into checks them: for a reader that picks members by name (an OCI archive's blobs) without writing any."""
+    return _members(path, None, deadline)
+
+
+def _members(path, limit, deadline):
+    """(archive, member) for each member, its header checked (_checked_tarfile); every read error names the archive
+    and the member it was at."""
     last = None
     try:
         archive = _checked_tarfile(limit, deadline).open(path, "r:*")
@@ -261,33 +279,6 @@ def _from_tar(writer, path, limit=None, deadline=safe_tree.NO_DEADLINE):
             try:
                 member = archive.next()
             except _BadHeader as e:     # names the member
-                raise archive_error(path, e)
-            except _READ_ERRORS as e:
-                raise archive_error(path, e, " after member %r" % last if last is not None else "")
-            if member is None:
-                return
-            try:
-                _tar_member(writer, archive, member)
-            except ARCHIVE_ERRORS as e:     # reading its data
-                raise archive_error(path, e, " in member %r" % member.name)
-            except OSError as e:
-                raise JailError("member %r: %s" % (member.name, e))
-            last = member.name
-
-
-def each_member(path, deadline=safe_tree.NO_DEADLINE):
-    """(archive, member) for each member of the tar archive at `path` (plain or compressed), every header checked
-    as read_into checks them: for a reader that picks members by name (an OCI archive's blobs) without writing any."""
-    last = None
-    try:
-        archive = _checked_tarfile(None, deadline).open(path, "r:*")
-    except (_BadHeader,) + _READ_ERRORS as e:
-        raise archive_error(path, e)
-    with archive:
-        while True:
-            try:
-                member = archive.next()
-            except _BadHeader as e:
                 raise archive_error(path, e)
             except _READ_ERRORS as e:
                 raise archive_error(path, e, " after member %r" % last if last is not None else "")
