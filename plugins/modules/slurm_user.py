@@ -89,19 +89,11 @@ errors:
   elements: dict
 """
 
-from ansible_collections.soperator.slurm.plugins.module_utils.module_base import SoperatorModule
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import accounting_setup
-
-KIND = "users"
-OPTIONS = {KIND: dict(type="list", elements="dict")}
 
 
 def main():
-    module = SoperatorModule(
-        OPTIONS, shared=accounting_setup.SHARED, uses_kubernetes=lambda p: p["transport"] == "kubernetes",
-        mutually_exclusive=[(KIND, "src", "definition")], required_one_of=[(KIND, "src", "definition")],
-        supports_check_mode=True)
-    module.run(lambda m: accounting_setup.run(m, KIND))
+    accounting_setup.main("users")
 
 
 if __name__ == "__main__":

@@ -156,33 +156,30 @@ class Slapd(object):
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         for _attempt in range(5):
             self.port = free_port()
-            # -d 0: stays in the foreground (our child, stopped by its pid) and logs nothing
-            self.proc = subprocess.Popen(["slapd", "-d", "0", "-F", conf, "-h", self._listen()],
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                try:
-                    socket.create_connection((self.host, self.port), timeout=1).close()
-                    return self
-                except OSError:
-                    time.sleep(0.2)
-            self.stop()
+            if self._launch(conf, timeout):
+                return self
         raise RuntimeError("slapd did not start on loopback")
 
     def restart(self, timeout=60):
         """slapd again on the same directory and port (after stop()): what sssd knows as the server comes back."""
-        conf = os.path.join(self.dir, "slapd.d")
+        if self._launch(os.path.join(self.dir, "slapd.d"), timeout):
+            return self
+        raise RuntimeError("slapd did not start again on port %d" % self.port)
+
+    def _launch(self, conf, timeout):
+        """slapd on self.port until it accepts a connection (True), or stopped again (False)."""
+        # -d 0: stays in the foreground (our child, stopped by its pid) and logs nothing
         self.proc = subprocess.Popen(["slapd", "-d", "0", "-F", conf, "-h", self._listen()],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 socket.create_connection((self.host, self.port), timeout=1).close()
-                return self
+                return True
             except OSError:
                 time.sleep(0.2)
         self.stop()
-        raise RuntimeError("slapd did not start again on port %d" % self.port)
+        return False
 
     def ldap(self, tool, *args, input_text=None):
         return subprocess.run([tool, "-x", "-H", self.admin_uri, "-D", ADMIN, "-w", self.admin_password] + list(args),

@@ -16,6 +16,7 @@ from typing import Any, Dict, Tuple
 
 from ansible_collections.soperator.slurm.plugins.module_utils import args, module_support
 from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
+from ansible_collections.soperator.slurm.plugins.module_utils.module_base import SoperatorModule
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import accounting_policy
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import accounting as spec_accounting
@@ -75,3 +76,13 @@ def run(module: Any, kind: str) -> Dict[str, Any]:
     if not module._diff:
         result.pop("diff")
     return result
+
+
+def main(kind: str) -> None:
+    """The whole main() of slurm_account, slurm_user and slurm_qos: `kind`'s list option, or a spec."""
+    module = SoperatorModule(
+        {kind: dict(type="list", elements="dict")}, shared=SHARED,
+        uses_kubernetes=lambda p: p["transport"] == "kubernetes",
+        mutually_exclusive=[(kind, "src", "definition")], required_one_of=[(kind, "src", "definition")],
+        supports_check_mode=True)
+    module.run(lambda m: run(m, kind))
