@@ -49,7 +49,7 @@ LOCAL_SUITES := tests/slurm tests/ansible
 KUBE_SUITES := tests/integration
 NODE_SUITES := tests/realnode
 IMAGE_SUITES := tests/images
-.PHONY: test-unit test-local test-kube test-node test-images
+.PHONY: test-unit test-local test-kube test-node test-images k8s-control-plane node-binaries
 test: deps
 	$(PYTEST) -n $(UNIT_WORKERS) tests/unit
 	$(PYTEST) -n $(TEST_WORKERS) $(XDIST) $(NODE_SUITES) $(IMAGE_SUITES) $(KUBE_SUITES) $(LOCAL_SUITES)
@@ -125,8 +125,14 @@ spank:
 # hostPath provisioner), with the images of `make images` imported; needs root, runc and containernetworking-plugins.
 K8S_STATE ?= build/k8s
 NODE ?= kwok
-k8s-build:
+k8s-build: k8s-control-plane node-binaries
+
+# The control plane (kube-*, kubectl, etcd, kwok): all tests/integration needs; the real node's containerd and CoreDNS
+# (node-binaries) only tests/realnode.
+k8s-control-plane:
 	tools/k8s/build.sh
+
+node-binaries:
 	tools/node/build.sh
 
 k8s-up: k8s-build
