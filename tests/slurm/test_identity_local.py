@@ -235,7 +235,7 @@ def test_a_bind_password_rotated_after_users_were_cached_fails_closed(local_clus
 
 
 def test_the_access_filter_refuses_a_user_it_excludes_at_login(local_cluster, slapd, jail, plugin, user_keys,
-                                                                root_key):
+                                                               root_key):
     """spec.identity.ldap.accessFilter: PAM's account step (pam_sss in sshd's stack; SSSD's ldap access provider)
     refuses a directory user the filter excludes, though their key is right; the filter is asked at each login."""
     skip_without(("munged", "slurmctld", "slurmd", "sshd"))

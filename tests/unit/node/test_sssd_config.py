@@ -236,8 +236,8 @@ def _bind_answer(code):
     return ak.ldap_message(1, ak._tlv(0x61, ak._tlv(0x0a, bytes([code])) + ak._tlv(0x04, b"") + ak._tlv(0x04, b"")))
 
 
-def test_the_bind_watcher_binds_as_sssd_does_and_the_key_command_follows_its_last_check(tmp_path, monkeypatch,
-                                                                                           capsys):
+def test_the_bind_watcher_binds_as_sssd_does_and_the_key_command_follows_its_last_check(
+        tmp_path, monkeypatch, capsys):
     """SSSD's bind password refused by the directory (result 49): the watcher says so (never the password), and
     the key command withholds the directory's keys; a successful check lets them through only while it is fresh."""
     import json
