@@ -114,7 +114,7 @@ class LocalCluster(object):
         self.exporter = Exporter(lay, jail_dir, self.daemons)
         self.rollout = Rollout(lay, self.daemons, self.slurm, self.timeout, self.rollout_timeout)
         self.planner = Planner(lay, self.directory, self.ports, self.daemons, self.rollout, self.login_node,
-                               self.exporter, self.config_files.render)
+                               self.exporter, self.config_files.render, self.identity)
 
     # --- public ------------------------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ class Planner(object):
 
     def __init__(self, layout: Layout, directory: StateDir, ports: PortBlock, daemons: Daemons,
                  rollout: Rollout, login: LoginNode, exporter: Exporter,
-                 configs: Callable[[Any, int, Optional[str]], Dict[str, str]]) -> None:
+                 configs: Callable[[Any, int, Optional[str]], Dict[str, str]], identity: Any = None) -> None:
         self.layout = layout
         self.directory = directory
         self.ports = ports
@@ -41,6 +41,7 @@ class Planner(object):
         self.login = login
         self.exporter = exporter
         self.configs = configs
+        self.identity = identity      # local/identity.py LocalIdentity: its plan() (sssd, the bind watcher)
 
     def present(self, model: Any, status: Mapping[str, Any]) -> Tuple[List[str], List[Dict[str, Any]]]:
         """What ensure_started(model) would do, as 'would ...' actions, from status() and the files under
@@ -55,7 +56,8 @@ class Planner(object):
             if model.accounting.enabled:
                 actions += ["would initialize the accounting database"]
             actions += ["would write the Slurm configs to %s" % lay.etc] + power.plan(lay, bool(model.cloud_nodes))
-            actions += ["would start %s" % d for d in start_order(model)]
+            actions += ["would start munged"] + self._identity(model)
+            actions += ["would start %s" % d for d in start_order(model) if d != "munged"]
             return actions + self.login.plan(model) + self.exporter.plan(model), []
         actions, slurm_changed, dbd_changed, digest = self._plan_configs(model)
         actions = pre + actions + power.plan(lay, bool(model.cloud_nodes))
@@ -87,6 +89,7 @@ class Planner(object):
                 actions.append("would restart %s (configuration changed)" % name)
             elif name.startswith(SLURMD) and (new_ctld or name in behind):
                 actions.append("would restart %s (slurmctld restarted: the node registers again)" % name)
+        actions += self._identity(model)
         if not model.accounting.enabled:
             actions += ["would stop %s (accounting disabled)" % n for n in ("slurmdbd", "mariadbd") if n in running]
         steps, rolled = self.rollout.plan(model, digest, status)
@@ -96,6 +99,9 @@ class Planner(object):
         for node in nodes_to_remove(model, running_nodes, listed):
             actions.append("would drain %s, wait for its jobs, stop its slurmd and remove it from Slurm" % node)
         return actions + self.login.plan(model) + self.exporter.plan(model), steps
+
+    def _identity(self, model):
+        return self.identity.plan(model) if self.identity is not None else []
 
     def _plan_configs(self, model):
         """(actions, slurm_changed, dbd_changed, digest): which config files under state_dir/etc a run would write,
