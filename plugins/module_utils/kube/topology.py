@@ -129,8 +129,8 @@ class TopologyFollower(object):
         if waited:
             report["actions"].append(waited)
         self.runner.run(["scontrol", "reconfigure"])
-        report["actions"].append("ran scontrol reconfigure (%s moved to %s)" % (node, report["switch"] or
-                                                                                 "no switch: unplaced"))
+        where = report["switch"] or "no switch: unplaced"
+        report["actions"].append("ran scontrol reconfigure (%s moved to %s)" % (node, where))
         report["changed"] = True
         self.loaded_digest = configs_digest(want)
         self._record_loaded(self.loaded_digest)

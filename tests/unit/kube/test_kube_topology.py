@@ -165,8 +165,8 @@ def test_a_worker_that_moved_is_put_in_its_new_place_with_one_reconfigure(monkey
     from test_kube_backend import no_sleep, no_slurm
     again = KubeCluster(api, build_model(DOCS), KubeOptions(reconfigure=False), runner_factory=no_slurm,
                         checker_factory=no_slurm, sleep=no_sleep).present()
-    assert ("ConfigMap", "c-slurm-configs", "unchanged") in [(o["kind"], o["name"], o["action"])
-                                                            for o in again["objects"]]
+    done = [(o["kind"], o["name"], o["action"]) for o in again["objects"]]
+    assert ("ConfigMap", "c-slurm-configs", "unchanged") in done
 
 
 def test_a_worker_back_in_its_place_changes_nothing(monkeypatch):
