@@ -523,7 +523,9 @@ rollout:
       V(skipped) (with C(batch) 0 and the reason, such as a drain of someone else's or maxUnavailable reached).
     - After a real run C(step) is the outcome - V(resumed), V(left-drained) (its checks failed or could not run),
       V(waiting) (drained, jobs still ran at O(rollout_timeout)), V(pending) (its batch did not start in this run),
-      or V(skipped); C(steps) lists what was done (drained, replaced, rechecked, resumed).
+      or V(skipped); C(steps) lists what was done (drained, replaced, placed, rechecked, resumed; V(placed) - with
+      C(spec.topology.nodeLabels) the new pod runs under another switch, and the topology files were rewritten and
+      slurmctld reconfigured before the resume, as C(topology) of the entry says).
     - With O(target=local), the same entries for the slurmds a changed Slurm config restarts (a node is outdated
       when its slurmd runs an older configuration; replaced means its slurmd was restarted); a NodeSet whose
       C(spec.updateStrategy.type) is not C(slurmAware) lists its outdated nodes as V(skipped).

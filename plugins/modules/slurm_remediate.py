@@ -180,10 +180,12 @@ nodes:
                 skipped-power-saving]
       sample: resumed
     steps:
-      description: Every step done (or, in check mode, that would be), in order.
+      description: Every step done (or, in check mode, that would be), in order. V(placed) - with
+        C(spec.topology.nodeLabels), the replaced worker's new pod runs under another switch, and the topology files
+        were rewritten and slurmctld reconfigured before the re-check and the resume.
       type: list
       elements: str
-      sample: [replaced, rechecked, resumed]
+      sample: [replaced, placed, rechecked, resumed]
     why:
       description: Why the node got its outcome.
       type: str
@@ -193,6 +195,21 @@ nodes:
         (local), the Kubernetes node cordoned.
       type: dict
       returned: when the node was replaced
+    held:
+      description: With C(spec.topology.nodeLabels), the reason a node our health check drained was drained again
+        with before its replacement (its new slurmd's health check would resume a C(health:) drain before its new
+        place in the topology is known).
+      type: str
+      returned: when such a node was replaced
+      sample: "soperator: replacing (health:gpu_count 7 of 8 GPUs)"
+    topology:
+      description: With C(spec.topology.nodeLabels) on Kubernetes, the node's place after its replacement - C(switch)
+        (the leaf switch or block, V(null) when it is left out of the tree, C(unplaced) saying why), C(changed)
+        (whether the topology files were rewritten and slurmctld reconfigured) and C(actions).
+      type: dict
+      returned: when a node with a topology that follows the pods was restored
+      sample: {switch: leaf-2, changed: true, actions: ["updated ConfigMap slurm/demo-slurm-configs (the topology
+               files)", "ran scontrol reconfigure (gpu-3 moved to leaf-2)"]}
     checks:
       description: The report of the health-check program (C(healthy), C(failed), C(passed)), or C(error) when it
         could not run.

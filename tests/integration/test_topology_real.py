@@ -13,10 +13,14 @@ lands within one leaf switch; moving a worker (its node cordoned, the pod delete
 the other leaf) changes Slurm's view on the next run with a reconfigure and no slurmctld restart (22.05 has no
 dynamic topology change); a run with nothing moved writes nothing and reconfigures nothing; each run reads the nodes
 with one list; a node that loses its leaf label is left out of the tree and the run succeeds; the remediation pass
-(playbooks/remediate.yml with its ServiceAccount's token) puts it back once the label is back.
+(playbooks/remediate.yml with its ServiceAccount's token) puts it back once the label is back. Then the same pass
+replaces a worker our health check drained, and its new pod lands under the other leaf: the pass puts it there
+(ConfigMap, reconfigure) before it resumes it - slurmctld's log has the reconfigure before the resume, and a
+`--switches=1` job right after the pass runs on the new pair - and the next reconcile changes nothing.
 """
 import os
 import re
+import sys
 import threading
 import uuid
 
@@ -26,7 +30,8 @@ import ansible_run
 from slurm_kube import BOUND, until
 from slurm_specs import SMALL_CLAIMS as CLAIMS
 from slurm_specs import actions, admin_user, module
-from test_remediation_real import RECONCILE, sa_kubeconfig
+from pod_slurmd import PodSlurmd
+from test_remediation_real import HEALTH_CHECK, RECONCILE, REMEDIATE, sa_kubeconfig
 
 pytest_plugins = ("slurm_kube_fixtures",)     # its fixtures: namespaced, api, local_cluster
 
@@ -287,3 +292,53 @@ def test_topology_follows_the_pods(namespaced, api, volumes, audit, local_cluste
         assert any(a.startswith("ran scontrol reconfigure") for a in tasks[RECONCILE]["actions"])
         assert _slurm_topology(cluster)[0] == after
         assert mount.copies >= 4
+
+        # The remediation replaces a worker of leaf-2 that our health check drained, and its new pod lands on the
+        # free node of leaf-1: the pass puts it under leaf-1 (ConfigMap, reconfigure) BEFORE it resumes it, so the
+        # first job after the pass already sees it there - no site.yml run in between.
+        healed = [p for p in after["leaf-2"] if sorted([lone, p]) != ["cpu-0", "cpu-1"]][0]
+        final = {"leaf-1": sorted([lone, healed]), "leaf-2": [p for p in after["leaf-2"] if p != healed]}
+        real_cluster.kubectl("uncordon", where[moved])           # free since `moved` left it
+        real_cluster.kubectl("cordon", api.pods(ns)[healed].spec.node_name)
+        cluster.run(["scontrol", "update", "NodeName=%s" % healed, "State=DRAIN",
+                     "Reason=soperator: health:test moved"])
+        program = tmp_path / "health-check"
+        program.write_text('#!/bin/sh\nexec %s %s "$@"\n' % (sys.executable, HEALTH_CHECK))
+        os.chmod(str(program), 0o755)
+        log = cluster.log_files(["slurmctld"])["slurmctld"]
+        log_start = os.path.getsize(log)
+        with PodSlurmd(api, ns, cluster, [healed]) as watch:
+            run = ansible_run.playbook(
+                "remediate.yml", "-e", "cluster=small", "-e", "slurm_namespace=%s" % ns, "-e",
+                "kubeconfig=%s" % kubeconfig, "-e", "slurm_transport=local", "-e", "slurm_conf=%s" % slurm_conf,
+                "-e", "health_check_program=%s" % program, "-e", "replace_drained_nodes=true",
+                "-e", "register_timeout=%d" % BOUND, expect_rc=None)
+            tasks = run.tasks()
+            assert run.rc == 0, [(name, t.get("msg")) for name, t in tasks.items() if t.get("failed")] or run.output()
+        assert watch.restarted == [healed], (watch.failures, tasks[REMEDIATE].get("nodes"),
+                                             tasks[REMEDIATE].get("errors"))
+        assert api.pods(ns)[healed].spec.node_name == where[moved]
+        assert _tree_by_leaf(tasks[RECONCILE]) == after      # the reconcile ran before the replacement
+        [done] = [n for n in tasks[REMEDIATE]["nodes"] if n["name"] == healed]
+        assert done["steps"] == ["replaced", "placed", "rechecked", "resumed"], done
+        assert done["topology"]["switch"] == "leaf-1" and done["topology"]["changed"] is True, done["topology"]
+        # slurmctld's own account: held drained (its new slurmd's health check would resume a health: drain), then
+        # the reconfigure that read the new tree, and only then the resume
+        assert done["held"] == "soperator: replacing (health:test moved)"
+        with open(log) as f:
+            f.seek(log_start)
+            lines = f.read().splitlines()
+        held = [i for i, line in enumerate(lines) if "update_node: node %s reason set to: %s" % (healed, done["held"])
+                in line]
+        reconfigured = [i for i, line in enumerate(lines) if "_slurm_rpc_reconfigure_controller: completed" in line]
+        resumed = [i for i, line in enumerate(lines) if "update_node: node %s state set to IDLE" % healed in line]
+        assert held and reconfigured and resumed and held[0] < reconfigured[-1] < resumed[0], lines
+        assert _slurm_topology(cluster)[0] == final
+        assert _boot_time(cluster) == boot, "slurmctld was restarted"
+        assert _two_node_job(cluster) == final["leaf-1"]
+        # the next reconcile finds the tree and the configs slurmctld runs on as they are: nothing to do
+        mark = audit.mark()
+        settled = module("slurm_cluster", state="present", target="kubernetes", definition=docs, wait=True,
+                         wait_timeout=BOUND, **slurm)
+        assert settled["changed"] is False and settled["actions"] == [], (settled["actions"], actions(settled))
+        assert _tree_by_leaf(settled) == final

@@ -317,10 +317,12 @@ class KubeCluster(SlurmConfigReload):
             replacer = KubeReplacer(self.client, self.model.namespace, timeout=opts.wait_timeout, poll=opts.poll,
                                     sleep=self.sleep, clock=self.clock)
             events = rm.EventRecorder(self.client, self.model.namespace, self.model.name, CR_API_VERSION)
+            topology = kube_topology.follower(self.client, self.model, self.runner, timeout=opts.wait_timeout,
+                                              poll=opts.poll, sleep=self.sleep, clock=self.clock)
             remediator = rm.Remediator(self.runner, self.prefix, self.checker_factory(), replacer=replacer,
                                        events=events, check_mode=opts.check_mode,
                                        register_timeout=opts.wait_timeout, poll=opts.poll, sleep=self.sleep,
-                                       clock=self.clock)
+                                       clock=self.clock, topology=topology)
             roll = slurm_rollout.Rollout(self.runner, self.prefix, read, remediator, strategy.max_unavailable,
                                          opts.rollout_timeout, node_set.name, check_mode=opts.check_mode,
                                          poll=opts.poll, sleep=self.sleep, clock=self.clock)
@@ -335,6 +337,10 @@ class KubeCluster(SlurmConfigReload):
                 self.rollout_steps += steps
             except SlurmError as e:
                 raise BackendError("rolling NodeSet %s: %s" % (node_set.name, e))
+            finally:
+                if topology is not None and topology.loaded_digest:
+                    # a replaced worker moved: the topology and the configs slurmctld runs on are the follower's
+                    self.model, self.loaded_digest = topology.placed, topology.loaded_digest
             if roll.errors:
                 raise BackendError("rolling NodeSet %s: %s" % (node_set.name, "; ".join(roll.errors)))
 

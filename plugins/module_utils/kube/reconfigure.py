@@ -14,6 +14,7 @@ import hashlib
 import json
 import posixpath
 import re
+import time
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka
@@ -137,54 +138,64 @@ class SlurmConfigReload(object):
                 self.loaded_digest = digest
 
     def wait_for_controller_config(self, config_change):
-        """Wait (at most wait_timeout) until the controller pod sees the ConfigMap just applied. The kubelet refreshes
-        a mounted ConfigMap only on its next sync (a minute or more), and a reconfigure before that makes slurmctld
-        re-read the old files. Every key is compared, not only slurm.conf: a change may touch cgroup.conf or
-        gres.conf alone. The kubelet swaps the whole volume at once (the `..data` symlink), so the pod never sees a
-        mix of old and new files, and one read of all of them tells which version it has."""
-        where = self.runner.describe()
-        desired = config_change.desired.get("data") or {}
-        if where.get("transport") == "kubernetes":
-            pod, conf_dir, keys = "%s/%s" % (where["namespace"], where["pod"]), c.SLURM_CONF_DIR, None
-        elif self.model.topology.node_labels is not None and where.get("slurm_conf"):
-            # slurm_transport=local: that slurmctld reads its own slurm.conf, which this ConfigMap does not feed; only
-            # the topology files of spec.topology.nodeLabels (they follow the pods) are the ConfigMap's, mirrored
-            # beside its slurm.conf by whoever runs it there: wait for them as for a pod.
-            pod, conf_dir, keys = "slurmctld of %s" % where["slurm_conf"], posixpath.dirname(where["slurm_conf"]), \
-                TOPOLOGY_FILES
-        else:
-            return
-        # keys an update dropped must be gone from the pod; an unchanged ConfigMap (a reload owed by an earlier
-        # run) may hold keys of another writer, which stay
-        removed = set((config_change.live or {}).get("data") or {}) - set(desired) \
-            if config_change.action == ka.UPDATE else set()
-        wanted = dict((posixpath.join(conf_dir, key), hashlib.sha256(text.encode("utf-8")).hexdigest())
-                      for key, text in desired.items() if keys is None or key in keys)
-        # None: the file must be gone
-        wanted.update((posixpath.join(conf_dir, key), None) for key in removed if keys is None or key in keys)
-        if not wanted:
-            return
-        argv = ["sha256sum"] + sorted(wanted)
-        reads = []
+        """wait_for_controller_config() with this run's runner, model and options; the wait goes to actions."""
+        waited = wait_for_controller_config(self.runner, self.model, config_change, self.options.wait_timeout,
+                                            poll=self.options.poll, sleep=self.sleep, clock=self.clock)
+        if waited is not None:
+            self.actions.append(waited)
 
-        def seen_by_pod():
-            reads.append(1)
-            try:
-                unused, seen = self.runner.run(argv, parse=_sha256sum_digests, check=False)
-            except SlurmError as e:
-                raise BackendError("%s was applied, but reading the Slurm configs in pod %s failed, so `scontrol "
-                                   "reconfigure` was not run: %s" % (config_change.describe(), pod, e))
-            stale = sorted(posixpath.basename(path) for path, digest in wanted.items() if seen.get(path) != digest)
-            return not stale, ", ".join(stale)
 
-        seconds = wait_for(seen_by_pod, "the Slurm configs in pod %s" % pod, self.options.wait_timeout,
-                           sleep=self.sleep, clock=self.clock, poll=self.options.poll,
-                           timeout_error=lambda stale: BackendError(
-                               "%s was applied, but after %ds pod %s still sees the old %s in %s, so `scontrol "
-                               "reconfigure` was not run. The kubelet refreshes mounted ConfigMaps on its sync period; "
-                               "a re-run of this task once the pod shows the new files runs the reconfigure "
-                               "(slurmctld is recorded as still running the old configs)."
-                               % (config_change.describe(), self.options.wait_timeout, pod, stale, conf_dir)))
-        if len(reads) > 1:
-            self.actions.append("waited %d s for the changed Slurm configs to reach the controller pod %s"
-                                % (round(seconds), pod))
+def wait_for_controller_config(runner, model, config_change, timeout, poll=2.0, sleep=None, clock=None):
+    """Wait (at most `timeout`) until the controller pod sees the ConfigMap just applied. The kubelet refreshes
+    a mounted ConfigMap only on its next sync (a minute or more), and a reconfigure before that makes slurmctld
+    re-read the old files. Every key is compared, not only slurm.conf: a change may touch cgroup.conf or
+    gres.conf alone. The kubelet swaps the whole volume at once (the `..data` symlink), so the pod never sees a
+    mix of old and new files, and one read of all of them tells which version it has. -> the action to report
+    when it had to wait, else None. Used by the reload of a run and by the topology's follow-up of a replaced
+    worker (kube/topology.py)."""
+    where = runner.describe()
+    desired = config_change.desired.get("data") or {}
+    if where.get("transport") == "kubernetes":
+        pod, conf_dir, keys = "%s/%s" % (where["namespace"], where["pod"]), c.SLURM_CONF_DIR, None
+    elif model.topology.node_labels is not None and where.get("slurm_conf"):
+        # slurm_transport=local: that slurmctld reads its own slurm.conf, which this ConfigMap does not feed; only
+        # the topology files of spec.topology.nodeLabels (they follow the pods) are the ConfigMap's, mirrored
+        # beside its slurm.conf by whoever runs it there: wait for them as for a pod.
+        pod, conf_dir, keys = "slurmctld of %s" % where["slurm_conf"], posixpath.dirname(where["slurm_conf"]), \
+            TOPOLOGY_FILES
+    else:
+        return None
+    # keys an update dropped must be gone from the pod; an unchanged ConfigMap (a reload owed by an earlier
+    # run) may hold keys of another writer, which stay
+    removed = set((config_change.live or {}).get("data") or {}) - set(desired) \
+        if config_change.action == ka.UPDATE else set()
+    wanted = dict((posixpath.join(conf_dir, key), hashlib.sha256(text.encode("utf-8")).hexdigest())
+                  for key, text in desired.items() if keys is None or key in keys)
+    # None: the file must be gone
+    wanted.update((posixpath.join(conf_dir, key), None) for key in removed if keys is None or key in keys)
+    if not wanted:
+        return None
+    argv = ["sha256sum"] + sorted(wanted)
+    reads = []
+
+    def seen_by_pod():
+        reads.append(1)
+        try:
+            unused, seen = runner.run(argv, parse=_sha256sum_digests, check=False)
+        except SlurmError as e:
+            raise BackendError("%s was applied, but reading the Slurm configs in pod %s failed, so `scontrol "
+                               "reconfigure` was not run: %s" % (config_change.describe(), pod, e))
+        stale = sorted(posixpath.basename(path) for path, digest in wanted.items() if seen.get(path) != digest)
+        return not stale, ", ".join(stale)
+
+    seconds = wait_for(seen_by_pod, "the Slurm configs in pod %s" % pod, timeout,
+                       sleep=sleep or time.sleep, clock=clock or time.monotonic, poll=poll,
+                       timeout_error=lambda stale: BackendError(
+                           "%s was applied, but after %ds pod %s still sees the old %s in %s, so `scontrol "
+                           "reconfigure` was not run. The kubelet refreshes mounted ConfigMaps on its sync period; "
+                           "a re-run of this task once the pod shows the new files runs the reconfigure "
+                           "(slurmctld is recorded as still running the old configs)."
+                           % (config_change.describe(), timeout, pod, stale, conf_dir)))
+    if len(reads) > 1:
+        return "waited %d s for the changed Slurm configs to reach the controller pod %s" % (round(seconds), pod)
+    return None

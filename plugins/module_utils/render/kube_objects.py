@@ -185,11 +185,16 @@ def _secrets(model, material):
     return out
 
 
-def _config_maps(model, slurm_configs):
+def slurm_configs_config_map(model, slurm_configs):
+    """The ConfigMap of the Slurm configs (every file but slurmdbd.conf, which has its own)."""
     if "slurm.conf" not in slurm_configs:
         raise ValueError("slurm_configs lacks slurm.conf")
     data = dict((k, slurm_configs[k]) for k in sorted(slurm_configs) if k != c.SLURMDBD_CONF)
-    out = [kb.obj("ConfigMap", kb.meta(model, slurm_configs_name(model), CONFIG), data=data)]
+    return kb.obj("ConfigMap", kb.meta(model, slurm_configs_name(model), CONFIG), data=data)
+
+
+def _config_maps(model, slurm_configs):
+    out = [slurm_configs_config_map(model, slurm_configs)]
     keys = "".join(k + "\n" for k in model.login.ssh_root_public_keys)
     out.append(kb.obj("ConfigMap", kb.meta(model, authorized_keys_name(model), LOGIN), data={"root": keys}))
     out.append(kb.obj("ConfigMap", kb.meta(model, sshd_config_name(model), LOGIN),

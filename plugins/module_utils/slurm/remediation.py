@@ -13,7 +13,10 @@ One pass:
    * still running jobs (DRAINING, or squeue lists a job on it): ``skipped-busy``, a later pass comes back;
    * ours and idle: *replace* it - delete its worker pod so the StatefulSet recreates it (Kubernetes; optionally
      cordoning the Kubernetes node it ran on first) or restart its slurmd (local) - then wait, bounded, for the new
-     slurmd to register; then *re-check* it (the health-check program with ``--check-only`` in the node's own
+     slurmd to register; then, with spec.topology.nodeLabels, put it in its place in the topology (its pod may
+     have landed under another switch: kube/topology.py TopologyFollower writes the files and reconfigures, only
+     when the place changed; the node is held drained with HOLD_REASON meanwhile, so that its own health check
+     cannot resume it first); then *re-check* it (the health-check program with ``--check-only`` in the node's own
      environment) and *resume* it only when every check passes. A failing or unrunnable check leaves it drained.
 3. A node whose slurmd registered after the drain was set has been replaced already (by an earlier pass, or by
    someone else): it is re-checked, not replaced again. So a node with a lasting fault is replaced once, and later
@@ -37,6 +40,7 @@ from typing import Optional
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.wait import wait_until
+from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes, set_state)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
@@ -44,6 +48,11 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner impor
 from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 
 REPLACED, RECHECKED, RESUMED, LEFT_DRAINED = "replaced", "rechecked", "resumed", "left-drained"
+PLACED = "placed"       # the topology moved the node to where its new pod runs (before the resume)
+# The drain reason a health-drained node is held with while it is replaced, when a topology follows the pods: the
+# new slurmd's own health check resumes a node drained "<prefix> health:..." as soon as its checks pass - before the
+# pass has put it in its new place. It leaves this reason alone; the pass resumes the node itself.
+HOLD_REASON = "replacing"
 SKIPPED_FOREIGN, SKIPPED_BUSY, SKIPPED_SCALE_DOWN = "skipped-foreign", "skipped-busy", "skipped-scale-down"
 SKIPPED_POWER = "skipped-power-saving"
 ACTIONS = (REPLACED, RECHECKED, RESUMED, LEFT_DRAINED, SKIPPED_FOREIGN, SKIPPED_BUSY, SKIPPED_SCALE_DOWN)
@@ -185,8 +194,11 @@ class Remediator(object):
     """One remediation pass over every node of the cluster (see the module docstring)."""
 
     def __init__(self, runner, prefix, checker, replacer=None, events=None, check_mode=False,
-                 register_timeout=300, poll=2.0, sleep=time.sleep, clock=time.monotonic):
+                 register_timeout=300, poll=2.0, sleep=time.sleep, clock=time.monotonic, topology=None):
         self.runner = runner
+        # follow(node) -> report: the node's place in the topology made true before its resume (None: no
+        # topology follows the pods)
+        self.topology = topology
         self.prefix = prefix
         self.checker = checker
         self.replacer = replacer
@@ -263,10 +275,13 @@ class Remediator(object):
         """Bring back one drained, idle node: replace it (when `replace`), wait for its new slurmd to register,
         re-check it and resume it only when every check passes. The steps go to entry['steps'], the outcome to
         entry['action'] / entry['why'] (resumed, or left-drained); failures to self.errors. Shared by the
-        remediation pass and the rolling upgrade (slurm/rollout.py)."""
+        remediation pass and the rolling upgrade (slurm/rollout.py). With a topology that follows the pods, the node
+        is put in its (new) place before it is re-checked and resumed: a node whose place cannot be made true in
+        Slurm stays drained."""
         name = record.name
         if replace:
             try:
+                self._hold(record, entry)
                 entry["replacement"] = self.replacer.replace(name, check_mode=self.check_mode)
             except RemediationError as e:
                 self._replace_failed(entry, name, e)
@@ -284,6 +299,15 @@ class Remediator(object):
             entry["replacement"]["registered"] = True
             self._count(REPLACE, True)
             self._event("NodeReplaced", "%s replaced (drained: %s)" % (name, entry["reason"]))
+        if self.topology is not None and not self.check_mode:
+            try:
+                entry["topology"] = self.topology.follow(name)
+            except RemediationError as e:
+                self.errors.append("%s: %s" % (name, e))
+                self._finish(entry, LEFT_DRAINED, str(e))
+                return
+            if entry["topology"]["changed"]:
+                entry["steps"].append(PLACED)
         healthy, report = self.checker.check(name)
         entry["steps"].append(RECHECKED)
         entry["checks"] = report
@@ -310,6 +334,22 @@ class Remediator(object):
         self._event("NodeResumed", "%s passed its checks and is back in service (was: %s)" % (name, entry["reason"]))
         self._finish(entry, RESUMED, "checks pass%s" % (" after the replacement" if REPLACED in entry["steps"]
                                                         else ""))
+
+    def _hold(self, record, entry):
+        """With a topology that follows the pods, a node our health check drained: drained again with HOLD_REASON
+        (the old reason kept after it), so that its new slurmd's health check does not resume it before its place is
+        known. Other reasons (an upgrade's) are no health drain: nothing resumes them. RemediationError when Slurm
+        refuses."""
+        if self.topology is None or self.check_mode or \
+                not record.reason.startswith(health_check.health_reason_prefix(self.prefix)):
+            return
+        was = record.reason[len(self.prefix):].strip() if record.reason.startswith(self.prefix) else record.reason
+        reason = full_reason(self.prefix, "%s (%s)" % (HOLD_REASON, was) if was else HOLD_REASON)
+        try:
+            set_state(self.runner, record.name, "drained", reason=reason, prefix=self.prefix)
+        except SlurmError as e:
+            raise RemediationError("could not hold %s drained (%s) for its replacement: %s" % (record.name, reason, e))
+        entry["held"] = reason
 
     def _wait_registered(self, before):
         """Until the node's slurmd registered again (a newer slurmd start time) and answers; bounded."""

@@ -17,6 +17,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils.args import auth_params, runner_from_params
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import KubeError
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.pod_replace import KubeReplacer
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import topology as kube_topology
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import remediation as rm
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import remediation_record as rr
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmError
@@ -54,7 +55,8 @@ def local_parts(params, model):
     program = params["health_check_program"] or os.path.join(cluster.state_dir, "bin", "health-check")
     checker = rm.LocalChecker(program, slurm_conf=slurm_conf, timeout=params["check_timeout"])
     store = rr.FileStore(os.path.join(cluster.layout.status, rr.RECORD_KEY))
-    return runner, checker, rm.LocalReplacer(cluster), None, store
+    # no Kubernetes nodes: no topology follows the pods (spec.topology.nodeLabels is for Kubernetes)
+    return runner, checker, rm.LocalReplacer(cluster), None, store, None
 
 
 class ConfigMapStore(object):
@@ -108,7 +110,9 @@ def kube_parts(params, model):
         cordon=setting(params, "cordon_kubernetes_node", model.remediation.cordon_kubernetes_node),
         timeout=params["register_timeout"], poll=params["wait_sleep"])
     events = rm.EventRecorder(client, model.namespace, model.name, CR_API_VERSION) if params["events"] else None
-    return runner, checker, replacer, events, ConfigMapStore(client, model)
+    topology = kube_topology.follower(client, model, runner, timeout=params["register_timeout"],
+                                      poll=params["wait_sleep"])
+    return runner, checker, replacer, events, ConfigMapStore(client, model), topology
 
 
 def record(store, result, success=None, clock=time.time):
@@ -128,13 +132,13 @@ def remediate(params, model, check_mode=False):
     runner = store = None
     try:
         parts = local_parts if params["target"] == "local" else kube_parts
-        runner, checker, replacer, events, store = parts(params, model)
+        runner, checker, replacer, events, store, topology = parts(params, model)
         if not setting(params, "replace_drained_nodes", model.remediation.replace_drained_nodes):
             replacer = None
         remediator = rm.Remediator(
             runner, setting(params, "reason_prefix", model.remediation.drain_reason_prefix), checker,
             replacer=replacer, events=events, check_mode=check_mode,
-            register_timeout=params["register_timeout"], poll=params["wait_sleep"])
+            register_timeout=params["register_timeout"], poll=params["wait_sleep"], topology=topology)
         result.update(remediator.run())
     except (SlurmError, rm.RemediationError, KubeError) as e:
         result["queries"] = runner.commands if runner is not None else []

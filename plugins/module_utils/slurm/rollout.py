@@ -318,5 +318,7 @@ class Rollout(object):
             self.errors += self.remediator.errors[errors:]
             out = self._entry(s, number, entry["action"], entry["why"])
             out["steps"] = (["drained"] if s.drain else []) + entry["steps"]
+            if "topology" in entry:
+                out["topology"] = entry["topology"]
             outcomes.append(out)
         return outcomes

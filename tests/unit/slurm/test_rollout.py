@@ -223,6 +223,63 @@ def test_rollout_replaces_idle_nodes_and_leaves_the_busy_one_drained_waiting():
     assert len(slurm.calls) == calls        # nothing outdated: not even a Slurm read
 
 
+class Topology(object):
+    """The topology's follow-up (kube/topology.py TopologyFollower): records what Slurm showed of the node when it
+    was called; `fail` raises as a write or reconfigure that failed would."""
+
+    def __init__(self, slurm, fail=()):
+        self.slurm, self.fail, self.seen = slurm, set(fail), []
+
+    def follow(self, node):
+        from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation import RemediationError
+        self.seen.append((node, list(self.slurm.nodes[node]["state_flags"])))
+        if node in self.fail:
+            raise RemediationError("its place in the topology could not be updated: reconfigure failed")
+        return {"switch": "leaf-2", "changed": True, "actions": ["ran scontrol reconfigure"]}
+
+
+def test_a_replaced_node_is_put_in_its_place_while_drained_before_its_resume():
+    slurm, pods, roll, clock = make(nodes(2), {n: OLD for n in nodes(2)}, max_unavailable=2)
+    topology = roll.remediator.topology = Topology(slurm, fail=["cpu-1"])
+    done = dict((d["node"], d) for d in roll.run())
+    assert done["cpu-0"]["steps"] == ["drained", "replaced", "placed", "rechecked", "resumed"]
+    assert done["cpu-0"]["topology"]["switch"] == "leaf-2"
+    # called after the replacement, on a node still drained: no job could land on it by the old tree
+    assert [(node, "DRAIN" in flags) for node, flags in topology.seen] == [("cpu-0", True), ("cpu-1", True)]
+    # a place that cannot be made true in Slurm: the node stays drained, said why, never resumed
+    assert done["cpu-1"]["step"] == "left-drained" and "topology could not be updated" in done["cpu-1"]["reason"]
+    assert "DRAIN" in slurm.nodes["cpu-1"]["state_flags"] and "DRAIN" not in slurm.nodes["cpu-0"]["state_flags"]
+    assert roll.errors == ["cpu-1: its place in the topology could not be updated: reconfigure failed"]
+
+
+def test_a_health_drained_node_is_held_so_its_own_health_check_cannot_resume_it_before_its_place():
+    from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import read_nodes
+    slurm, pods, roll, clock = make(nodes(1), {"cpu-0": NEW})
+    slurm.nodes["cpu-0"].update(state_flags=["DRAIN"], reason="soperator: health:munge unmunge failed")
+    restart = slurm.restart
+
+    def restart_and_check(node):
+        # the new slurmd runs the HealthCheckProgram as it starts: it resumes a node drained "<prefix> health:..."
+        restart(node)
+        if slurm.nodes[node]["reason"].startswith("soperator: health:"):
+            slurm.nodes[node].update(state_flags=[], reason="")
+    slurm.restart = restart_and_check
+    remediator = roll.remediator
+    topology = remediator.topology = Topology(slurm)
+    entry = {"name": "cpu-0", "state": "DRAINED", "reason": slurm.nodes["cpu-0"]["reason"], "steps": []}
+    remediator.restore(read_nodes(roll.runner, ["cpu-0"])["cpu-0"], entry)
+    assert entry["steps"] == ["replaced", "placed", "rechecked", "resumed"], entry
+    assert entry["held"] == "soperator: replacing (health:munge unmunge failed)"
+    assert topology.seen == [("cpu-0", ["DRAIN"])]          # still drained when its place was made true
+    assert "DRAIN" not in slurm.nodes["cpu-0"]["state_flags"]
+    # without a topology that follows the pods nothing is held: the health check's own resume is enough
+    slurm.nodes["cpu-0"].update(state_flags=["DRAIN"], reason="soperator: health:munge unmunge failed")
+    remediator.topology = None
+    entry = {"name": "cpu-0", "state": "DRAINED", "reason": slurm.nodes["cpu-0"]["reason"], "steps": []}
+    remediator.restore(read_nodes(roll.runner, ["cpu-0"])["cpu-0"], entry)
+    assert "held" not in entry and entry["steps"] == ["replaced", "rechecked", "resumed"]
+
+
 def test_check_mode_reports_the_plan_and_changes_nothing():
     slurm, pods, roll, clock = make(nodes(3), {n: OLD for n in nodes(3)})
     slurm.job_list = [("RUNNING", "cpu-0")]
