@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils.wait import wait_until
+from ansible_collections.soperator.slurm.plugins.module_utils.wait import WaitTimeout, wait_until
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes, set_state)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
@@ -207,7 +207,7 @@ class Remediator(object):
         records = read_nodes(self.runner)
         jobs = read_jobs(self.runner)
         scale_down = full_reason(self.prefix, SCALE_DOWN_REASON)
-        nodes = []
+        nodes, restore = [], []
         for name, record in records.items():
             if not record.held:
                 continue
@@ -224,8 +224,9 @@ class Remediator(object):
                 self._finish(entry, SKIPPED_BUSY, "%d job(s) still run on it; a later pass comes back"
                              % (jobs.get(name) or 0) if jobs.get(name) else "still DRAINING")
             else:
-                self._remediate(record, entry)
+                restore.append((record, entry, self._replace(record)))
             nodes.append(entry)
+        self.restore_all(restore)
         changed = any(REPLACED in n["steps"] or RESUMED in n["steps"] for n in nodes)
         return {"changed": changed, "nodes": nodes, "errors": list(self.errors),
                 "events": list(self.events.sent) if self.events else [],
@@ -245,12 +246,12 @@ class Remediator(object):
         except Exception as e:  # an event is a report: its failure must not stop the pass
             self.errors.append("could not record event %s: %s" % (reason, e))
 
-    def _remediate(self, record, entry):
-        # Same second counts as after: a slurmd whose first checks drained it is new already (replacing it again
-        # would loop).
+    def _replace(self, record):
+        """Whether the pass replaces this node before its re-check. Same second counts as after: a slurmd whose first
+        checks drained it is new already (replacing it again would loop)."""
         replaced_since_drain = bool(record.slurmd_start_time and record.reason_changed_at and
                                     record.slurmd_start_time >= record.reason_changed_at)
-        self.restore(record, entry, replace=self.replacer is not None and not replaced_since_drain)
+        return self.replacer is not None and not replaced_since_drain
 
     def _replace_failed(self, entry, name, error):
         """A replacement that failed, or whose new slurmd did not register: counted, reported, the node left drained."""
@@ -264,26 +265,42 @@ class Remediator(object):
         re-check it and resume it only when every check passes. The steps go to entry['steps'], the outcome to
         entry['action'] / entry['why'] (resumed, or left-drained); failures to self.errors. Shared by the
         remediation pass and the rolling upgrade (slurm/rollout.py)."""
-        name = record.name
-        if replace:
+        self.restore_all([(record, entry, replace)])
+
+    def restore_all(self, items):
+        """restore() of several nodes, [(record, entry, replace)]: every replacement first, then one wait for all
+        new slurmds (one Slurm read per poll, whatever the number of nodes; one wait after the other made 50
+        replacements 50 registration times long), then each node's re-check and resume."""
+        ready, replaced = [], []
+        for record, entry, replace in items:
+            if not replace:
+                ready.append((record, entry))
+                continue
             try:
-                entry["replacement"] = self.replacer.replace(name, check_mode=self.check_mode)
+                entry["replacement"] = self.replacer.replace(record.name, check_mode=self.check_mode)
             except RemediationError as e:
-                self._replace_failed(entry, name, e)
-                return
+                self._replace_failed(entry, record.name, e)
+                continue
             entry["steps"].append(REPLACED)
             if self.check_mode:
                 entry["action"] = REPLACED
                 entry["why"] = "drained by us (%s) and idle: would replace it, then re-run its checks" % record.reason
-                return
-            try:
-                record = self._wait_registered(record)
-            except RemediationError as e:
-                self._replace_failed(entry, name, e)
-                return
+                continue
+            replaced.append((record, entry))
+        registered, late = self._wait_registered([record for record, _entry in replaced])
+        for record, entry in replaced:
+            if record.name in late:
+                self._replace_failed(entry, record.name, late[record.name])
+                continue
             entry["replacement"]["registered"] = True
             self._count(REPLACE, True)
-            self._event("NodeReplaced", "%s replaced (drained: %s)" % (name, entry["reason"]))
+            self._event("NodeReplaced", "%s replaced (drained: %s)" % (record.name, entry["reason"]))
+            ready.append((registered[record.name], entry))
+        for record, entry in ready:
+            self._recheck_and_resume(record, entry)
+
+    def _recheck_and_resume(self, record, entry):
+        name = record.name
         healthy, report = self.checker.check(name)
         entry["steps"].append(RECHECKED)
         entry["checks"] = report
@@ -311,17 +328,27 @@ class Remediator(object):
         self._finish(entry, RESUMED, "checks pass%s" % (" after the replacement" if REPLACED in entry["steps"]
                                                         else ""))
 
-    def _wait_registered(self, before):
-        """Until the node's slurmd registered again (a newer slurmd start time) and answers; bounded."""
-        seen = {}
+    def _wait_registered(self, befores):
+        """Until each node's slurmd registered again (a newer slurmd start time) and answers; bounded, all at once.
+        -> ({name: its new record}, {name: RemediationError} of those not registered in time)."""
+        pending = dict((b.name, b) for b in befores)
+        registered, states = {}, {}
 
-        def registered():
-            current = seen["record"] = read_nodes(self.runner, [before.name])[before.name]
-            newer = current.slurmd_start_time and current.slurmd_start_time != before.slurmd_start_time
-            return bool(newer) and "NOT_RESPONDING" not in current.flags, current.state
+        def all_registered():
+            for name, current in read_nodes(self.runner, sorted(pending)).items():
+                states[name] = current.state
+                newer = current.slurmd_start_time and current.slurmd_start_time != pending[name].slurmd_start_time
+                if newer and "NOT_RESPONDING" not in current.flags:
+                    registered[name] = current
+                    del pending[name]
+            return not pending, sorted(pending)
 
-        wait_until(registered, "slurmd of %s" % before.name, self.register_timeout, sleep=self.sleep,
-                   clock=self.clock, poll=self.poll, timeout_error=lambda state: RemediationError(
-                       "the new slurmd of %s did not register within %ss (state %s)" % (before.name,
-                                                                                        self.register_timeout, state)))
-        return seen["record"]
+        if pending:
+            try:
+                wait_until(all_registered, "slurmd of %s" % ", ".join(sorted(pending)), self.register_timeout,
+                           sleep=self.sleep, clock=self.clock, poll=self.poll)
+            except WaitTimeout:
+                pass            # those still pending are reported below, each node on its own
+        return registered, dict((name, RemediationError("the new slurmd of %s did not register within %ss (state %s)"
+                                                        % (name, self.register_timeout, states.get(name))))
+                                for name in pending)
