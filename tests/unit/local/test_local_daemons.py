@@ -101,4 +101,3 @@ def test_a_start_without_settle_does_not_wait_and_leaves_the_check_to_the_caller
     assert all(daemons.running("sleeper-%d" % i) for i in range(5))
     monkeypatch.undo()
     wait_for(lambda: not daemons.running("quitter"), "the quitter to be gone", 10, poll=0.05)
-
