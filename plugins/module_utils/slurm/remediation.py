@@ -296,10 +296,10 @@ class Remediator(object):
             self._count(REPLACE, True)
             self._event("NodeReplaced", "%s replaced (drained: %s)" % (record.name, entry["reason"]))
             ready.append((registered[record.name], entry))
-        for record, entry in ready:
-            self._recheck_and_resume(record, entry)
+        self._resume([(record, entry) for record, entry in ready if self._recheck(record, entry)])
 
-    def _recheck_and_resume(self, record, entry):
+    def _recheck(self, record, entry):
+        """Whether the node's checks pass; if not, the entry is finished (left drained)."""
         name = record.name
         healthy, report = self.checker.check(name)
         entry["steps"].append(RECHECKED)
@@ -314,19 +314,34 @@ class Remediator(object):
             if REPLACED in entry["steps"]:
                 self._event("NodeLeftDrained", "%s replaced, but %s" % (name, why), warning=True)
             self._finish(entry, LEFT_DRAINED, why)
+            return False
+        return True
+
+    def _resume(self, items):
+        """Resume the nodes whose checks pass, [(record, entry)]: one set_state (one scontrol per action) for all of
+        them; when that fails, node by node, so that one node's refusal keeps no other drained."""
+        if not items:
             return
         try:
-            done = set_state(self.runner, name, "resumed", prefix=self.prefix, check_mode=self.check_mode)
+            done = set_state(self.runner, [record.name for record, _entry in items], "resumed", prefix=self.prefix,
+                             check_mode=self.check_mode)
         except SlurmError as e:
+            if len(items) > 1:
+                for item in items:
+                    self._resume([item])
+                return
+            name, entry = items[0][0].name, items[0][1]
             self._count(RESUME, False)
             self.errors.append("%s: resume failed: %s" % (name, e))
             self._finish(entry, LEFT_DRAINED, "checks pass but the resume failed: %s" % e)
             return
-        entry["commands"] = done["commands"]
-        self._count(RESUME, True)
-        self._event("NodeResumed", "%s passed its checks and is back in service (was: %s)" % (name, entry["reason"]))
-        self._finish(entry, RESUMED, "checks pass%s" % (" after the replacement" if REPLACED in entry["steps"]
-                                                        else ""))
+        for record, entry in items:
+            entry["commands"] = done["commands"]
+            self._count(RESUME, True)
+            self._event("NodeResumed", "%s passed its checks and is back in service (was: %s)"
+                        % (record.name, entry["reason"]))
+            self._finish(entry, RESUMED, "checks pass%s" % (" after the replacement" if REPLACED in entry["steps"]
+                                                            else ""))
 
     def _wait_registered(self, befores):
         """Until each node's slurmd registered again (a newer slurmd start time) and answers; bounded, all at once.

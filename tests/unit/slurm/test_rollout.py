@@ -343,3 +343,36 @@ def test_a_pass_with_nothing_to_restore_reads_slurm_twice_whatever_the_node_coun
     assert not result["changed"] and len(result["nodes"]) == 200
     assert [c[0] for c in slurm.calls[calls:]] == ["sinfo", "squeue"]     # the node list and the job list
     assert pods.replaced == [] and roll.remediator.checker.checked == []
+
+
+def _drained_by_us(slurm, names):
+    for name in names:
+        slurm.nodes[name]["state_flags"] = ["DRAIN"]
+        slurm.nodes[name]["reason"] = "soperator: health:munge failed"
+
+
+def test_the_nodes_a_pass_restores_are_resumed_by_one_command():
+    slurm, pods, roll, clock = make(nodes(3), {n: NEW for n in nodes(3)})
+    _drained_by_us(slurm, nodes(3))
+    result = roll.remediator.run()
+    assert [n["action"] for n in result["nodes"]] == ["resumed"] * 3
+    assert [u[2:] for u in slurm.updates()] == [["NodeName=cpu-[0-2]", "State=RESUME"]]   # before: one per node
+
+
+def test_a_node_the_batch_resume_refuses_keeps_no_other_drained():
+    slurm, pods, roll, clock = make(nodes(3), {n: NEW for n in nodes(3)})
+    _drained_by_us(slurm, nodes(3))
+    check = roll.remediator.checker.check
+
+    def cpu_1_scaled_away_meanwhile(node):
+        if node == "cpu-1":
+            slurm.nodes["cpu-1"]["state"] = "future"        # set_state refuses a batch holding a FUTURE node
+        return check(node)
+    roll.remediator.checker.check = cpu_1_scaled_away_meanwhile
+    result = roll.remediator.run()
+    by_name = dict((n["name"], n) for n in result["nodes"])
+    assert [by_name[n]["action"] for n in nodes(3)] == ["resumed", "left-drained", "resumed"]
+    assert "resume failed" in by_name["cpu-1"]["why"] and "FUTURE" in by_name["cpu-1"]["why"]
+    assert "DRAIN" not in slurm.nodes["cpu-0"]["state_flags"] + slurm.nodes["cpu-2"]["state_flags"]
+    # the batch was refused before any command; then node by node
+    assert [u[2] for u in slurm.updates()] == ["NodeName=cpu-0", "NodeName=cpu-2"]
