@@ -10,10 +10,14 @@ the backend, which starts the N-1 new slurmd without waiting for any (as pods wo
 * sdiag afterwards: RPCs by message type (count, average and total time, as slurmctld counts them).
 
 Prints the numbers; asserts nothing. Last line: `registered N nodes in S s; max RPC latency L s`.
-`--slurm-config KEY=VALUE` (repeatable) adds slurmConfig settings, to compare against Slurm's defaults.
-Needs the Slurm daemons and munge (Debian: slurmctld slurmd slurm-client munge).
+By default slurm.conf is what we render, the size-aware settings (render/size.py, above 256 nodes) included;
+`--slurm-defaults` leaves those and TreeWidth to Slurm (TreeWidth=50 is 22.05's default) to compare.
+`--slurm-config KEY=VALUE` (repeatable) adds slurmConfig settings. The slurmd start one after the other (the backend);
+"after the last start" is the part that is slurmctld's alone. Stops everything it started (the backend: by pid).
+Needs the Slurm daemons and munge (Debian: slurmctld slurmd slurm-client munge). More than 4 slurmd: run it under
+the machine's heavy-run lock where one is kept.
 
-    python3 bench/bench_registration.py --nodes 64 [--slurm-config TreeWidth=64]
+    python3 bench/bench_registration.py --nodes 64 [--slurm-defaults] [--slurm-config TreeWidth=64]
 """
 import argparse
 import os
@@ -31,6 +35,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))   # tests/specs: the spec texts 
 from ansible_collections.soperator.slurm.plugins.module_utils.local import backend as lb  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import LocalClusterError  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import find_binary  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.render import size  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
 from specs import spec_text  # noqa: E402
@@ -58,6 +63,20 @@ class Prober(threading.Thread):
             self.times.append(time.perf_counter() - started)
             self.failed += proc.returncode != 0
             self.stop.wait(0.1)
+
+
+def since_last_slurmd_start(cluster):
+    """Seconds since the newest slurmd started, from the start times (clock ticks since boot) the backend records."""
+    ticks = max(r["start_time"] for n, r in cluster.daemons.records().items() if n.startswith("slurmd-"))
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return uptime - ticks / float(os.sysconf("SC_CLK_TCK"))
+
+
+def size_lines(cluster):
+    keys = ("TreeWidth=", "SchedulerParameters=", "SlurmctldParameters=")
+    with open(cluster.layout.slurm_conf) as f:
+        return [line.strip() for line in f if line.startswith(keys)]
 
 
 def idle_count(cluster):
@@ -89,9 +108,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--slurm-config", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--slurm-defaults", action="store_true",
+                        help="leave TreeWidth and render/size.py's settings to Slurm")
     parser.add_argument("--timeout", type=float, default=900, help="bound on the wait for every node idle")
     args = parser.parse_args()
     config = dict(item.split("=", 1) for item in args.slurm_config)
+    if args.slurm_defaults:
+        size.with_size_settings = lambda sections, _model, _target: sections
+        config.setdefault("TreeWidth", "50")
     for name in ("munged", "slurmctld", "slurmd", "scontrol", "sinfo", "sdiag"):
         try:
             find_binary(name)
@@ -117,14 +141,16 @@ def main():
             time.sleep(0.2)
             idle, listed = idle_count(cluster)
         took = time.perf_counter() - started
+        after_last = since_last_slurmd_start(cluster)
         prober.stop.set()
         prober.join(130)
         rpcs = sdiag_rpcs(cluster)
         times = sorted(prober.times)
-        print("slurmConfig: %s" % (", ".join("%s=%s" % kv for kv in sorted(config.items())) or "Slurm's defaults "
-                                   "(and ours: SlurmdTimeout=600)"))
-        print("%d slurmd started by one backend run in %.1f s; all %d nodes idle %.1f s after the run began"
-              % (args.nodes - 1, spawned, listed, took))
+        print("slurmConfig: %s (and SlurmdTimeout=600)" % (
+            ", ".join("%s=%s" % kv for kv in sorted(config.items())) or "none"))
+        print("slurm.conf: %s" % " ".join(size_lines(cluster)))
+        print("%d slurmd started by one backend run in %.1f s; all %d nodes idle %.1f s after the run began, %.1f s "
+              "after the last slurmd started" % (args.nodes - 1, spawned, listed, took, after_last))
         print("sinfo while registering: %d calls, %d failed; median %.3f s, p95 %.3f s, max %.3f s" % (
             len(times), prober.failed, times[len(times) // 2], times[int(len(times) * 0.95)], times[-1]))
         print("sdiag, RPCs by type (busiest first): %s" % "; ".join(

@@ -228,3 +228,19 @@ def test_slurm_conf_keys_of_the_host_release_are_those_it_recognizes(tmp_path, h
         if unknown == ck.read_by("slurm.conf", key, host_release):
             wrong.append((key, reads, errors.strip().splitlines()[:1]))
     assert not wrong, wrong
+
+
+def test_the_size_aware_settings_of_a_large_cluster_load(tmp_path, host_release):
+    # render/size.py (issue 32): past 256 nodes, only the words the host's release names; the file still loads
+    import copy
+    from ansible_collections.soperator.slurm.plugins.module_utils.render import size
+    docs = copy.deepcopy(BASE)
+    docs[1]["spec"].update(replicas=1, maxReplicas=1000)
+    text = _rendered(tmp_path, spec.build_model(docs))
+    words = [word for key, word, dummy in size.size_words(1000, host_release)]
+    assert "max_rpc_cnt=100" in words
+    for key, word, dummy in size.size_words(1000, host_release):
+        assert [line for line in text.splitlines() if line.startswith(key + "=") and word in line], word
+    if tuple(host_release) < size.WORD_SINCE["conmgr_max_connections"]:
+        assert "conmgr_max_connections" not in text
+    assert _slurm_reads(tmp_path, text) == (True, "")

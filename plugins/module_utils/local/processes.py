@@ -161,12 +161,18 @@ class Daemons(object):
             return out
         for fn in names:
             if fn.endswith(".proc.json"):
-                data = _read_own_file(os.path.join(self.layout.run, fn))   # a pid to signal: only from our file
-                try:
-                    out[fn[:-len(".proc.json")]] = json.loads(data.decode("utf-8"))
-                except (AttributeError, ValueError):
-                    continue
+                rec = self.record(fn[:-len(".proc.json")])
+                if rec is not None:
+                    out[fn[:-len(".proc.json")]] = rec
         return out
+
+    def record(self, name: str) -> Optional[Dict[str, Any]]:
+        """`name`'s record, or None: its own file only (records() reads every daemon's; one per node is N x N)."""
+        data = _read_own_file(self.layout.record(name))     # a pid to signal: only from our file
+        try:
+            return json.loads(data.decode("utf-8"))
+        except (AttributeError, ValueError):
+            return None
 
     def running(self, name: str) -> bool:
         return self.pid(name) is not None
@@ -175,17 +181,18 @@ class Daemons(object):
         return dict((n, r) for n, r in self.records().items() if _record_alive(r))
 
     def pid(self, name: str) -> Optional[int]:
-        rec = self.records().get(name)
+        rec = self.record(name)
         if rec and _record_alive(rec):
             return rec["pid"]
         return None
 
     def ensure(self, name: str, argv: List[str], changes: List[str], digest: Optional[str],
-               ready: Optional[Callable[[], bool]], ports: Sequence[int], stale: Optional[str] = None) -> bool:
+               ready: Optional[Callable[[], bool]], ports: Sequence[int], stale: Optional[str] = None,
+               settle: bool = True) -> bool:
         """Start `name` unless it runs with the same digest (configuration); restart it when the digest changed or
-        `stale` (the reason) says it must. Returns True when it was (re)started.
+        `stale` (the reason) says it must. Returns True when it was (re)started. `settle`: see start().
         """
-        rec = self.records().get(name)
+        rec = self.record(name)
         if rec and _record_alive(rec):
             if rec.get("digest") == digest and not stale:
                 return False
@@ -194,7 +201,7 @@ class Daemons(object):
                                                   else stale))
         else:
             changes.append("started %s" % name)
-        self.start(name, argv, digest, ready, ports)
+        self.start(name, argv, digest, ready, ports, settle=settle)
         return True
 
     def _daemon_jail(self, name):
@@ -204,10 +211,12 @@ class Daemons(object):
         return None
 
     def start(self, name: str, argv: List[str], digest: Optional[str], ready: Optional[Callable[[], bool]],
-              ports: Sequence[int] = (), jail: Optional[str] = None) -> None:
+              ports: Sequence[int] = (), jail: Optional[str] = None, settle: bool = True) -> None:
         """Start `name` and record it (pid, start time, argv, digest, ports, and `jail`: the jail it uses, by default
         this cluster's for a slurmd or the login sshd; local/jail_use.py reads it). `ready`: a probe waited for
-        (bounded by the timeout); None: the process must only survive its start."""
+        (bounded by the timeout); None: the process must only survive its start: a short wait and a look, unless
+        `settle` is False (the caller waits for it otherwise, as the backend waits for every slurmd it started to
+        register; a wait per slurmd made starting N of them N waits long)."""
         lay = self.layout
         if self.wrap is not None:
             argv = self.wrap(name, argv)
@@ -247,6 +256,8 @@ class Daemons(object):
         record.update(extra)
         files.atomic_write(lay.record(name), json.dumps(record) + "\n")
         if ready is None:
+            if not settle:
+                return
             time.sleep(0.05)
             if proc.poll() is not None:
                 raise LocalClusterError("%s exited at once (rc %s):\n%s"
@@ -277,7 +288,7 @@ class Daemons(object):
     def stop(self, name: str, sig: int = signal.SIGTERM) -> bool:
         """Stop a recorded daemon (SIGTERM, then SIGKILL after the timeout); drop its record. True if it ran."""
         path = self.layout.record(name)
-        rec = self.records().get(name)
+        rec = self.record(name)
         if rec is None:
             return False
         pid, start = rec["pid"], rec.get("start_time")
@@ -306,7 +317,7 @@ class Daemons(object):
 
     def send_signal(self, name: str, sig: int) -> bool:
         """Send `sig` to the recorded daemon `name` when it runs (its pid with the recorded start time). True if sent."""
-        rec = self.records().get(name)
+        rec = self.record(name)
         if rec is None or not _record_alive(rec):
             return False
         _signal(rec["pid"], sig)
@@ -389,7 +400,7 @@ class Daemons(object):
 
     def ctld_instance(self) -> Optional[List[Any]]:
         """[pid, start time] of the running slurmctld, or None."""
-        rec = self.records().get("slurmctld")
+        rec = self.record("slurmctld")
         if rec and _record_alive(rec):
             return [rec["pid"], rec.get("start_time")]
         return None
@@ -405,7 +416,7 @@ class Daemons(object):
     def mark_registered(self, name: str) -> None:
         """Record the running daemon `name` (a slurmd) as registered with the running slurmctld (slurmds_behind)."""
         ctld = self.ctld_instance()
-        rec = self.records().get(name)
+        rec = self.record(name)
         if rec is not None and ctld is not None and self.running(name):
             rec["ctld"] = ctld
             files.atomic_write(self.layout.record(name), json.dumps(rec) + "\n")
@@ -415,9 +426,10 @@ class Daemons(object):
     def ensure_slurmd(self, node: str, port: int, digest: Optional[str], changes: List[str],
                       stale: Optional[str] = None) -> bool:
         """`node`'s slurmd (`slurmd -D -N node`) running on `port` with configuration `digest`: started, or restarted
-        when its digest differs or `stale` says why. True when it was (re)started."""
+        when its digest differs or `stale` says why. True when it was (re)started. Started without a wait: the caller
+        waits for the node to register (backend.py _wait_nodes_up reports a slurmd that exited, with its log)."""
         return self.ensure(slurmd_name(node), [find_binary("slurmd"), "-D", "-N", node], changes, digest=digest,
-                           ready=None, ports=[port], stale=stale)
+                           ready=None, ports=[port], stale=stale, settle=False)
 
     def stop_slurmd(self, node: str) -> bool:
         """Stop `node`'s slurmd (by its recorded pid + start time) and drop its record. True if it ran."""
@@ -427,7 +439,7 @@ class Daemons(object):
         """Restart `node`'s slurmd with the command, ports and jail it was started with, recorded with `digest`.
         -> {'node', 'old_pid', 'new_pid'}."""
         name = slurmd_name(node)
-        rec = self.records().get(name)
+        rec = self.record(name)
         if rec is None:
             raise LocalClusterError("no slurmd of node %s was started in %s" % (node, self.layout.state_dir))
         old_pid = self.pid(name)

@@ -20,6 +20,7 @@ __metaclass__ = type
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
 from ansible_collections.soperator.slurm.plugins.module_utils.render import power_save
+from ansible_collections.soperator.slurm.plugins.module_utils.render import size
 from ansible_collections.soperator.slurm.plugins.module_utils.render import slurm_conf_parts as parts
 from ansible_collections.soperator.slurm.plugins.module_utils.render.health_json import render_health_json
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import AccountingStorage, KUBERNETES
@@ -176,7 +177,7 @@ def _slurm_sections(model, target):
     policy = model.accounting.policy.scheduling.settings if model.accounting.policy else ()
     if policy:
         sections.append(("Scheduling policy (spec.accounting.policy)", [(k, v, None) for k, v in policy]))
-    return sections
+    return size.with_size_settings(sections, model, target)
 
 
 def _not_read(target):

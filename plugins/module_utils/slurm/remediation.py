@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils.wait import wait_until
+from ansible_collections.soperator.slurm.plugins.module_utils.wait import WaitTimeout, wait_until
 from ansible_collections.soperator.slurm.plugins.module_utils.node import health_check
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
     SCALE_DOWN_REASON, full_reason, read_jobs, read_nodes, set_state)
@@ -219,7 +219,7 @@ class Remediator(object):
         records = read_nodes(self.runner)
         jobs = read_jobs(self.runner)
         scale_down = full_reason(self.prefix, SCALE_DOWN_REASON)
-        nodes = []
+        nodes, restore = [], []
         for name, record in records.items():
             if not record.held:
                 continue
@@ -236,8 +236,9 @@ class Remediator(object):
                 self._finish(entry, SKIPPED_BUSY, "%d job(s) still run on it; a later pass comes back"
                              % (jobs.get(name) or 0) if jobs.get(name) else "still DRAINING")
             else:
-                self._remediate(record, entry)
+                restore.append((record, entry, self._replace(record)))
             nodes.append(entry)
+        self.restore_all(restore)
         changed = any(REPLACED in n["steps"] or RESUMED in n["steps"] for n in nodes)
         return {"changed": changed, "nodes": nodes, "errors": list(self.errors),
                 "events": list(self.events.sent) if self.events else [],
@@ -257,12 +258,12 @@ class Remediator(object):
         except Exception as e:  # an event is a report: its failure must not stop the pass
             self.errors.append("could not record event %s: %s" % (reason, e))
 
-    def _remediate(self, record, entry):
-        # Same second counts as after: a slurmd whose first checks drained it is new already (replacing it again
-        # would loop).
+    def _replace(self, record):
+        """Whether the pass replaces this node before its re-check. Same second counts as after: a slurmd whose first
+        checks drained it is new already (replacing it again would loop)."""
         replaced_since_drain = bool(record.slurmd_start_time and record.reason_changed_at and
                                     record.slurmd_start_time >= record.reason_changed_at)
-        self.restore(record, entry, replace=self.replacer is not None and not replaced_since_drain)
+        return self.replacer is not None and not replaced_since_drain
 
     def _replace_failed(self, entry, name, error):
         """A replacement that failed, or whose new slurmd did not register: counted, reported, the node left drained."""
@@ -278,36 +279,59 @@ class Remediator(object):
         remediation pass and the rolling upgrade (slurm/rollout.py). With a topology that follows the pods, the node
         is put in its (new) place before it is re-checked and resumed: a node whose place cannot be made true in
         Slurm stays drained."""
-        name = record.name
-        if replace:
+        self.restore_all([(record, entry, replace)])
+
+    def restore_all(self, items):
+        """restore() of several nodes, [(record, entry, replace)]: every replacement first, then one wait for all
+        new slurmds (one Slurm read per poll, whatever the number of nodes; one wait after the other made 50
+        replacements 50 registration times long), then each node's place, re-check and resume."""
+        ready, replaced = [], []
+        for record, entry, replace in items:
+            if not replace:
+                ready.append((record, entry))
+                continue
             try:
                 self._hold(record, entry)
-                entry["replacement"] = self.replacer.replace(name, check_mode=self.check_mode)
+                entry["replacement"] = self.replacer.replace(record.name, check_mode=self.check_mode)
             except RemediationError as e:
-                self._replace_failed(entry, name, e)
-                return
+                self._replace_failed(entry, record.name, e)
+                continue
             entry["steps"].append(REPLACED)
             if self.check_mode:
                 entry["action"] = REPLACED
                 entry["why"] = "drained by us (%s) and idle: would replace it, then re-run its checks" % record.reason
-                return
-            try:
-                record = self._wait_registered(record)
-            except RemediationError as e:
-                self._replace_failed(entry, name, e)
-                return
+                continue
+            replaced.append((record, entry))
+        registered, late = self._wait_registered([record for record, _entry in replaced])
+        for record, entry in replaced:
+            if record.name in late:
+                self._replace_failed(entry, record.name, late[record.name])
+                continue
             entry["replacement"]["registered"] = True
             self._count(REPLACE, True)
-            self._event("NodeReplaced", "%s replaced (drained: %s)" % (name, entry["reason"]))
-        if self.topology is not None and not self.check_mode:
-            try:
-                entry["topology"] = self.topology.follow(name)
-            except RemediationError as e:
-                self.errors.append("%s: %s" % (name, e))
-                self._finish(entry, LEFT_DRAINED, str(e))
-                return
-            if entry["topology"]["changed"]:
-                entry["steps"].append(PLACED)
+            self._event("NodeReplaced", "%s replaced (drained: %s)" % (record.name, entry["reason"]))
+            ready.append((registered[record.name], entry))
+        self._resume([(record, entry) for record, entry in ready
+                      if self._place(record, entry) and self._recheck(record, entry)])
+
+    def _place(self, record, entry):
+        """With a topology that follows the pods, the node's place made true in Slurm (files and reconfigure, only
+        when it changed); False, the entry finished (left drained), when that fails."""
+        if self.topology is None or self.check_mode:
+            return True
+        try:
+            entry["topology"] = self.topology.follow(record.name)
+        except RemediationError as e:
+            self.errors.append("%s: %s" % (record.name, e))
+            self._finish(entry, LEFT_DRAINED, str(e))
+            return False
+        if entry["topology"]["changed"]:
+            entry["steps"].append(PLACED)
+        return True
+
+    def _recheck(self, record, entry):
+        """Whether the node's checks pass; if not, the entry is finished (left drained)."""
+        name = record.name
         healthy, report = self.checker.check(name)
         entry["steps"].append(RECHECKED)
         entry["checks"] = report
@@ -321,19 +345,34 @@ class Remediator(object):
             if REPLACED in entry["steps"]:
                 self._event("NodeLeftDrained", "%s replaced, but %s" % (name, why), warning=True)
             self._finish(entry, LEFT_DRAINED, why)
+            return False
+        return True
+
+    def _resume(self, items):
+        """Resume the nodes whose checks pass, [(record, entry)]: one set_state (one scontrol per action) for all of
+        them; when that fails, node by node, so that one node's refusal keeps no other drained."""
+        if not items:
             return
         try:
-            done = set_state(self.runner, name, "resumed", prefix=self.prefix, check_mode=self.check_mode)
+            done = set_state(self.runner, [record.name for record, _entry in items], "resumed", prefix=self.prefix,
+                             check_mode=self.check_mode)
         except SlurmError as e:
+            if len(items) > 1:
+                for item in items:
+                    self._resume([item])
+                return
+            name, entry = items[0][0].name, items[0][1]
             self._count(RESUME, False)
             self.errors.append("%s: resume failed: %s" % (name, e))
             self._finish(entry, LEFT_DRAINED, "checks pass but the resume failed: %s" % e)
             return
-        entry["commands"] = done["commands"]
-        self._count(RESUME, True)
-        self._event("NodeResumed", "%s passed its checks and is back in service (was: %s)" % (name, entry["reason"]))
-        self._finish(entry, RESUMED, "checks pass%s" % (" after the replacement" if REPLACED in entry["steps"]
-                                                        else ""))
+        for record, entry in items:
+            entry["commands"] = done["commands"]
+            self._count(RESUME, True)
+            self._event("NodeResumed", "%s passed its checks and is back in service (was: %s)"
+                        % (record.name, entry["reason"]))
+            self._finish(entry, RESUMED, "checks pass%s" % (" after the replacement" if REPLACED in entry["steps"]
+                                                            else ""))
 
     def _hold(self, record, entry):
         """With a topology that follows the pods, a node our health check drained: drained again with HOLD_REASON
@@ -351,17 +390,27 @@ class Remediator(object):
             raise RemediationError("could not hold %s drained (%s) for its replacement: %s" % (record.name, reason, e))
         entry["held"] = reason
 
-    def _wait_registered(self, before):
-        """Until the node's slurmd registered again (a newer slurmd start time) and answers; bounded."""
-        seen = {}
+    def _wait_registered(self, befores):
+        """Until each node's slurmd registered again (a newer slurmd start time) and answers; bounded, all at once.
+        -> ({name: its new record}, {name: RemediationError} of those not registered in time)."""
+        pending = dict((b.name, b) for b in befores)
+        registered, states = {}, {}
 
-        def registered():
-            current = seen["record"] = read_nodes(self.runner, [before.name])[before.name]
-            newer = current.slurmd_start_time and current.slurmd_start_time != before.slurmd_start_time
-            return bool(newer) and "NOT_RESPONDING" not in current.flags, current.state
+        def all_registered():
+            for name, current in read_nodes(self.runner, sorted(pending)).items():
+                states[name] = current.state
+                newer = current.slurmd_start_time and current.slurmd_start_time != pending[name].slurmd_start_time
+                if newer and "NOT_RESPONDING" not in current.flags:
+                    registered[name] = current
+                    del pending[name]
+            return not pending, sorted(pending)
 
-        wait_until(registered, "slurmd of %s" % before.name, self.register_timeout, sleep=self.sleep,
-                   clock=self.clock, poll=self.poll, timeout_error=lambda state: RemediationError(
-                       "the new slurmd of %s did not register within %ss (state %s)" % (before.name,
-                                                                                        self.register_timeout, state)))
-        return seen["record"]
+        if pending:
+            try:
+                wait_until(all_registered, "slurmd of %s" % ", ".join(sorted(pending)), self.register_timeout,
+                           sleep=self.sleep, clock=self.clock, poll=self.poll)
+            except WaitTimeout:
+                pass            # those still pending are reported below, each node on its own
+        return registered, dict((name, RemediationError("the new slurmd of %s did not register within %ss (state %s)"
+                                                        % (name, self.register_timeout, states.get(name))))
+                                for name in pending)

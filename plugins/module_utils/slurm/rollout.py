@@ -300,7 +300,7 @@ class Rollout(object):
             return []
         records = read_sinfo(self.runner)
         upgrade = full_reason(self.prefix, UPGRADE_REASON)
-        outcomes = []
+        outcomes, restore = [], []
         for s in steps:
             record = records.get(s.node)
             if record is None:
@@ -313,12 +313,17 @@ class Rollout(object):
                                             % (record.state, ": " + record.reason if record.reason else "")))
                 continue
             entry = {"name": s.node, "state": record.state, "reason": record.reason, "steps": []}
-            errors = len(self.remediator.errors)
-            self.remediator.restore(record, entry, replace=s.step != RECHECK)
-            self.errors += self.remediator.errors[errors:]
-            out = self._entry(s, number, entry["action"], entry["why"])
-            out["steps"] = (["drained"] if s.drain else []) + entry["steps"]
-            if "topology" in entry:
-                out["topology"] = entry["topology"]
-            outcomes.append(out)
-        return outcomes
+            restore.append((record, entry, s.step != RECHECK))
+            outcomes.append((s, entry))         # its outcome once restored
+        # the batch together: replaced at once, waited for at once (Remediator.restore_all)
+        errors = len(self.remediator.errors)
+        self.remediator.restore_all(restore)
+        self.errors += self.remediator.errors[errors:]
+        return [self._restored(o[0], number, o[1]) if isinstance(o, tuple) else o for o in outcomes]
+
+    def _restored(self, step, number, entry):
+        out = self._entry(step, number, entry["action"], entry["why"])
+        out["steps"] = (["drained"] if step.drain else []) + entry["steps"]
+        if "topology" in entry:
+            out["topology"] = entry["topology"]
+        return out

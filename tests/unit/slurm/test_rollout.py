@@ -349,3 +349,87 @@ def test_no_slot_no_change():
     assert [(d["node"], d["batch"], d["step"]) for d in done] == [("cpu-1", 0, "skipped"), ("cpu-2", 0, "skipped")]
     assert slurm.updates() == [] and pods.replaced == []
     assert not any(rollout.acted(d) for d in done)
+
+
+# --- issue 32: a batch is replaced at once and waited for at once ---------------------------------------------------
+
+def _recording(pods, checker):
+    """One list of what happened, in order: ('replace', node) and ('check', node)."""
+    events = []
+    replace, check = pods.replace, checker.check
+    pods.replace = lambda node, check_mode=False: events.append(("replace", node)) or replace(node, check_mode)
+    checker.check = lambda node: events.append(("check", node)) or check(node)
+    return events
+
+
+def test_a_batch_is_replaced_together_and_waited_for_together():
+    slurm, pods, roll, clock = make(nodes(3), {n: OLD for n in nodes(3)}, max_unavailable=3)
+    events = _recording(pods, roll.remediator.checker)
+    done = roll.run()
+    assert [(d["node"], d["batch"], d["step"]) for d in done] == [
+        ("cpu-0", 1, "resumed"), ("cpu-1", 1, "resumed"), ("cpu-2", 1, "resumed")]
+    # before: replace cpu-0, wait for it, check it, then cpu-1 ... (one registration wait per node)
+    assert events == [("replace", n) for n in nodes(3)] + [("check", n) for n in nodes(3)]
+
+
+def test_the_remediation_pass_waits_for_all_replacements_at_once_and_fails_only_the_late_one():
+    slurm, pods, roll, clock = make(nodes(3), {n: NEW for n in nodes(3)})
+    for name in nodes(3):
+        slurm.nodes[name]["state_flags"] = ["DRAIN"]
+        slurm.nodes[name]["reason"] = "soperator: health:munge failed"
+    restart = slurm.restart
+    slurm.restart = lambda node: None if node == "cpu-1" else restart(node)     # cpu-1's new slurmd never comes
+    remediator = roll.remediator
+    events = _recording(pods, remediator.checker)
+    result = remediator.run()
+    by_name = dict((n["name"], n) for n in result["nodes"])
+    assert [by_name[n]["action"] for n in nodes(3)] == ["resumed", "left-drained", "resumed"]
+    assert "did not register within 30s" in by_name["cpu-1"]["why"]
+    assert events == [("replace", n) for n in nodes(3)] + [("check", "cpu-0"), ("check", "cpu-2")]
+    assert clock.now <= 30 + 5        # one bounded wait (injected clock) for the three, not one after the other
+
+
+def test_a_pass_with_nothing_to_restore_reads_slurm_twice_whatever_the_node_count():
+    names = nodes(300)
+    slurm, pods, roll, clock = make(names, {n: NEW for n in names})
+    for i, name in enumerate(names[:200]):          # held, but not ours to restore: no per-node command
+        slurm.nodes[name]["state_flags"] = ["DRAIN"]
+        slurm.nodes[name]["reason"] = "hw: bad dimm" if i % 2 else "soperator: scale-down"
+    calls = len(slurm.calls)
+    result = roll.remediator.run()
+    assert not result["changed"] and len(result["nodes"]) == 200
+    assert [c[0] for c in slurm.calls[calls:]] == ["sinfo", "squeue"]     # the node list and the job list
+    assert pods.replaced == [] and roll.remediator.checker.checked == []
+
+
+def _drained_by_us(slurm, names):
+    for name in names:
+        slurm.nodes[name]["state_flags"] = ["DRAIN"]
+        slurm.nodes[name]["reason"] = "soperator: health:munge failed"
+
+
+def test_the_nodes_a_pass_restores_are_resumed_by_one_command():
+    slurm, pods, roll, clock = make(nodes(3), {n: NEW for n in nodes(3)})
+    _drained_by_us(slurm, nodes(3))
+    result = roll.remediator.run()
+    assert [n["action"] for n in result["nodes"]] == ["resumed"] * 3
+    assert [u[2:] for u in slurm.updates()] == [["NodeName=cpu-[0-2]", "State=RESUME"]]   # before: one per node
+
+
+def test_a_node_the_batch_resume_refuses_keeps_no_other_drained():
+    slurm, pods, roll, clock = make(nodes(3), {n: NEW for n in nodes(3)})
+    _drained_by_us(slurm, nodes(3))
+    check = roll.remediator.checker.check
+
+    def cpu_1_scaled_away_meanwhile(node):
+        if node == "cpu-1":
+            slurm.nodes["cpu-1"]["state"] = "future"        # set_state refuses a batch holding a FUTURE node
+        return check(node)
+    roll.remediator.checker.check = cpu_1_scaled_away_meanwhile
+    result = roll.remediator.run()
+    by_name = dict((n["name"], n) for n in result["nodes"])
+    assert [by_name[n]["action"] for n in nodes(3)] == ["resumed", "left-drained", "resumed"]
+    assert "resume failed" in by_name["cpu-1"]["why"] and "FUTURE" in by_name["cpu-1"]["why"]
+    assert "DRAIN" not in slurm.nodes["cpu-0"]["state_flags"] + slurm.nodes["cpu-2"]["state_flags"]
+    # the batch was refused before any command; then node by node
+    assert [u[2] for u in slurm.updates()] == ["NodeName=cpu-0", "NodeName=cpu-2"]
