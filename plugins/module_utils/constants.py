@@ -51,6 +51,8 @@ POPULATE_JAIL_SOURCE = "/opt/soperator/jail-rootfs.tar"
 # The same program in the login and worker images: their init container waits with it until the jail is populated.
 NODE_JAIL_PROGRAM = "/opt/soperator/lib/jail.py"
 SSH_HOST_KEY_DIR = "/etc/ssh/host-keys"
+# spec.rest's HS256 key (a Secret's file), read by slurmctld and slurmdbd.
+JWT_KEY = "/etc/slurm-jwt/jwt_hs256.key"
 
 SLURMD_PORT = 6818
 SLURM_USER = "slurm"

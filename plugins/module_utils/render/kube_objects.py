@@ -501,6 +501,10 @@ def render_manifests(model, slurm_configs, secret_material):
     secret_material: Secret name -> {key: bytes} (secrets.ensure_secret_material); each becomes an Opaque Secret.
     Raises ValueError when an input lacks something the objects need, or when two objects would share a name.
     """
+    if model.rest_api is not None:
+        # slurm.conf would name a key file no pod has (the Secret, slurmrestd's Deployment: not rendered yet)
+        raise SoperatorError("spec.rest: the Kubernetes objects of slurmrestd and its JWT key are not rendered yet "
+                             "(a local cluster runs it)")
     objects = _service_accounts(model) + _rbac(model)
     objects += _secrets(model, secret_material)
     objects += _config_maps(model, slurm_configs)
