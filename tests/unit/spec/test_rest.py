@@ -83,12 +83,3 @@ def test_slurmrestd_argv_drops_privileges_and_takes_tokens_only():
     assert argv == ["/usr/sbin/slurmrestd", "-a", "rest_auth/jwt", "-s", "openapi/slurmctld", "-u", "nobody",
                     "0.0.0.0:6820"]
     assert "-u" not in slurmrestd_argv("slurmrestd", "x:1", ["openapi/slurmctld"], user=None)
-
-
-def test_kubernetes_refuses_what_it_does_not_render_yet():
-    from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
-    from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import (
-        placeholder_secret_material, render_manifests)
-    model = build_model(documents(("cpu", {}), rest={"enabled": True}))
-    with pytest.raises(SoperatorError, match="spec.rest"):
-        render_manifests(model, render_slurm_configs(model), placeholder_secret_material(model))
