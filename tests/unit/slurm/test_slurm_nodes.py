@@ -663,9 +663,8 @@ def test_kubernetes_transport_runs_in_the_standby_pod_when_the_primarys_is_gone(
 
 
 def test_kubernetes_transport_keeps_a_commands_own_failure():
-    stream = _pods_answering({"c-controller-0": lambda: FakeWs("", "boom", '{"status": "Failure", "details": '
-                                                                         '{"causes": [{"reason": "ExitCode", '
-                                                                         '"message": "1"}]}}')})
+    exit_1 = '{"status": "Failure", "details": {"causes": [{"reason": "ExitCode", "message": "1"}]}}'
+    stream = _pods_answering({"c-controller-0": lambda: FakeWs("", "boom", exit_1)})
     t = KubernetesTransport("slurm", "c-controller-0", core_v1=FakeCore(), stream_func=stream,
                             standby_pods=["c-controller-1"])
     assert t.exec(["scontrol", "ping"], 5) == (1, "", "boom")
