@@ -297,6 +297,7 @@ def test_slurmrestd_of_the_images_takes_a_token_and_refuses_a_forged_one(tag):
         cluster.render()
         cluster.start(components={"controller"})
         controller = cluster.containers[-1][0]
+
         def key_mode():
             return cluster.exec(controller, ["stat", "-c", "%U %a", "/run/slurm-jwt/jwt_hs256.key"],
                                 check=False).strip()
@@ -309,6 +310,7 @@ def test_slurmrestd_of_the_images_takes_a_token_and_refuses_a_forged_one(tag):
         versions = sorted(tuple(int(n) for n in v) for v in re.findall(r"data_parser_v(\d+)_(\d+)_(\d+)\.so", plugins))
         assert versions, plugins
         path = "/slurm/v%d.%d.%d/diag" % versions[-1]
+
         def token_of():
             out = cluster.exec(controller, ["scontrol", "token", "username=root", "lifespan=300"], check=False)
             return out.strip().split("=", 1)[1] if out.startswith("SLURM_JWT=") else None
