@@ -37,7 +37,8 @@ down:
 # the suites that mostly wait on daemons, pods and timeouts, side by side in TEST_WORKERS pytest-xdist workers
 # (tests/xdist_groups.py: what shares a cluster stays in one worker; the real node is one group). CI runs the same parts, each as soon as what it needs is
 # built (.ci/run): test-unit and test-local (tests/slurm, tests/ansible) need `make deps` only, test-kube
-# (tests/integration) `make k8s-build`, test-node (tests/realnode, tests/images) also `make images images-trixie
+# (tests/integration) `make k8s-build`, test-images (tests/images: podman only) `make images images-trixie runner-local`,
+# test-node (tests/realnode) both `make k8s-build` and `make images images-trixie
 # runner-local`; without them those tests skip, environmentally.
 PYTEST = $(PYTHON) -m pytest -q $(PYTEST_ARGS)
 TEST_WORKERS ?= 4
@@ -47,11 +48,12 @@ XDIST = --dist loadgroup --no-loadscope-reorder
 PART_WORKERS ?= 3
 LOCAL_SUITES := tests/slurm tests/ansible
 KUBE_SUITES := tests/integration
-NODE_SUITES := tests/realnode tests/images
-.PHONY: test-unit test-local test-kube test-node
+NODE_SUITES := tests/realnode
+IMAGE_SUITES := tests/images
+.PHONY: test-unit test-local test-kube test-node test-images k8s-control-plane node-binaries
 test: deps
 	$(PYTEST) -n $(UNIT_WORKERS) tests/unit
-	$(PYTEST) -n $(TEST_WORKERS) $(XDIST) $(NODE_SUITES) $(KUBE_SUITES) $(LOCAL_SUITES)
+	$(PYTEST) -n $(TEST_WORKERS) $(XDIST) $(NODE_SUITES) $(IMAGE_SUITES) $(KUBE_SUITES) $(LOCAL_SUITES)
 
 test-unit unit:
 	$(PYTEST) -n $(UNIT_WORKERS) tests/unit
@@ -62,8 +64,12 @@ test-local:
 test-kube:
 	$(PYTEST) -n $(PART_WORKERS) $(XDIST) $(KUBE_SUITES)
 
+# The real node is one per machine (tests/xdist_groups.py): its files run in one worker.
 test-node:
-	$(PYTEST) -n $(PART_WORKERS) $(XDIST) $(NODE_SUITES)
+	$(PYTEST) -n 1 $(XDIST) $(NODE_SUITES)
+
+test-images:
+	$(PYTEST) -n $(PART_WORKERS) $(XDIST) $(IMAGE_SUITES)
 
 # ansible-lint over the playbooks and roles; mypy over the typed public API (mypy.ini says which modules).
 lint:
@@ -120,8 +126,14 @@ spank:
 # hostPath provisioner), with the images of `make images` imported; needs root, runc and containernetworking-plugins.
 K8S_STATE ?= build/k8s
 NODE ?= kwok
-k8s-build:
+k8s-build: k8s-control-plane node-binaries
+
+# The control plane (kube-*, kubectl, etcd, kwok): all tests/integration needs; the real node's containerd and CoreDNS
+# (node-binaries) only tests/realnode.
+k8s-control-plane:
 	tools/k8s/build.sh
+
+node-binaries:
 	tools/node/build.sh
 
 k8s-up: k8s-build

@@ -348,7 +348,8 @@ def test_slurmrestd_of_the_images_takes_a_token_and_refuses_a_forged_one(tag):
 def test_the_login_images_sssd_serves_a_directory_user_and_its_key_command_gates_on_the_directory(tag, tmp_path):
     """What the login pod's `sssd` sidecar runs (render/identity_kube.py: sssd_config.py write, then sssd -i), in the
     login image, against a real slapd on loopback (the host's network): alice resolves with her directory groups,
-    /opt/soperator/bin/authorized-keys prints her key as nobody; with slapd stopped it prints none and says why."""
+    /opt/soperator/bin/authorized-keys prints her key as nobody once the bind watcher (the login sidecar runs it) has
+    seen SSSD's bind succeed; with slapd stopped it prints none and says why."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "slurm"))
     from ldap_server import SSSD_DN, SUFFIX, Slapd    # pylint: disable=import-outside-toplevel
     from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import render_sssd_conf
@@ -371,7 +372,11 @@ def test_the_login_images_sssd_serves_a_directory_user_and_its_key_command_gates
                   "python3 /opt/soperator/lib/sssd_config.py write --template /t/sssd.conf --password-file "
                   "/t/password --out /etc/sssd/sssd.conf --directory-out /var/lib/sss/pipes/soperator-directory.json"
                   " && (/usr/sbin/sssd -i --logger=stderr 2>/tmp/sssd.log &) && for i in $(seq 60); do "
-                  "test -S /var/lib/sss/pipes/nss && break; sleep 0.5; done; sleep 1; "
+                  "test -S /var/lib/sss/pipes/nss && break; sleep 0.5; done; "
+                  # the login sidecar's bind watcher: with a bind DN the key command wants its recent success
+                  "{ /opt/soperator/bin/authorized-keys --watch-bind /etc/sssd/sssd.conf 2>/tmp/watch.log & } ; "
+                  "for i in $(seq 60); do test -f /var/lib/sss/pipes/soperator-bind.json && break; sleep 0.5; done; "
+                  "sleep 1; echo WATCH $(cat /tmp/watch.log); "
                   "echo ID $(id alice); "
                   "echo KEY $(setpriv --reuid=nobody --regid=nogroup --clear-groups "
                   "/opt/soperator/bin/authorized-keys /nonexistent alice); "
@@ -392,6 +397,7 @@ def test_the_login_images_sssd_serves_a_directory_user_and_its_key_command_gates
         proc.wait(timeout=120)
         text = "".join(out)
         assert "ID uid=47101(alice) gid=47001(hpc) groups=47001(hpc),47002(gpu)" in text, text
+        assert "WATCH sssd-bind-check: bind as %s accepted" % SSSD_DN in text, text
         assert "KEY %s" % alice_key in text, text
         key2 = [line for line in out if line.startswith("KEY2")]
         assert key2 and alice_key not in key2[0] and "does not answer" in key2[0], text

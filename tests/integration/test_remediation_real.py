@@ -97,6 +97,9 @@ def test_remediate_playbook_with_its_own_token(namespaced, api, volumes, audit, 
     ns = namespaced.name
     docs = namespaced.applied(namespaced.docs())
     docs[0]["spec"]["remediation"] = {"cordonKubernetesNode": True}
+    # No periodic passive check: slurmd would run it every 120 s, find cpu-0 healthy and resume the drain this test
+    # sets before the pass sees it (seen in CI). Only the pass brings the node back here.
+    docs[0]["spec"]["healthChecks"] = {"passive": {"interval": 0}}
     volumes(ns, CLAIMS)
     cluster = local_cluster(yaml.safe_dump_all(docs))
     slurm_conf = cluster.env()["SLURM_CONF"]

@@ -19,7 +19,9 @@ NS = "slurm-eph"
 CLUSTER = "eph"
 CONTROLLER = CLUSTER + "-controller-0"
 LOGIN = CLUSTER + "-login-0"
-SUSPEND_TIME, RESUME_TIMEOUT = 10, 150
+# RESUME_TIMEOUT: a burst pod started on a busy CI machine (both test lanes at once) must register within it, or
+# Slurm sets its node DOWN and requeues the job; the broken NodeSet's test, which waits it out, runs last.
+SUSPEND_TIME, RESUME_TIMEOUT = 10, 240
 TEMPLATE_HASH = "slurm.soperator.dev/pod-template-hash"
 SPEC = """
 apiVersion: slurm.soperator.dev/v1alpha1
@@ -66,7 +68,7 @@ def cluster(real_node, tmp_path_factory):
         site(real_node, path)
         wait("the controller answering", lambda: (bool(_sinfo(real_node)), _sinfo(real_node)), 240, poll=2)
         wait("the login pod", lambda: (_login_ready(real_node), None), 240, poll=2)
-        # the job whose worker cannot start goes first: its resumeTimeout runs while the other test does its part
+        # the job whose worker cannot start goes first: its resumeTimeout runs while the other tests do their part
         broken_job = _sbatch(real_node, "-p", "broken", "-N1", "-o", "/dev/null", "--wrap", "hostname")
         yield real_node, path, broken_job
     finally:
@@ -128,14 +130,15 @@ def test_a_job_starts_two_worker_pods_and_idle_ones_go_away(cluster):
     assert all(state.endswith("~") for state, _reason in _sinfo(node).values()), _sinfo(node)
     job = _sbatch(node, "-p", "burst", "-N2", "-o", "/dev/null", "--wrap", "srun hostname")
     # exactly the two nodes Slurm gave the job
-    wait("the two burst pods", lambda: (_burst_pods(node) == ["burst-0", "burst-1"],
-                                        (_burst_pods(node), _power_log(node))), 120, poll=2)
+    wait("the two burst pods", lambda: (_burst_pods(node) == ["burst-0", "burst-1"], _burst_pods(node)), 120, poll=2,
+         context=lambda: _power_log(node))
     state = wait("job %s completed" % job, lambda: (_job_state(node, job).get("JobState") in (
-        "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"), _job_state(node, job)), RESUME_TIMEOUT + 120, poll=2)[1]
-    assert state["JobState"] == "COMPLETED", state
+        "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"), _job_state(node, job)), RESUME_TIMEOUT + 120, poll=2,
+        context=lambda: (_sinfo(node), _worker_pods(node), _power_log(node)))[1]
+    assert state["JobState"] == "COMPLETED", (state, _power_log(node))
     wait("the burst pods gone and powered down", lambda: (
         _burst_pods(node) == [] and all(_sinfo(node)[n][0].endswith("~") for n in ("burst-0", "burst-1")),
-        (_burst_pods(node), _sinfo(node))), SUSPEND_TIME + 120, poll=2)
+        (_burst_pods(node), _sinfo(node))), SUSPEND_TIME + 120, poll=2, context=lambda: _power_log(node))
 
     # site.yml again: no pod of the NodeSet is created or deleted, the nodes stay powered down
     audit = Audit(node.info["audit_log"])
@@ -156,17 +159,6 @@ def test_a_job_starts_two_worker_pods_and_idle_ones_go_away(cluster):
     assert _burst_pods(node) == []
     after = _sinfo(node)
     assert all(after[n][0] == "idle~" and after[n][1] in ("", "none") for n in ("burst-0", "burst-1")), after
-
-
-def test_a_worker_that_cannot_start_ends_down_with_our_reason_and_the_job_is_requeued(cluster):
-    node, _path, job = cluster
-    reason = wait("broken-0 down with our reason", lambda: (
-        "resume-failed" in _sinfo(node).get("broken-0", ("", ""))[1], _sinfo(node)), RESUME_TIMEOUT + 120, poll=2)[1]
-    assert reason["broken-0"][1].startswith("soperator: resume-failed"), reason
-    state = _job_state(node, job)
-    assert state["JobState"] in ("PENDING", "REQUEUED", "CONFIGURING") and state.get("Restarts") != "0", state
-    # the ResumeFailProgram removed what it had started
-    wait("the broken-0 pod removed", lambda: ("broken-0" not in _worker_pods(node), _worker_pods(node)), 120, poll=2)
 
 
 def test_a_powered_up_worker_on_an_older_template_is_powered_down_once_idle_and_comes_back_new(cluster):
@@ -210,3 +202,14 @@ def test_a_powered_up_worker_on_an_older_template_is_powered_down_once_idle_and_
     state = wait("job %s completed" % job, lambda: (_job_state(node, job).get("JobState") in (
         "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"), _job_state(node, job)), RESUME_TIMEOUT + 120, poll=2)[1]
     assert state["JobState"] == "COMPLETED", state
+
+
+def test_a_worker_that_cannot_start_ends_down_with_our_reason_and_the_job_is_requeued(cluster):
+    node, _path, job = cluster
+    reason = wait("broken-0 down with our reason", lambda: (
+        "resume-failed" in _sinfo(node).get("broken-0", ("", ""))[1], _sinfo(node)), RESUME_TIMEOUT + 120, poll=2)[1]
+    assert reason["broken-0"][1].startswith("soperator: resume-failed"), reason
+    state = _job_state(node, job)
+    assert state["JobState"] in ("PENDING", "REQUEUED", "CONFIGURING") and state.get("Restarts") != "0", state
+    # the ResumeFailProgram removed what it had started
+    wait("the broken-0 pod removed", lambda: ("broken-0" not in _worker_pods(node), _worker_pods(node)), 120, poll=2)

@@ -4,8 +4,12 @@ host-only address (tools/k8s/node.py NODE_IP, which pods reach through the bridg
 controller, login and worker images, libnss-sss in the jail). alice, defined once in LDAP, ssh-es with the key of
 her entry to the login Service and lands in the jail as herself; `srun -N2 id` shows her directory ids on both
 workers; a file her job writes in the jail is hers; bob, removed from LDAP, cannot log in after entryCacheTimeout;
+alice, excluded by the accessFilter (PAM's account step), is refused, then let in again;
 with slapd stopped alice is refused (the key command's line in the login pod's log) while root's key works, and
-with slapd back she logs in again.
+with slapd back she logs in again. Then the bind password: rotated in the directory after alice was cached (SSSD
+goes offline and would serve its cache) she is refused, the login's bind watcher says why; a wrong password in the
+Secret, picked up by a restarted login pod, refuses her too with a clear line; the right one lets her in again.
+Root's key works throughout.
 """
 import json
 import os
@@ -56,7 +60,8 @@ def _spec(tmp_path, root_key, uri):
     cluster["spec"]["login"]["sshRootPublicKeys"] = [root_key]
     cluster["spec"]["identity"] = {"ldap": {"uri": uri, "searchBase": SUFFIX, "bindDN": SSSD_DN,
                                             "bindPasswordSecret": {"name": "ldap-bind"},
-                                            "caConfigMap": {"name": "ldap-ca"}, "entryCacheTimeout": 10}}
+                                            "caConfigMap": {"name": "ldap-ca"}, "entryCacheTimeout": 10,
+                                            "accessFilter": "(!(description=blocked))"}}
     path = tmp_path / "ident.yml"
     path.write_text(yaml.safe_dump_all(docs))
     return str(path), cluster["metadata"]["name"]
@@ -106,8 +111,18 @@ def test_a_directory_user_sshes_to_the_login_service_and_runs_on_both_workers(re
                                    "-o", "ConnectTimeout=10", "%s@%s" % (user, ip), command],
                                   capture_output=True, text=True, timeout=180, check=False)
 
+        def refused(user):
+            """`user` refused by sshd's authentication (not a connection it turned away: the login image's OpenSSH
+            10 penalizes a source address after failed logins, PerSourcePenalties, and these tests fail some)."""
+            proc = ssh(user, "true")
+            return proc.returncode == 255 and "Permission denied" in proc.stderr, proc.stderr
+
+        def root_in():
+            wait("root logs in with the cluster's key (once this host's penalty from failed logins is over)",
+                 lambda: (ssh("root", "id -u").stdout.strip() == "0", None), 180, poll=5)
+
         def sshd_log():
-            return node.kubectl("-n", NS, "logs", name + "-login-0", "--all-containers=true", "--tail=60",
+            return node.kubectl("-n", NS, "logs", name + "-login-0", "--all-containers=true", "--tail=400",
                                 check=False).stdout
 
         uid, gid = USERS["alice"]
@@ -134,16 +149,62 @@ def test_a_directory_user_sshes_to_the_login_service_and_runs_on_both_workers(re
         # bob, removed from the directory, cannot log in once entryCacheTimeout (10 s) has passed
         assert ssh("bob", "id -un").stdout.strip() == "bob"
         slapd.delete_user("bob")
-        wait("bob refused once removed", lambda: (ssh("bob", "true").returncode == 255, None), 60, poll=5)
+        wait("bob refused once removed", lambda: refused("bob"), 60, poll=5)
+        # accessFilter: PAM's account step (pam_sss in the login image's common-account) refuses alice while the
+        # filter excludes her, though her key is right
+        slapd.set_description("alice", "blocked")
+        assert ssh("alice", "id").returncode == 255
+        assert "Access denied for user alice by PAM account configuration" in sshd_log(), sshd_log()
+        slapd.set_description("alice")
+        wait("alice in again once the filter takes her",
+             lambda: (ssh("alice", "id -u").stdout.strip() == str(uid), None), 120, poll=5)
         # the directory down: alice refused (fail closed) with the key command's line in the login pod's log
         slapd.stop()
-        wait("alice refused while the directory is down", lambda: (ssh("alice", "id").returncode == 255, None),
-             120, poll=5)
+        wait("alice refused while the directory is down", lambda: refused("alice"), 120, poll=5)
         assert "does not answer" in sshd_log(), sshd_log()
-        assert ssh("root", "id -u").stdout.strip() == "0"
+        root_in()
         # the directory back: alice again
         slapd.restart()
         wait("alice logs in again", lambda: (ssh("alice", "id -u").stdout.strip() == str(uid), None), 120, poll=5)
+        # the bind password rotated in the directory after alice was cached; the restart drops SSSD's bound
+        # connection. SSSD can no longer bind (offline, its cache) while slapd answers: the bind watcher sees it.
+        slapd.set_bind_password("rotated-pw")
+        slapd.stop()
+        slapd.restart()
+        wait("alice refused once SSSD's bind password is rotated away", lambda: refused("alice"), 120, poll=5)
+        bind_line = "SSSD cannot bind to the directory (%s: bind as %s refused: result 49 (invalidCredentials))" % (
+            slapd.uri, SSSD_DN)
+        log = sshd_log()
+        assert bind_line in log and "sssd-bind-check: SSSD cannot bind to the directory" in log, log
+        assert "rotated-pw" not in log and "sssd-bind-pw" not in log
+        root_in()
+
+        def new_login_pod(password):
+            """The Secret with `password`, and a new login pod (a fresh SSSD) that reads it."""
+            old = node.kubectl("-n", NS, "get", "pod", login, "-o", "jsonpath={.metadata.uid}").stdout
+            secret = tmp_path / "ldap-bind.json"
+            secret.write_text(node.kubectl("-n", NS, "create", "secret", "generic", "ldap-bind",
+                                           "--from-literal=password=" + password, "--dry-run=client",
+                                           "-o", "json").stdout)
+            node.kubectl("-n", NS, "replace", "-f", str(secret))
+            node.kubectl("-n", NS, "rollout", "restart", "statefulset/%s-login" % name)
+            wait("a new login pod Ready", lambda: (any(
+                p["metadata"]["name"] == login and p["metadata"]["uid"] != old and _ready(p) for p in pods()),
+                None), 240, poll=3)
+
+        # a wrong bind password in the Secret: the new pod's SSSD never binds (nothing cached: sshd finds no alice);
+        # alice refused, root in, the watcher's line in the login pod's log
+        new_login_pod("wrong-pw")
+        root_in()
+        wait("alice refused by the new login pod", lambda: refused("alice"), 60, poll=5)
+        log = sshd_log()
+        assert "sssd-bind-check: SSSD cannot bind to the directory: %s: bind as %s refused: result 49 " \
+               "(invalidCredentials); logins with the directory's keys are refused" % (slapd.uri, SSSD_DN) in log, log
+        assert "Invalid user alice" in log and "wrong-pw" not in log, log
+        # the right one: alice again
+        new_login_pod("rotated-pw")
+        wait("alice logs in with the right bind password", lambda: (
+            ssh("alice", "id -u").stdout.strip() == str(uid), None), 180, poll=5)
     finally:
         slapd.stop()
         real_node.kubectl("delete", "namespace", NS, "--wait=true", timeout=300, check=False)

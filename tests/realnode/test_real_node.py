@@ -221,7 +221,19 @@ metadata: {name: acct, namespace: hpc}
 spec:
   jail: {volume: {size: 20Gi}}
   login: {replicas: 1, service: {type: ClusterIP}}
-  accounting: {enabled: true}
+  accounting:
+    enabled: true
+    # issue 31's policy, applied by site.yml through the exec transport (sacctmgr in the controller pod)
+    policy:
+      preemption: {type: qos, mode: requeue}
+      enforce: [associations, limits, qos]
+    qos:
+      - {name: urgent, priority: 100, preempt: [normal]}
+    accounts:
+      - {name: science, fairshare: 4, qos: [normal, urgent], defaultQos: normal}
+      - {name: small, parent: science, fairshare: 1, limits: {MaxJobs: 2}}
+    users:
+      - {name: root, defaultAccount: science, accounts: [science, small]}
   images: {mariadb: "%(mariadb)s"}
   healthChecks:
     passive:
@@ -269,6 +281,51 @@ _hpc_exec = functools.partial(_exec, namespace=HPC)
 _acct_sinfo = functools.partial(_sinfo, cluster="acct", namespace=HPC)
 
 
+def _job_field(node, job, field):
+    out = _hpc_exec(node, "acct-controller-0", "scontrol", "-o", "show", "job", job).stdout
+    return dict(w.split("=", 1) for w in out.split() if "=" in w).get(field)
+
+
+def _policy_in_real_pods(node):
+    """spec.accounting's QOS, accounts and users as sacctmgr in the controller pod reads them (site.yml applied them
+    through the exec transport); slurm.conf's preemption; then a job of the urgent QOS preempts (requeues) a running
+    job of normal on the full cluster (one 1-CPU worker), as sacct records it."""
+    def sacctmgr(*what):
+        out = _hpc_exec(node, "acct-controller-0", "sacctmgr", "-n", "-P", "show", *what)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return sorted(out.stdout.split())
+    assert "urgent|100|normal" in sacctmgr("qos", "format=Name,Priority,Preempt")
+    accounts = sacctmgr("assoc", "where", "cluster=acct", "format=Account,User,ParentName,Fairshare,MaxJobs")
+    assert {"science||root|4|", "small||science|1|2"} <= set(accounts), accounts
+    users = sacctmgr("assoc", "where", "cluster=acct", "user=root", "format=Account,User,QOS")
+    assert {"science|root|normal,urgent", "small|root|normal,urgent"} <= set(users), users
+    assert sacctmgr("user", "root", "format=User,DefaultAccount") == ["root|science"]
+    conf = dict(line.split(" = ", 1) for line in _hpc_exec(
+        node, "acct-controller-0", "scontrol", "show", "config").stdout.splitlines() if " = " in line)
+    conf = dict((k.strip(), v.strip()) for k, v in conf.items())
+    assert (conf["PreemptType"], conf["PreemptMode"]) == ("preempt/qos", "REQUEUE"), conf
+
+    def sbatch(*args):
+        out = _hpc_exec(node, "acct-login-0", "sbatch", "--parsable", "-o", "/dev/null", *args, container="sshd")
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout.strip().split(";")[0]
+    victim = sbatch("--wrap", "sleep 300")                 # root's default account (science) and QOS (normal)
+    _wait("the normal job running", lambda: (_job_field(node, victim, "JobState") == "RUNNING",
+                                             _job_field(node, victim, "JobState")))
+    urgent = sbatch("--qos=urgent", "--wrap", "sleep 2")
+
+    def records():
+        out = _hpc_exec(node, "acct-login-0", "sacct", "-X", "-n", "-P", "-D", "-j", "%s,%s" % (victim, urgent),
+                        "-o", "JobID,Account,QOS,State", container="sshd").stdout.split()
+        rows = [line.split("|") for line in out]
+        return ["%s|science|normal|PREEMPTED" % victim in out and "%s|science|urgent|COMPLETED" % urgent in out,
+                rows]
+    _wait("sacct to record the preemption and the urgent job's end", records)
+    _hpc_exec(node, "acct-login-0", "scancel", victim, container="sshd")     # requeued: it would hold the CPU
+    _wait("the requeued job gone", lambda: (_job_field(node, victim, "JobState") in ("CANCELLED", None),
+                                            _job_field(node, victim, "JobState")))
+
+
 @pytest.fixture
 def hpc_namespace(real_node):
     """The accounting test's namespace, deleted afterwards: its pods hold the node's CPUs, which a later test needs."""
@@ -300,6 +357,7 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, hpc_namespac
         return "COMPLETED" in out, out
     acct = _wait("sacct to list the job", listed)
     assert "hostname" in acct[1]
+    _policy_in_real_pods(real_node)
 
     # Scale up through the scale subresource; the CronJob converges to it.
     started = _pod(real_node, "acct-controller-0")["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]

@@ -193,6 +193,18 @@ class Slapd(object):
                 self.ldap("ldapmodify", input_text="dn: cn=%s,ou=groups,%s\nchangetype: modify\ndelete: memberUid\n"
                                                    "memberUid: %s\n" % (group, SUFFIX, name))
 
+    def set_description(self, name, value=None):
+        """A user's description attribute (None: removed): what an accessFilter may test."""
+        change = "replace: description\ndescription: %s\n" % value if value else "delete: description\n"
+        self.ldap("ldapmodify", "-c", input_text="dn: uid=%s,ou=people,%s\nchangetype: modify\n%s" % (
+            name, SUFFIX, change))
+
+    def set_bind_password(self, password):
+        """The sssd service account's password in the directory (a rotation: SSSD still has the old one)."""
+        self.ldap("ldapmodify", input_text="dn: %s\nchangetype: modify\nreplace: userPassword\nuserPassword: %s\n"
+                                           % (SSSD_DN, password))
+        self.sssd_password = password
+
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -9,12 +9,8 @@ and SlurmControllerUnreachable fires (not SlurmExporterDown). Teardown stops the
 Waits are bounded and poll; nothing asserts on how fast it was."""
 import json
 import os
-import shutil
 import signal
 import socket
-import subprocess
-import urllib.parse
-import urllib.request
 
 import pytest
 import yaml
@@ -23,10 +19,9 @@ import ansible_run
 from test_health_checks import ACTIVE_PROBE, faults, run_active, wait_for  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import exporter_name
-from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import find_free_base_port
+from prometheus_server import PROMETHEUS, Prometheus, free_ports
 from specs import cluster_and_rest
 
-PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (make deps installs it)")
 
 INTERVAL = 5
@@ -44,20 +39,13 @@ def spec(port, faults_dir, interval=INTERVAL, active=False):
     return cluster + probe + OBSERVABILITY % port + nodesets
 
 
-def _free_ports(count):
-    """Two loopback ports nobody listens on, from this process' own range (parallel runs search elsewhere)."""
-    base = find_free_base_port(count, start=31000 + (os.getpid() % 100) * 50)
-    return list(range(base, base + count))
-
-
-class Prometheus(object):
+class ExporterPrometheus(Prometheus):
     """A real Prometheus on loopback scraping the exporter of `cluster` as often as its scrape timeout allows (the
     spec's, which the exporter answers within), evaluating every second the alert rule file the local cluster wrote
     for the admin's Prometheus, as it is, for the scrape job it names (with `short_for`, a copy whose `for` is
     replaced where it says: {alert: duration})."""
 
     def __init__(self, port, target, workdir, cluster, short_for=None):
-        self.url = "http://127.0.0.1:%d" % port
         model = cluster.model
         monitoring = cluster.monitoring_paths()
         job, rules = monitoring["job"], monitoring["rules"]
@@ -71,52 +59,18 @@ class Prometheus(object):
             with open(rules, "w") as f:
                 yaml.safe_dump(groups, f, sort_keys=False)
         timeout = "%ds" % model.observability.scrape_timeout_seconds
-        config = os.path.join(workdir, "prometheus.yml")
-        with open(config, "w") as f:
-            yaml.safe_dump({"global": {"scrape_interval": timeout, "scrape_timeout": timeout,
-                                       "evaluation_interval": "1s"},
-                            "rule_files": [rules],
-                            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]}]}, f)
-        self.log = open(os.path.join(workdir, "prometheus.log"), "wb")
-        self.proc = subprocess.Popen([PROMETHEUS, "--config.file=" + config,
-                                      "--storage.tsdb.path=" + os.path.join(workdir, "data"),
-                                      "--web.listen-address=127.0.0.1:%d" % port],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
-
-    def api(self, path, **params):
-        url = "%s/api/v1/%s?%s" % (self.url, path, urllib.parse.urlencode(params))
-        with urllib.request.urlopen(url, timeout=10) as r:
-            body = json.loads(r.read().decode())
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, expr):
-        return self.api("query", query=expr)["result"]
-
-    def ready(self):
-        try:
-            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
+        super(ExporterPrometheus, self).__init__(port, workdir, {
+            "global": {"scrape_interval": timeout, "scrape_timeout": timeout, "evaluation_interval": "1s"},
+            "rule_files": [rules],
+            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]}]})
 
 
 def _started(local_cluster, faults, tmp_path, active=False, short_for=None):
-    exporter_port, prometheus_port = _free_ports(2)
+    exporter_port, prometheus_port = free_ports(2)
     text = spec(exporter_port, faults, active=active)
     cluster = local_cluster(text)
     cluster.spec_text = text             # what slurm_remediate is given
-    prom = Prometheus(prometheus_port, "127.0.0.1:%d" % exporter_port, str(tmp_path), cluster, short_for)
+    prom = ExporterPrometheus(prometheus_port, "127.0.0.1:%d" % exporter_port, str(tmp_path), cluster, short_for)
     try:
         wait_for(prom.ready, timeout=WAIT, what="prometheus ready")
         yield cluster, prom, exporter_port
@@ -332,7 +286,7 @@ def test_a_dead_controller_is_reported_and_alerted(setup_short_for):
 
 
 def test_teardown_stops_the_exporter(local_cluster):
-    port = _free_ports(1)[0]
+    port = free_ports(1)[0]
     cluster = local_cluster(spec(port, "/nonexistent", interval=0))
     with socket.create_connection(("127.0.0.1", port), timeout=5):
         pass

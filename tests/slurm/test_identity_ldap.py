@@ -194,6 +194,16 @@ class LoginSshd(object):
                                        pid_file=os.path.join(workdir, "sshd.pid"), strict_modes=False,
                                        identity_keys=True, identity_command=li.keys_command(self.command_dir)))
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        # the bind watcher beside sssd (as the login's SSSD container runs it): the key command wants its check
+        self.watch_log = os.path.join(workdir, "watch.log")
+        with open(self.watch_log, "w") as log:
+            self.watcher = subprocess.Popen(li.in_identity_namespace(li.keys_command(self.command_dir) + [
+                "--watch-bind", sssd.config], sssd.dir), stdout=log, stderr=subprocess.STDOUT)
+        status = os.path.join(sssd.dir, "lib", "pipes", "soperator-bind.json")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(status):
+            assert self.watcher.poll() is None and time.monotonic() < deadline, open(self.watch_log).read()
+            time.sleep(0.2)
         self.log = os.path.join(workdir, "sshd.log")
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(li.in_identity_namespace(["/usr/sbin/sshd", "-D", "-e", "-f", config],
@@ -216,9 +226,10 @@ class LoginSshd(object):
                               check=False)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
+        for proc in (self.proc, self.watcher):
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
         shutil.rmtree(self.command_dir, ignore_errors=True)
 
 
@@ -255,3 +266,7 @@ def test_ssh_fails_closed_with_a_wrong_bind_password(slapd, sssd_for, login_sshd
     proc = sshd.ssh("alice", user_keys["alice"][0], "id")
     assert proc.returncode == 255 and "Permission denied" in proc.stderr, proc.stdout + proc.stderr
     assert "Invalid user alice" in open(sshd.log).read()
+    # the bind watcher says why, without the password
+    watched = open(sshd.watch_log).read()
+    assert "SSSD cannot bind to the directory: %s: bind as %s refused: result 49 (invalidCredentials)" % (
+        slapd.uri, SSSD_DN) in watched and "not-the-password" not in watched, watched

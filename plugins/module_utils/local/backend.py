@@ -116,7 +116,7 @@ class LocalCluster(object):
         self.rest = RestServer(lay, self.daemons)         # spec.rest: slurmrestd (local/rest.py)
         self.rollout = Rollout(lay, self.daemons, self.slurm, self.timeout, self.rollout_timeout)
         self.planner = Planner(lay, self.directory, self.ports, self.daemons, self.rollout, self.login_node,
-                               self.exporter, self.config_files.render, self.rest)
+                               self.exporter, self.config_files.render, self.identity, self.rest)
 
     # --- public ------------------------------------------------------------------------------------------------
 

@@ -111,6 +111,8 @@ def already_wrapped(argv: Sequence[str]) -> bool:
 
 
 SSSD_DAEMON = "sssd"
+# node/authorized_keys.py --watch-bind: checks SSSD's bind for the login's key command (root, beside sssd)
+BIND_CHECK_DAEMON = "sssd-bind-check"
 KEYS_COMMAND = "authorized-keys.py"
 
 
@@ -219,11 +221,36 @@ class LocalIdentity(object):
             return argv
         return in_identity_namespace(argv, self.dir, self.nsswitch)
 
-    def ensure(self, model: Any, changes: List[str]) -> None:
-        """sssd running with this model's config (started, or restarted when the config changed), or stopped."""
+    def _daemons(self, model: Any, text: str) -> List[Any]:
+        """[(name, argv, digest, ready)] of the daemons spec.identity runs, sssd.conf being `text`."""
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        nss_pipe = os.path.join(self.dir, "lib", "pipes", "nss")
+        status = os.path.join(self.dir, "lib", os.path.relpath(authorized_keys.BIND_STATUS_FILE, SSS_STATE_DIR))
+        watch = in_identity_namespace(keys_command(self.dir) + ["--watch-bind", self.config], self.dir)
+        return [(SSSD_DAEMON, sssd_argv(self.dir, self.config), digest, lambda: os.path.exists(nss_pipe)),
+                (BIND_CHECK_DAEMON, watch, digest, lambda: os.path.exists(status))]
+
+    def plan(self, model: Any) -> List[str]:
+        """What ensure(model) would do to the identity daemons, as 'would ...' actions (check mode); reads only."""
+        running = self.daemons.running_records()
         if model.identity is None:
-            if self.daemons.stop(SSSD_DAEMON):
-                changes.append("stopped %s (spec.identity off)" % SSSD_DAEMON)
+            return ["would stop %s (spec.identity off)" % n for n in (BIND_CHECK_DAEMON, SSSD_DAEMON) if n in running]
+        digest = hashlib.sha256(self.render(model).encode("utf-8")).hexdigest()
+        actions = []
+        for name in (SSSD_DAEMON, BIND_CHECK_DAEMON):
+            if name not in running:
+                actions.append("would start %s" % name)
+            elif running[name].get("digest") != digest:
+                actions.append("would restart %s (configuration changed)" % name)
+        return actions
+
+    def ensure(self, model: Any, changes: List[str]) -> None:
+        """sssd and the bind watcher running with this model's config (started, or restarted when the config
+        changed), or stopped."""
+        if model.identity is None:
+            for name in (BIND_CHECK_DAEMON, SSSD_DAEMON):
+                if self.daemons.stop(name):
+                    changes.append("stopped %s (spec.identity off)" % name)
             return
         prepare_sss_dir(self.dir)
         text = self.render(model)
@@ -233,7 +260,5 @@ class LocalIdentity(object):
         files.atomic_write(self.config, text, 0o600)
         files.atomic_write(self.nsswitch, render_nsswitch(["files", "sss"]), 0o644)
         write_key_command(self.dir, text)
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        nss_pipe = os.path.join(self.dir, "lib", "pipes", "nss")
-        self.daemons.ensure(SSSD_DAEMON, sssd_argv(self.dir, self.config), changes, digest=digest,
-                            ready=lambda: os.path.exists(nss_pipe), ports=())
+        for name, argv, digest, ready in self._daemons(model, text):
+            self.daemons.ensure(name, argv, changes, digest=digest, ready=ready, ports=())

@@ -33,7 +33,8 @@ class Planner(object):
 
     def __init__(self, layout: Layout, directory: StateDir, ports: PortBlock, daemons: Daemons,
                  rollout: Rollout, login: LoginNode, exporter: Exporter,
-                 configs: Callable[[Any, int, Optional[str]], Dict[str, str]], rest: RestServer) -> None:
+                 configs: Callable[[Any, int, Optional[str]], Dict[str, str]], identity: Any = None,
+                 rest: Optional[RestServer] = None) -> None:
         self.layout = layout
         self.directory = directory
         self.ports = ports
@@ -42,7 +43,8 @@ class Planner(object):
         self.login = login
         self.exporter = exporter
         self.configs = configs
-        self.rest = rest
+        self.identity = identity      # local/identity.py LocalIdentity: its plan() (sssd, the bind watcher)
+        self.rest = rest              # local/rest.py RestServer: its plan() (slurmrestd)
 
     def present(self, model: Any, status: Mapping[str, Any]) -> Tuple[List[str], List[Dict[str, Any]]]:
         """What ensure_started(model) would do, as 'would ...' actions, from status() and the files under
@@ -57,7 +59,8 @@ class Planner(object):
             if model.accounting.enabled:
                 actions += ["would initialize the accounting database"]
             actions += ["would write the Slurm configs to %s" % lay.etc] + power.plan(lay, bool(model.cloud_nodes))
-            actions += ["would start %s" % d for d in start_order(model)]
+            actions += ["would start munged"] + self._identity(model)
+            actions += ["would start %s" % d for d in start_order(model) if d != "munged"]
             actions += ["would generate JWT key", "would start slurmrestd"] if model.rest_api is not None else []
             return actions + self.login.plan(model) + self.exporter.plan(model), []
         actions, slurm_changed, dbd_changed, digest = self._plan_configs(model)
@@ -92,6 +95,7 @@ class Planner(object):
                 actions.append("would restart %s (configuration changed)" % name)
             elif name.startswith(SLURMD) and (new_ctld or name in behind):
                 actions.append("would restart %s (slurmctld restarted: the node registers again)" % name)
+        actions += self._identity(model)
         if not model.accounting.enabled:
             actions += ["would stop %s (accounting disabled)" % n for n in ("slurmdbd", "mariadbd") if n in running]
         steps, rolled = self.rollout.plan(model, digest, status)
@@ -100,8 +104,11 @@ class Planner(object):
         running_nodes = [n[len(SLURMD):] for n in running if n.startswith(SLURMD)]
         for node in nodes_to_remove(model, running_nodes, listed):
             actions.append("would drain %s, wait for its jobs, stop its slurmd and remove it from Slurm" % node)
-        rest = self.rest.plan(model, self.ports.plan(model)[0], digest)
+        rest = self.rest.plan(model, self.ports.plan(model)[0], digest) if self.rest is not None else []
         return actions + self.login.plan(model) + self.exporter.plan(model) + rest, steps
+
+    def _identity(self, model):
+        return self.identity.plan(model) if self.identity is not None else []
 
     def _plan_configs(self, model):
         """(actions, slurm_changed, dbd_changed, digest): which config files under state_dir/etc a run would write,

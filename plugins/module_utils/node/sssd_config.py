@@ -63,20 +63,21 @@ def _uris(value):
 
 
 def directory_description(text):
-    """{"uris", "start_tls", "ca_file", "tls_reqcert"} of the domains sssd.conf `text` enables: the servers SSSD
-    connects to (ldap_uri and ldap_backup_uri; for the ad and ipa providers, LDAP on their servers), nothing secret.
+    """{"uris", "start_tls", "ca_file", "tls_reqcert", "bind_dn"} of the domains sssd.conf `text` enables: the
+    servers SSSD connects to (ldap_uri and ldap_backup_uri; for the ad and ipa providers, LDAP on their servers) and
+    the DN it binds as with a password (the key command then wants a recent successful bind check), nothing secret.
     A config that cannot be read gives no server (the key command then offers no directory key)."""
     parser = configparser.ConfigParser(interpolation=None, strict=False)
     try:
         parser.read_string(text)
     except configparser.Error:
-        return {"uris": [], "start_tls": False, "ca_file": None, "tls_reqcert": None}
+        return {"uris": [], "start_tls": False, "ca_file": None, "tls_reqcert": None, "bind_dn": None}
     names = []
     if parser.has_option("sssd", "domains"):
         names = [n.strip() for n in parser.get("sssd", "domains").split(",") if n.strip()]
     if not names:
         names = [s.split("/", 1)[1] for s in parser.sections() if s.startswith("domain/")]
-    uris, start_tls, ca, reqcert = [], False, None, None
+    uris, start_tls, ca, reqcert, bind_dn = [], False, None, None, None
     for name in names:
         section = "domain/" + name
         if not parser.has_section(section):
@@ -90,7 +91,10 @@ def directory_description(text):
         start_tls = start_tls or options.get("ldap_id_use_start_tls", "").strip().lower() == "true"
         ca = ca or options.get("ldap_tls_cacert")
         reqcert = reqcert or options.get("ldap_tls_reqcert")
-    return {"uris": uris, "start_tls": start_tls, "ca_file": ca, "tls_reqcert": reqcert}
+        if options.get("ldap_default_bind_dn") and options.get("ldap_default_authtok") and \
+                options.get("ldap_default_authtok_type", "password").strip() == "password":
+            bind_dn = bind_dn or options["ldap_default_bind_dn"].strip()
+    return {"uris": uris, "start_tls": start_tls, "ca_file": ca, "tls_reqcert": reqcert, "bind_dn": bind_dn}
 
 
 def write_directory(path, text):

@@ -17,7 +17,9 @@
   resolve directory users too. SSSD's cache (/var/lib/sss/db) stays in the sidecar: a new pod starts it empty.
 - Fail closed: the sidecar also writes which servers sssd.conf names (DIRECTORY_FILE, beside the pipes); the login's
   key command (node/authorized_keys.py) offers the directory's keys only while one of them answers, verified with the
-  CA (mounted in the login container too). SSSD offline would otherwise keep serving its cache.
+  CA (mounted in the login container too). SSSD offline would otherwise keep serving its cache. The login's sidecar
+  also runs the bind watcher (authorized_keys.py --watch-bind): it binds as SSSD does, with the password SSSD holds,
+  and the key command wants its recent success (a bind password rotated after users were cached).
 - The controller runs SSSD as well: slurmctld maps the user names of accounting (sacctmgr's users) to uids and checks
   a job's user and groups (AllowGroups, PrivateData) by uid. Slurm's auth/slurm with use_client_ids would spare
   it, but munge is our one AuthType, and the local backend's Slurm 22.05 has no auth/slurm: one way for both.
@@ -31,6 +33,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils.node.sssd_config import DIRECTORY_FILE
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_builders as kb
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import CONFIG, LOGIN, WORKER
+from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import AUTHORIZED_KEYS_PROGRAM
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sssd_conf import (
     SSS_PIPES_DIR, SSSD_CONF, render_nsswitch, render_sssd_conf)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import sssd_config_name
@@ -89,7 +92,7 @@ def _volumes(model):
     return volumes
 
 
-def _sidecar(model, image, guaranteed):
+def _sidecar(model, image, component):
     ldap = model.identity.ldap
     mounts = [kb.mount("sssd-template", SSSD_TEMPLATE_DIR, True), kb.mount("sss-pipes", SSS_PIPES_DIR)]
     write = ["python3", SSSD_CONFIG_PROGRAM, "write", "--template", "%s/%s" % (SSSD_TEMPLATE_DIR, SSSD_CONF),
@@ -101,8 +104,13 @@ def _sidecar(model, image, guaranteed):
         mounts.append(kb.mount("ldap-ca", SSSD_CA_DIR, True))
     # Fixed words only (no spec value reaches the shell): write the config, then sssd in the foreground. The pipes are
     # an emptyDir: sssd binds its private sockets in pipes/private, which the image's directory had.
-    script = "install -d -m 0700 %s/private && %s && exec /usr/sbin/sssd -i --logger=stderr" % (
-        SSS_PIPES_DIR, " ".join(write))
+    # The login's: the bind watcher too (node/authorized_keys.py --watch-bind, in the background: if it dies its
+    # status goes stale and the key command fails closed), which binds as SSSD does for the key command.
+    watch = "{ %s --watch-bind /etc/sssd/%s & } && " % (AUTHORIZED_KEYS_PROGRAM, SSSD_CONF) if component == LOGIN \
+        else ""
+    script = "install -d -m 0700 %s/private && %s && %sexec /usr/sbin/sssd -i --logger=stderr" % (
+        SSS_PIPES_DIR, " ".join(write), watch)
+    guaranteed = component == WORKER
     resources = {"requests": dict(SIDECAR_RESOURCES), "limits": dict(SIDECAR_RESOURCES)} if guaranteed else \
         {"requests": dict(SIDECAR_RESOURCES), "limits": {"memory": SIDECAR_RESOURCES["memory"]}}
     return kb.container(model, "sssd", image, command=["/bin/sh", "-c", script], mounts=mounts,
@@ -127,7 +135,7 @@ def give_identity(model, stateful_set, component):
         # Sessions and job steps are chrooted into the jail: its NSS finds SSSD there too.
         mounts += [kb.mount("sss-pipes", c.JAIL_MOUNT + SSS_PIPES_DIR),
                    dict(kb.mount("sssd-nsswitch", c.JAIL_MOUNT + "/etc/nsswitch.conf", True), subPath=NSSWITCH)]
-    pod["containers"].append(_sidecar(model, main["image"], component == WORKER))
+    pod["containers"].append(_sidecar(model, main["image"], component))
     return stateful_set
 
 

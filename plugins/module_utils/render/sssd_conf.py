@@ -17,8 +17,10 @@ Fail closed, and the cache policy:
   not resolve and cannot log in; root and the jail's own users come from files first (nsswitch `files sss`) and keep
   their access. SSSD logs the failed bind in its domain log: "sdap_cli_connect_recv ... Unable to establish
   connection ...: Authentication Failed", then "Failed to connect, going offline".
-- Not fail-closed yet: when the directory becomes unreachable AFTER a user was looked up, SSSD (offline) keeps
-  answering from its cache, expired entries too (measured; docs/identity.md). A restarted SSSD starts empty.
+- When the directory becomes unreachable, or refuses SSSD's bind, AFTER a user was looked up, SSSD (offline) keeps
+  answering from its cache, expired entries too (measured; docs/identity.md): the login's key command
+  (node/authorized_keys.py) then withholds the directory's keys (a server probe and the bind watcher's last check).
+  A restarted SSSD starts empty.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -78,6 +78,7 @@ id_provider = ldap
 ldap_uri = ldaps://ldap1.example.com, ldaps://ldap2.example.com:1636
 ldap_backup_uri = ldaps://backup.example.com
 ldap_tls_cacert = /etc/soperator/ldap-ca/ca.crt
+ldap_default_bind_dn = cn=sssd,dc=example,dc=com
 ldap_default_authtok = secret%value
 """
 
@@ -86,8 +87,11 @@ def test_directory_description_names_the_servers_and_no_secret():
     got = sc.directory_description(SSSD_CONF)
     assert got == {"uris": ["ldaps://ldap1.example.com", "ldaps://ldap2.example.com:1636",
                             "ldaps://backup.example.com"],
-                   "start_tls": False, "ca_file": "/etc/soperator/ldap-ca/ca.crt", "tls_reqcert": None}
+                   "start_tls": False, "ca_file": "/etc/soperator/ldap-ca/ca.crt", "tls_reqcert": None,
+                   "bind_dn": "cn=sssd,dc=example,dc=com"}
     assert "secret" not in repr(got)
+    assert ak.sssd_bind(SSSD_CONF) == ("cn=sssd,dc=example,dc=com", "secret%value")
+    assert sc.directory_description(SSSD_CONF.replace("ldap_default_authtok = secret%value\n", ""))["bind_dn"] is None
     start = sc.directory_description("[domain/x]\nldap_uri = ldap://h\nldap_id_use_start_tls = True\n")
     assert start["uris"] == ["ldap://h"] and start["start_tls"] is True
     ipa = sc.directory_description("[sssd]\ndomains = a\n[domain/a]\nid_provider = ipa\nipa_server = _srv_, ipa1.x\n")
@@ -226,3 +230,61 @@ def test_key_command_withholds_directory_keys_while_the_directory_is_down(tmp_pa
     assert ak.main([str(tmp_path / "keys"), "alice", str(tmp_path / "missing.json")]) == 0
     captured = capsys.readouterr()
     assert captured.out == "" and "no description of the directory at" in captured.err
+
+
+def _bind_answer(code):
+    return ak.ldap_message(1, ak._tlv(0x61, ak._tlv(0x0a, bytes([code])) + ak._tlv(0x04, b"") + ak._tlv(0x04, b"")))
+
+
+def test_the_bind_watcher_binds_as_sssd_does_and_the_key_command_follows_its_last_check(
+        tmp_path, monkeypatch, capsys):
+    """SSSD's bind password refused by the directory (result 49): the watcher says so (never the password), and
+    the key command withholds the directory's keys; a successful check lets them through only while it is fresh."""
+    import json
+    (tmp_path / "keys").mkdir()
+    fake = tmp_path / "sss"
+    fake.write_text("#!%s\nimport sys\nprint('ssh-ed25519 BBBB ' + sys.argv[1])\n" % sys.executable)
+    fake.chmod(0o755)
+    monkeypatch.setattr(ak, "SSS_AUTHORIZED_KEYS", str(fake))
+    config, directory, status = tmp_path / "sssd.conf", tmp_path / "d.json", tmp_path / "bind.json"
+    good, refused = FakeLdap(_bind_answer(0)), FakeLdap(_bind_answer(49))
+    try:
+        for server, ok in ((good, True), (refused, False)):
+            uri = "ldap://127.0.0.1:%d" % server.port
+            config.write_text("[domain/d]\nldap_uri = %s\nldap_default_bind_dn = cn=sssd,dc=x\n"
+                              "ldap_default_authtok = hunter2\n" % uri)
+            directory.write_text(json.dumps(sc.directory_description(config.read_text())))
+            ak.watch_bind(str(config), str(directory), str(status), interval=0, rounds=1)
+            written = json.loads(status.read_text())
+            assert written["ok"] is ok and "hunter2" not in status.read_text()
+            assert stat.S_IMODE(os.stat(str(status)).st_mode) == 0o644
+            err = capsys.readouterr().err
+            assert "hunter2" not in err
+            assert ak.main([str(tmp_path / "keys"), "alice", str(directory), str(status)]) == 0
+            captured = capsys.readouterr()
+            if ok:
+                assert captured.out == "ssh-ed25519 BBBB alice\n" and captured.err == ""
+            else:
+                assert "SSSD cannot bind to the directory: %s: bind as cn=sssd,dc=x refused: result 49 " \
+                       "(invalidCredentials)" % uri in err
+                assert captured.out == ""
+                assert "SSSD cannot bind to the directory (%s: bind as cn=sssd,dc=x refused: result 49 " \
+                       "(invalidCredentials)): the directory's keys of alice are not offered" % uri in captured.err
+        # a successful check that is too old (the watcher stopped) is no check
+        status.write_text(json.dumps({"at": 1.0, "ok": True, "why": "ok"}))
+        directory.write_text(json.dumps(dict(json.loads(directory.read_text()),
+                                             uris=["ldap://127.0.0.1:%d" % good.port])))
+        assert ak.main([str(tmp_path / "keys"), "alice", str(directory), str(status)]) == 0
+        captured = capsys.readouterr()
+        assert captured.out == "" and "the last check of SSSD's bind as cn=sssd,dc=x is" in captured.err
+        status.unlink()
+        assert ak.main([str(tmp_path / "keys"), "alice", str(directory), str(status)]) == 0
+        captured = capsys.readouterr()
+        assert captured.out == "" and "no check of SSSD's bind as cn=sssd,dc=x" in captured.err
+        # an anonymous bind has no watcher to wait for
+        directory.write_text(json.dumps({"uris": ["ldap://127.0.0.1:%d" % good.port]}))
+        assert ak.main([str(tmp_path / "keys"), "alice", str(directory), str(status)]) == 0
+        assert capsys.readouterr().out == "ssh-ed25519 BBBB alice\n"
+    finally:
+        good.close()
+        refused.close()

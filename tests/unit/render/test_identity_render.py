@@ -134,6 +134,9 @@ def test_kube_objects_with_identity():
         # the servers, for the login's key command (fail closed): beside the pipes, which the login container shares
         assert "--directory-out /var/lib/sss/pipes/soperator-directory.json" in script
         assert script.startswith("install -d -m 0700 /var/lib/sss/pipes/private && ")   # an emptyDir: sssd's sockets
+        # the login's key command wants the bind watcher's recent success (it binds as SSSD, with its password)
+        watch = "{ /opt/soperator/bin/authorized-keys --watch-bind /etc/sssd/sssd.conf & } && exec /usr/sbin/sssd"
+        assert (watch in script) == (name == "c-login")
         volumes = dict((v["name"], v) for v in pod["volumes"])
         assert volumes["ldap-bind"]["secret"] == {"secretName": "ldap-bind", "defaultMode": 0o400,
                                                   "items": [{"key": "pw", "path": "password"}]}
