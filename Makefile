@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 SANITY_ROOT := build/sanity/ansible_collections/soperator/slurm
-APT_PACKAGES := slurm-wlm slurmctld slurmd slurmdbd slurm-client munge libslurm-dev mariadb-server \
+APT_PACKAGES := slurm-wlm slurmctld slurmd slurmdbd slurm-client slurmrestd slurm-wlm-jwt-plugin munge libslurm-dev \
+	mariadb-server \
 	openssh-server rsync git make gcc umoci runc prometheus \
 	slapd ldap-utils sssd-ldap sssd-tools libnss-sss libpam-sss
 

@@ -92,8 +92,9 @@ ROOTFS = {
     # Only to compile the SPANK plugin against this suite's <slurm/spank.h>.
     "build": {"packages": ["libslurm-dev", "gcc", "libc6-dev", "make"]},
     # python3: Slurm's power saving programs of ephemeral NodeSets (node/power_kube.py) run in this image.
-    "controller": {"packages": ["slurmctld", "slurm-client", "munge", "util-linux", "python3", "tini"]
-                   + SSSD_PACKAGES, "sources": SSSD_SOURCES},
+    # slurmrestd and the JWT plugin: spec.rest (slurmrestd's pods run this image; slurmctld verifies the tokens).
+    "controller": {"packages": ["slurmctld", "slurm-client", "munge", "util-linux", "python3", "tini", "slurmrestd",
+                                "slurm-wlm-jwt-plugin"] + SSSD_PACKAGES, "sources": SSSD_SOURCES},
     # dmesg (util-linux) and scontrol for the health check; procps for ps/kill in jobs' epilogs. tini (every Slurm
     # image) is PID 1: it reaps the orphans the daemons leave (slurmstepd double-forks, munged daemonizes), which
     # slurmd as PID 1 leaves as zombies.
@@ -101,7 +102,7 @@ ROOTFS = {
                             "tini"] + SSSD_PACKAGES, "sources": SSSD_SOURCES},
     "login": {"packages": ["openssh-server", "slurm-client", "munge", "util-linux", "libnss-extrausers",
                            "python3", "tini"] + SSSD_PACKAGES, "sources": SSSD_SOURCES},
-    "accounting": {"packages": ["slurmdbd", "munge", "util-linux", "tini"]},
+    "accounting": {"packages": ["slurmdbd", "munge", "util-linux", "tini", "slurm-wlm-jwt-plugin"]},
     # What users get as / on login and worker nodes: Slurm clients of the same version, munge, python3, ssh, the
     # plugin at the path plugstack.conf names (srun/sbatch in the jail load it), and localhost in /etc/hosts.
     # libnss-sss: sessions and job steps in the jail resolve directory users through the node's SSSD (spec.identity).

@@ -51,6 +51,20 @@ start_munged() {
     done
 }
 
+# spec.rest: slurmctld and slurmdbd verify tokens with the cluster's JWT key as SlurmUser. The Secret's file
+# (JWT_KEY_SOURCE, set by the pod template only with spec.rest) is root's (0400): SlurmUser gets its own copy (0600)
+# at the path slurm.conf and slurmdbd.conf name (constants.JWT_KEY).
+JWT_KEY=/run/slurm-jwt/jwt_hs256.key
+copy_jwt_key() {
+    [ -n "${JWT_KEY_SOURCE:-}" ] || return 0
+    if [ ! -r "$JWT_KEY_SOURCE" ]; then
+        log "no JWT key at $JWT_KEY_SOURCE (mount the cluster's jwt-key Secret there)"
+        exit 1
+    fi
+    install -d -o slurm -g slurm -m 0700 "$(dirname "$JWT_KEY")"
+    install -o slurm -g slurm -m 0600 "$JWT_KEY_SOURCE" "$JWT_KEY"
+}
+
 slurm_dirs() {
     install -d -o slurm -g slurm -m 0755 /run/slurm /var/log/slurm
 }
@@ -159,6 +173,7 @@ case $(basename -- "$1") in
     slurmctld)
         start_munged
         slurm_dirs
+        copy_jwt_key
         # The spool volume is created root-owned.
         install -d -o slurm -g slurm -m 0750 /var/spool/slurmctld
         chown slurm:slurm /var/spool/slurmctld
@@ -167,6 +182,7 @@ case $(basename -- "$1") in
     slurmdbd)
         start_munged
         slurm_dirs
+        copy_jwt_key
         slurmdbd_config
         as_user slurm "$@"
         ;;

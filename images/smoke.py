@@ -7,7 +7,8 @@
 The spec is rendered with playbooks/render.yml (its images.tag set to the built tag, a fresh root SSH key added).
 Every pod the manifests define is started as a podman container the way a kubelet would: the pod template's
 command/args (with $(VAR) expanded), env (values, the pod name, Secret keys), securityContext (privileged, added
-capabilities over the container runtime's default set, no-new-privileges) and volumes (ConfigMaps and Secrets
+capabilities over the container runtime's default set, no-new-privileges, runAsUser/runAsGroup, a read-only root
+filesystem) and volumes (ConfigMaps and Secrets
 written out as files with their modes, the jail claim as one directory every pod shares, emptyDirs, subPath), init
 containers first, each to its end. The populate Job fills the jail first, as the kube backend orders it with
 wait=true; --pods-first starts the pods before it (wait=false), their init containers waiting for the jail.
@@ -235,6 +236,10 @@ class Cluster(object):
             cmd.append("--privileged")
         if sec.get("allowPrivilegeEscalation") is False:
             cmd += ["--security-opt", "no-new-privileges"]
+        if sec.get("runAsUser") is not None:
+            cmd += ["--user", "%d:%d" % (sec["runAsUser"], sec.get("runAsGroup", sec["runAsUser"]))]
+        if sec.get("readOnlyRootFilesystem"):
+            cmd.append("--read-only")
         env = {}
         for e in ctr.get("env", []):
             if "value" in e:

@@ -10,6 +10,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.processes im
 # Daemons and clients every local cluster needs; accounting adds slurmdbd and MariaDB (checked per spec).
 SLURM = ("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel", "srun", "sbatch")
 ACCOUNTING = ("slurmdbd", "mariadbd", "mariadb-install-db", "mariadb", "sacctmgr", "sacct")
+REST = ("slurmrestd",)       # spec.rest (Debian: slurmrestd, and the JWT plugin of slurm-wlm-jwt-plugin)
 SBIN = "/usr/sbin:/sbin"
 
 

@@ -19,7 +19,9 @@ options:
         backend exports it).
       - V(kubernetes) runs them in the controller pod C(<cluster_name>-controller-0), container
         O(controller_container), of O(namespace) through the Kubernetes exec API; the Kubernetes credentials are the
-        kubernetes.core auth options (O(kubeconfig), O(context), O(host), O(api_key), ...).
+        kubernetes.core auth options (O(kubeconfig), O(context), O(host), O(api_key), ...). When that pod is gone or
+        its container is not running, they run in C(<cluster_name>-controller-1) (a backup controller's pod), whose
+        clients reach whichever controller is in control.
     type: str
     choices: [local, kubernetes]
     default: local

@@ -107,9 +107,10 @@ def auth_params(params):
     return dict((k, params.get(k)) for k in AUTH_ARG_SPEC if params.get(k) is not None)
 
 
-def controller_pod(cluster_name):
-    """The controller StatefulSet is ``<cluster>-controller``; slurmctld runs in its only pod."""
-    return "%s-controller-0" % cluster_name
+def controller_pod(cluster_name, ordinal=0):
+    """The controller StatefulSet is ``<cluster>-controller``: the primary slurmctld runs in pod 0, a backup
+    (spec.controller.replicas 2) in pod 1."""
+    return "%s-controller-%d" % (cluster_name, ordinal)
 
 
 def _core_v1_factory(params):
@@ -133,6 +134,8 @@ def runner_from_params(params, sleep=None):
     if params.get("transport") == "kubernetes":
         transport = KubernetesTransport(
             namespace=params["namespace"], pod=controller_pod(params["cluster_name"]),
+            # a backup controller's pod runs the command when the primary's is gone
+            standby_pods=[controller_pod(params["cluster_name"], 1)],
             container=params.get("controller_container") or CONTROLLER_CONTAINER,
             slurm_conf=params.get("slurm_conf"), core_v1_factory=_core_v1_factory(params))
     else:

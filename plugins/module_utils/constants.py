@@ -51,6 +51,9 @@ POPULATE_JAIL_SOURCE = "/opt/soperator/jail-rootfs.tar"
 # The same program in the login and worker images: their init container waits with it until the jail is populated.
 NODE_JAIL_PROGRAM = "/opt/soperator/lib/jail.py"
 SSH_HOST_KEY_DIR = "/etc/ssh/host-keys"
+# spec.rest's HS256 key as slurmctld and slurmdbd read it: SlurmUser's copy (0600) the entrypoint makes of the
+# Secret's file (render/rest_kube.py).
+JWT_KEY = "/run/slurm-jwt/jwt_hs256.key"
 
 SLURMD_PORT = 6818
 SLURM_USER = "slurm"

@@ -274,6 +274,76 @@ def test_slurmctld_of_the_images_serves_its_own_metrics(tag, tmp_path):
         os.unlink(spec)
 
 
+def test_slurmrestd_of_the_images_takes_a_token_and_refuses_a_forged_one(tag):
+    """spec.rest: the controller pod (started as smoke.py starts it: the jwt-key Secret mounted, the entrypoint's
+    SlurmUser copy) signs a token with `scontrol token`; the rendered slurmrestd Deployment's pod (the controller
+    image, uid 65534, read-only root filesystem) answers /diag of the newest data parser with it over its Service's
+    name and refuses a forged token and none (render/rest_kube.py)."""
+    import argparse
+    import json
+    import yaml
+    import smoke
+    with open(os.path.join(ROOT, "examples", "small-cpu.yml")) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    docs[0]["spec"]["rest"] = {"enabled": True}
+    spec = os.path.join(ROOT, "build", "images", "rest-spec-%d.yml" % os.getpid())
+    os.makedirs(os.path.dirname(spec), exist_ok=True)
+    with open(spec, "w") as f:
+        yaml.safe_dump_all(docs, f)
+    os.environ.setdefault("CONTAINERS_CONF", ENV["CONTAINERS_CONF"])
+    cluster = smoke.Cluster(argparse.Namespace(spec=os.path.relpath(spec, ROOT), registry=REGISTRY,
+                                               accounting=False), tag)
+    try:
+        cluster.render()
+        cluster.start(components={"controller"})
+        controller = cluster.containers[-1][0]
+
+        def key_mode():
+            return cluster.exec(controller, ["stat", "-c", "%U %a", "/run/slurm-jwt/jwt_hs256.key"],
+                                check=False).strip()
+        smoke.wait_for("the entrypoint's copy of the JWT key", key_mode, 60, 1)
+        assert key_mode() == "slurm 600", smoke.sh(["podman", "logs", cluster.names[controller]], check=False)
+        rest = cluster.get("Deployment", "small-rest")[0]
+        cluster.podman_run("small-rest-0", rest["spec"]["template"])
+        # the newest data parser the images' slurmrestd has (its plugins: data_parser_v0_0_44.so, ...)
+        plugins = cluster.exec("small-rest-0", ["sh", "-c", "ls /usr/lib/*/slurm-wlm/"])
+        versions = sorted(tuple(int(n) for n in v) for v in re.findall(r"data_parser_v(\d+)_(\d+)_(\d+)\.so", plugins))
+        assert versions, plugins
+        path = "/slurm/v%d.%d.%d/diag" % versions[-1]
+
+        def token_of():
+            out = cluster.exec(controller, ["scontrol", "token", "username=root", "lifespan=300"], check=False)
+            return out.strip().split("=", 1)[1] if out.startswith("SLURM_JWT=") else None
+        token = smoke.wait_for("a token from slurmctld", token_of, 60, 1)
+        fetch = ("import sys, urllib.request, urllib.error\n"
+                 "h = {'X-SLURM-USER-NAME': 'root', 'X-SLURM-USER-TOKEN': sys.argv[2]} if sys.argv[2] else {}\n"
+                 "try:\n"
+                 "    r = urllib.request.urlopen(urllib.request.Request(sys.argv[1], headers=h), timeout=30)\n"
+                 "    print(r.status, r.read().decode())\n"
+                 "except urllib.error.HTTPError as e:\n"
+                 "    print(e.code, e.read().decode())\n")
+        url = "http://small-rest:6820" + path
+
+        def get(token_text):
+            out = cluster.exec(controller, ["python3", "-c", fetch, url, token_text]).strip()
+            status, _sep, body = out.partition(" ")
+            return int(status), body
+        smoke.wait_for("slurmrestd answering", lambda: get(token)[0] == 200, 60, 1)
+        status, body = get(token)
+        assert status == 200 and "statistics" in json.loads(body), body[:2000]
+        head, payload, signature = token.split(".")
+        forged = ".".join([head, payload, ("A" if signature[0] != "A" else "B") + signature[1:]])
+        # slurmctld refuses the forged token: 26.05's slurmrestd answers 511 with Slurm's error (22.05's: 500)
+        refused = {"forged": get(forged), "none": get("")}
+        assert refused["forged"][0] >= 400 and json.loads(refused["forged"][1])["errors"], refused
+        assert refused["none"][0] == 401, refused
+        user = cluster.exec("small-rest-0", ["id", "-u"]).strip()
+        assert user == "65534", user
+    finally:
+        cluster.cleanup()
+        os.unlink(spec)
+
+
 @pytest.mark.skipif(not os.path.exists("/usr/sbin/slapd"), reason="needs slapd (make deps)")
 def test_the_login_images_sssd_serves_a_directory_user_and_its_key_command_gates_on_the_directory(tag, tmp_path):
     """What the login pod's `sssd` sidecar runs (render/identity_kube.py: sssd_config.py write, then sssd -i), in the

@@ -198,18 +198,26 @@ def test_check_mode_on_an_empty_namespace_writes_nothing_and_hides_secrets(names
 
 def test_secrets_are_generated_once_and_never_rewritten(namespaced_spec, kubeconfig, audit):
     docs = namespaced_spec()
+    docs[0]["spec"]["rest"] = {"enabled": True}     # its JWT key Secret too, and slurmrestd's objects
     namespace = namespace_of(docs)
     user = admin_user(kubeconfig)
     present(docs, kubeconfig)
-    before = read(kubeconfig, "CoreV1Api.read_namespaced_secret", "small-munge", namespace)
+    names = ("small-munge", "small-jwt-key")
+    before = [read(kubeconfig, "CoreV1Api.read_namespaced_secret", name, namespace) for name in names]
+    rest = read(kubeconfig, "AppsV1Api.read_namespaced_deployment", "small-rest", namespace)
+    assert rest.spec.replicas == 1 and rest.spec.template.spec.containers[0].security_context.run_as_user == 65534
+    assert read(kubeconfig, "CoreV1Api.read_namespaced_service", "small-rest", namespace).spec.ports[0].port == 6820
     edited = copy.deepcopy(docs)
     edited[1]["spec"]["replicas"] = 3
     edited[0]["spec"]["login"]["replicas"] = 3
+    edited[0]["spec"]["rest"]["replicas"] = 2
     mark = audit.mark()
     assert present(edited, kubeconfig)["changed"]
     assert [w for w in writes(audit.requests(mark, user=user)) if w[0] == "secrets"] == []
-    after = read(kubeconfig, "CoreV1Api.read_namespaced_secret", "small-munge", namespace)
-    assert after.data == before.data and after.metadata.resource_version == before.metadata.resource_version
+    after = [read(kubeconfig, "CoreV1Api.read_namespaced_secret", name, namespace) for name in names]
+    for old, new in zip(before, after):
+        assert new.data == old.data and new.metadata.resource_version == old.metadata.resource_version
+    assert read(kubeconfig, "AppsV1Api.read_namespaced_deployment", "small-rest", namespace).spec.replicas == 2
 
 
 def test_volumes_are_kept_unless_purged_and_a_claim_in_use_is_deleted_once(namespaced_spec, kubeconfig, volumes):

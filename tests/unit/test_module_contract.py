@@ -18,13 +18,13 @@ from ansible_collections.soperator.slurm.plugins.module_utils import args
 from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.modules import (
     jail_populate, slurm_account, slurm_cluster, slurm_cluster_info, slurm_drain, slurm_node_info, slurm_nodeset,
-    slurm_qos, slurm_remediate, slurm_user)
+    slurm_qos, slurm_remediate, slurm_token, slurm_user)
 
 UTILS = "ansible_collections.soperator.slurm.plugins.module_utils"
 UTILS_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "module_utils")
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "small-cpu.yml")
 MODULES = (jail_populate, slurm_cluster, slurm_cluster_info, slurm_drain, slurm_node_info, slurm_nodeset,
-           slurm_remediate, slurm_account, slurm_user, slurm_qos)
+           slurm_remediate, slurm_account, slurm_user, slurm_qos, slurm_token)
 
 
 def _library_modules():
@@ -129,6 +129,7 @@ def test_an_option_check_fails_the_module(capsys, tmp_path):
     (slurm_qos, dict(qos=[{"name": "high"}], transport="kubernetes", namespace="slurm", cluster_name="small")),
     (slurm_account, dict(accounts=[{"name": "a"}], transport="kubernetes", namespace="slurm", cluster_name="small")),
     (slurm_user, dict(transport="kubernetes", src=EXAMPLE)),
+    (slurm_token, dict(user="alice", transport="kubernetes", namespace="slurm", cluster_name="small")),
 ], ids=lambda v: v.__name__.rsplit(".", 1)[-1] if hasattr(v, "__name__") else "")
 def test_a_kubernetes_run_without_kubernetes_core_fails_clearly(module, params, capsys, monkeypatch):
     monkeypatch.setattr(args, "HAS_KUBERNETES_CORE", False)

@@ -39,11 +39,12 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import 
     nodes_to_remove, outdated_nodes, slurm_digest, stop_order, wanted_nodes)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.planner import Planner
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import PortBlock
+from ansible_collections.soperator.slurm.plugins.module_utils.local.rest import RestServer
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
     Daemons, _record_alive, _tail, find_binary, munge_ready, munged_argv, munged_digest, slurmd_name)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_health_programs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.rollout import Rollout, RolloutFailed
-from ansible_collections.soperator.slurm.plugins.module_utils.local.state import StateDir, _own_dir
+from ansible_collections.soperator.slurm.plugins.module_utils.local.state import StateDir, _own_dir, _saved_base
 from ansible_collections.soperator.slurm.plugins.module_utils.node.safe_tree import link_refusal
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import removal
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (
@@ -80,8 +81,8 @@ class LocalCluster(object):
     dependencies passed in, none reaching back into this object: `directory` (local/state.py StateDir: ownership,
     lock, purge), `daemons` (local/processes.py Daemons: start/stop by record, one node's slurmd), `ports`
     (local/ports.py PortBlock), `config_files` (local/config_files.py), `accounting` (local/accounting.py),
-    `login_node` (local/login.py), `exporter` (local/exporter.py), `rollout` (local/rollout.py) and `planner`
-    (local/planner.py: check mode).
+    `login_node` (local/login.py), `exporter` (local/exporter.py), `rest` (local/rest.py: spec.rest's slurmrestd),
+    `rollout` (local/rollout.py) and `planner` (local/planner.py: check mode).
     """
 
     def __init__(self, state_dir: str, model: Optional[ClusterModel] = None, base_port: Optional[int] = None,
@@ -112,9 +113,10 @@ class LocalCluster(object):
         # spec.identity: sssd and the namespace of the daemons that resolve users (local/identity.py)
         self.identity = LocalIdentity(lay.state_dir, self.daemons, identity_secrets)
         self.exporter = Exporter(lay, jail_dir, self.daemons)
+        self.rest = RestServer(lay, self.daemons)         # spec.rest: slurmrestd (local/rest.py)
         self.rollout = Rollout(lay, self.daemons, self.slurm, self.timeout, self.rollout_timeout)
         self.planner = Planner(lay, self.directory, self.ports, self.daemons, self.rollout, self.login_node,
-                               self.exporter, self.config_files.render, self.identity)
+                               self.exporter, self.config_files.render, self.identity, self.rest)
 
     # --- public ------------------------------------------------------------------------------------------------
 
@@ -167,6 +169,7 @@ class LocalCluster(object):
         if linked:
             raise LocalClusterError(linked)     # the rule of state_dir (and jail_populate's jail_dir)
         self.identity.check(self.model)
+        RestServer.check(self.model)
         if self.model is not None and self.model.controller.replicas > 1 and os.geteuid() != 0:
             raise LocalClusterError("spec.controller.replicas %d needs root locally: each slurmctld runs in its own "
                                     "UTS and mount namespaces (local/controllers.py)" % self.model.controller.replicas)
@@ -211,6 +214,7 @@ class LocalCluster(object):
         self._converge_nodes(model, slurm_hash, ports, changes)
         self.login_node.ensure(model, base_port, changes)
         self.exporter.ensure(model, changes)
+        self.rest.ensure(model, base_port, slurm_hash, changes)
         return {"changed": bool(changes), "changes": changes}
 
     def scale(self, replicas: Mapping[str, int]) -> Dict[str, Any]:
@@ -279,7 +283,8 @@ class LocalCluster(object):
             except LocalClusterError:
                 nodes = None
         return {"state_dir": self.layout.state_dir, "processes": procs, "nodes": nodes, "env": self.env(),
-                "running": any(p["running"] for p in procs.values()), "login": self.login_address()}
+                "running": any(p["running"] for p in procs.values()), "login": self.login_address(),
+                "rest": self.rest_url()}
 
     def restart_node(self, node: str) -> Dict[str, Any]:
         """Restart the slurmd of `node` with the command it was started with: what replacing a worker pod is on
@@ -390,6 +395,10 @@ class LocalCluster(object):
         -> {'old_pid', 'new_pid'}, or None when no login sshd of this cluster runs."""
         with self._locked():
             return self.login_node.restart()
+
+    def rest_url(self) -> Optional[str]:
+        """slurmrestd's base URL (http://127.0.0.1:<port>) when the model enables spec.rest, else None."""
+        return RestServer.url(self.model, _saved_base(self.layout))
 
     def exporter_address(self) -> Optional[str]:
         """The exporter's /metrics URL when the model enables it, else None."""

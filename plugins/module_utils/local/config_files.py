@@ -42,7 +42,8 @@ class ConfigFiles(object):
                                    jail_dir=self.jail_dir, spank_chroot=self.spank_chroot, renderer=self.renderer)
 
     def ensure_secrets(self, model: Any, changes: List[str]) -> None:
-        """The munge key and (with accounting) the database password: generated when missing, then kept."""
+        """The munge key, (with accounting) the database password and (with spec.rest) the JWT key: generated when
+        missing, then kept."""
         lay = self.layout
         if not os.path.exists(lay.munge_key):
             files.atomic_write(lay.munge_key, secrets.token_bytes(1024), 0o400)
@@ -50,6 +51,11 @@ class ConfigFiles(object):
         if model.accounting.enabled and not os.path.exists(lay.db_password):
             files.atomic_write(lay.db_password, secrets.token_urlsafe(24), 0o600)
             changes.append("generated database password")
+        if model.rest_api is not None and not os.path.exists(lay.jwt_key):
+            # spec.rest's HS256 key, 32 random bytes as Slurm's jwt.html makes it; kept once made (never rotated:
+            # a new key would void every token handed out)
+            files.atomic_write(lay.jwt_key, secrets.token_bytes(32), 0o600)
+            changes.append("generated JWT key")
 
     def write(self, model: Any, base_port: int, changes: List[str]) -> Dict[str, str]:
         """Write the configs that differ, all or none, and remove ours no longer rendered. -> the configs."""

@@ -154,6 +154,7 @@ def local_target(model, state_dir, base_port, user=None, db_password=None, have_
         suspend_program=os.path.join(lay.bin, "power-suspend"),
         resume_fail_program=os.path.join(lay.bin, "power-resume-fail"),
         munge_socket=lay.munge_socket,
+        jwt_key=lay.jwt_key,
         proctrack=LOCAL_PROCTRACK,
         task_plugin=LOCAL_TASK_PLUGIN,
         jobacct_gather=LOCAL_JOBACCT,

@@ -20,13 +20,15 @@ LOCAL_HOST = "localhost"
 # Offsets from the base port. slurmd ports follow, one per possible node (max_replicas of every NodeSet).
 CTLD_OFFSET, DBD_OFFSET, DB_OFFSET, SLURMD_OFFSET = 0, 1, 2, 10
 LOGIN_OFFSET = 3                    # the login sshd (with a jail)
+REST_OFFSET = 4                     # slurmrestd (spec.rest)
+REST_DAEMON = "slurmrestd"
 LOGIN_DAEMON = "sshd"
 EXPORTER_DAEMON = "exporter"
 # Daemons whose log is what they write to stderr (munged in the foreground, sshd -e, the exporter): their standard
 # output and error go to log/<name>.log. The others write log/<name>.log themselves (slurm.conf's SlurmctldLogFile and
 # SlurmdLogFile, slurmdbd.conf's LogFile, mariadbd --log-error; local/configs.py) and their standard output and error,
 # what a daemon prints before its log is open, go to log/<name>.out.
-STDERR_LOGGERS = ("munged", LOGIN_DAEMON, EXPORTER_DAEMON)
+STDERR_LOGGERS = ("munged", LOGIN_DAEMON, EXPORTER_DAEMON, REST_DAEMON)
 LOGIN_USER = "root"                 # the user the cluster's keys (login.sshRootPublicKeys) are for
 # Local replacements of plugins that need what a laptop or CI box does not give: see local/configs.py.
 LOCAL_PROCTRACK = "proctrack/linuxproc"
@@ -96,6 +98,7 @@ class Layout:
         self.munge_key = os.path.join(self.secrets, "munge.key")
         self.munge_seed = os.path.join(self.secrets, "munged.seed")
         self.db_password = os.path.join(self.secrets, "db-password")
+        self.jwt_key = os.path.join(self.secrets, "jwt_hs256.key")    # spec.rest's token key
         self.munge_socket = os.path.join(self.run, "munge.socket")
         self.db_socket = os.path.join(self.run, "mariadb.socket")
         self.health_check = os.path.join(self.bin, "health-check")

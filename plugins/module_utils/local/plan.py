@@ -12,7 +12,8 @@ import hashlib
 import re
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import EXPORTER_DAEMON, LOGIN_DAEMON
+from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
+    EXPORTER_DAEMON, LOGIN_DAEMON, REST_DAEMON)
 
 
 SLURMD = "slurmd-"
@@ -60,10 +61,10 @@ def start_order(model):
 
 
 def stop_order(names):
-    """The order stop() stops the daemons `names` in: the login sshd (sessions may submit jobs) and the exporter
-    (it asks slurmctld), the slurmds, then slurmctld, accounting and munged, then anything else recorded."""
+    """The order stop() stops the daemons `names` in: the login sshd (sessions may submit jobs), the exporter and
+    slurmrestd (they ask slurmctld), the slurmds, then slurmctld, accounting and munged, then anything else recorded."""
     names = list(names)
-    login = [n for n in (LOGIN_DAEMON, EXPORTER_DAEMON) if n in names]
+    login = [n for n in (LOGIN_DAEMON, EXPORTER_DAEMON, REST_DAEMON) if n in names]
     slurmds = sorted((n for n in names if n.startswith(SLURMD)), key=natural_key)
     services = [n for n in reversed(_SERVICES) if n in names]
     rest = sorted(n for n in names if n not in login + slurmds + services)

@@ -20,6 +20,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.plan import 
     SLURMD, nodes_to_remove, outdated_nodes, slurm_digest, start_order, stop_order, wanted_nodes)
 from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import PortBlock
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import Daemons, munged_digest
+from ansible_collections.soperator.slurm.plugins.module_utils.local.rest import RestServer
 from ansible_collections.soperator.slurm.plugins.module_utils.local.rollout import Rollout
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import (
     MOUNT_POINT_STAYS, StateDir, current_text)
@@ -32,7 +33,8 @@ class Planner(object):
 
     def __init__(self, layout: Layout, directory: StateDir, ports: PortBlock, daemons: Daemons,
                  rollout: Rollout, login: LoginNode, exporter: Exporter,
-                 configs: Callable[[Any, int, Optional[str]], Dict[str, str]], identity: Any = None) -> None:
+                 configs: Callable[[Any, int, Optional[str]], Dict[str, str]], identity: Any = None,
+                 rest: Optional[RestServer] = None) -> None:
         self.layout = layout
         self.directory = directory
         self.ports = ports
@@ -42,6 +44,7 @@ class Planner(object):
         self.exporter = exporter
         self.configs = configs
         self.identity = identity      # local/identity.py LocalIdentity: its plan() (sssd, the bind watcher)
+        self.rest = rest              # local/rest.py RestServer: its plan() (slurmrestd)
 
     def present(self, model: Any, status: Mapping[str, Any]) -> Tuple[List[str], List[Dict[str, Any]]]:
         """What ensure_started(model) would do, as 'would ...' actions, from status() and the files under
@@ -58,12 +61,15 @@ class Planner(object):
             actions += ["would write the Slurm configs to %s" % lay.etc] + power.plan(lay, bool(model.cloud_nodes))
             actions += ["would start munged"] + self._identity(model)
             actions += ["would start %s" % d for d in start_order(model) if d != "munged"]
+            actions += ["would generate JWT key", "would start slurmrestd"] if model.rest_api is not None else []
             return actions + self.login.plan(model) + self.exporter.plan(model), []
         actions, slurm_changed, dbd_changed, digest = self._plan_configs(model)
         actions = pre + actions + power.plan(lay, bool(model.cloud_nodes))
         key_missing = not os.path.exists(lay.munge_key)
         if key_missing:
             actions.append("would generate munge key")
+        if model.rest_api is not None and not os.path.exists(lay.jwt_key):
+            actions.append("would generate JWT key")
         running = set(name for name, p in status["processes"].items() if p["running"])
         # munged runs with another key than the file's (or the file is gone): the run restarts it
         munged = self.daemons.running_records().get("munged")
@@ -98,7 +104,8 @@ class Planner(object):
         running_nodes = [n[len(SLURMD):] for n in running if n.startswith(SLURMD)]
         for node in nodes_to_remove(model, running_nodes, listed):
             actions.append("would drain %s, wait for its jobs, stop its slurmd and remove it from Slurm" % node)
-        return actions + self.login.plan(model) + self.exporter.plan(model), steps
+        rest = self.rest.plan(model, self.ports.plan(model)[0], digest) if self.rest is not None else []
+        return actions + self.login.plan(model) + self.exporter.plan(model) + rest, steps
 
     def _identity(self, model):
         return self.identity.plan(model) if self.identity is not None else []

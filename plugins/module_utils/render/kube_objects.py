@@ -38,6 +38,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render.power_kube 
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import (
     ACCOUNTING, ACCOUNTING_DB, CHECKS, CONFIG, CONTROLLER, JAIL, KIND_ORDER, LOGIN, REMEDIATION, WORKER, labels,
     selector_labels)
+from ansible_collections.soperator.slurm.plugins.module_utils.render.rest_kube import give_jwt_key, rest_objects
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import (
     accounting_storage, node_definitions)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import SSHD_CONFIG, render_sshd_config
@@ -46,7 +47,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import 
     slurm_configs_name, slurmdbd_config_name, authorized_keys_name, sshd_config_name, jail_claim_name, controller_name,
     login_name, login_headless_name, accounting_name, accounting_db_name, populate_jail_name, remediation_name,
     remediation_cluster_role_name, active_check_name, remediation_status_name, service_account_name,
-    accounting_db_secret_name, munge_secret_name, ssh_host_keys_secret_name)
+    accounting_db_secret_name, jwt_secret_name, munge_secret_name, ssh_host_keys_secret_name)
 
 # In-container contract with the images beyond constants.py (entrypoints read these; candidates for constants.py).
 SSH_PORT = 22
@@ -157,6 +158,8 @@ def _required_keys(model):
                 ssh_host_keys_secret_name(model): list(s.SSH_HOST_KEY_FILES)}
     if model.accounting.enabled and model.accounting.in_cluster is not None:
         required[accounting_db_secret_name(model)] = [s.DB_PASSWORD, s.DB_ROOT_PASSWORD]
+    if model.rest_api is not None:
+        required[jwt_secret_name(model)] = [s.JWT_KEY_FILE]
     return required
 
 
@@ -515,9 +518,10 @@ def render_manifests(model, slurm_configs, secret_material):
     if model.accounting.enabled:
         if model.accounting.in_cluster is not None:
             objects.append(_accounting_db(model))
-        objects.append(_accounting(model))
+        objects.append(give_jwt_key(model, _accounting(model), "slurmdbd"))
     objects += identity_objects(model)
-    objects.append(give_identity(model, give_controller_power(model, _controller(model)), CONTROLLER))
+    controller = give_jwt_key(model, give_controller_power(model, _controller(model)), "slurmctld")
+    objects.append(give_identity(model, controller, CONTROLLER))
     objects.append(_login(model))
     workers = dict((node_set.name, _worker(model, node_set)) for node_set in model.node_sets)
     objects += [workers[node_set.name] for node_set in model.node_sets]
@@ -527,6 +531,7 @@ def render_manifests(model, slurm_configs, secret_material):
         objects += [_remediation_cron_job(model), _remediation_status(model)]
     objects += _active_checks(model)
     objects += observability_objects(model)
+    objects += rest_objects(model)
     objects.sort(key=lambda o: KIND_ORDER.index(o["kind"]))   # stable: keeps the order within a kind
     seen = set()
     for obj in objects:

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Secret material that is generated once and then preserved: the munge key, SSH host keys, database passwords.
+"""Secret material that is generated once and then preserved: the munge key, SSH host keys, database passwords, the
+JWT key of spec.rest.
 
 `SECRET_SPECS` says which Secrets a cluster has and how each key is made; `ensure_secret_material` keeps every value
 that already exists and generates only what is missing. Values never appear in a repr, a message or a log line:
@@ -18,7 +19,7 @@ from typing import Callable, Optional, Tuple
 
 from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (
-    accounting_db_secret_name, munge_secret_name, ssh_host_keys_secret_name)
+    accounting_db_secret_name, jwt_secret_name, munge_secret_name, ssh_host_keys_secret_name)
 
 # Keys of the Secrets (the images and render/kube_objects.py read them by these names).
 MUNGE_KEY = "munge.key"
@@ -28,6 +29,8 @@ SSH_RSA_BITS = 3072
 DB_PASSWORD = "password"
 DB_ROOT_PASSWORD = "root-password"
 PASSWORD_BYTES = 24                    # token_urlsafe(24) is exactly 32 url-safe characters
+JWT_KEY_FILE = "jwt_hs256.key"         # spec.rest's HS256 key: 32 random bytes, as Slurm's jwt.html makes it
+JWT_KEY_BYTES = 32
 
 
 def ssh_host_key_file(key_type):
@@ -44,6 +47,10 @@ SSH_HOST_KEY_FILES = tuple(name for key_type in SSH_HOST_KEY_TYPES
 
 def _munge_key(_model, _values):
     return _random.token_bytes(MUNGE_KEY_BYTES)
+
+
+def _jwt_key(_model, _values):
+    return _random.token_bytes(JWT_KEY_BYTES)
 
 
 def _password(_model, _values):
@@ -125,6 +132,8 @@ SECRET_SPECS = (
     SecretSpec(ssh_host_keys_secret_name, "login", _ssh_keys(), lambda model: True),
     SecretSpec(accounting_db_secret_name, "accounting-db",
                (KeySpec(DB_PASSWORD, _password), KeySpec(DB_ROOT_PASSWORD, _password)), _in_cluster_db),
+    # kept while spec.rest is off, as every key here: turned on again, the tokens handed out before still work
+    SecretSpec(jwt_secret_name, "rest", (KeySpec(JWT_KEY_FILE, _jwt_key),), lambda model: model.rest_api is not None),
 )
 
 

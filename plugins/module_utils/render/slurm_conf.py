@@ -25,6 +25,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render import slur
 from ansible_collections.soperator.slurm.plugins.module_utils.render.health_json import render_health_json
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import AccountingStorage, KUBERNETES
 from ansible_collections.soperator.slurm.plugins.module_utils.render.oci_conf import OCI_CONF, render_oci_conf
+from ansible_collections.soperator.slurm.plugins.module_utils.render.rest import auth_alt_settings
 from ansible_collections.soperator.slurm.plugins.module_utils.render.topology_conf import (
     render_topology_conf, render_topology_yaml, topology_plugin)
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys, hostlist
@@ -88,6 +89,7 @@ def _slurm_sections(model, target):
     daemons += [("AuthType", "auth/munge", None), ("CredType", "cred/munge", None)]
     if target.munge_socket:
         daemons.append(("AuthInfo", "socket=%s" % target.munge_socket, None))
+    daemons += [(k, v, None) for k, v in auth_alt_settings(model, target)]     # spec.rest
     if tuple(target.slurm_version) < NO_ADDR_CACHE_DEFUNCT:
         daemons.append(("CommunicationParameters", "NoAddrCache",
                         "Pod IPs change when a pod is recreated: resolve node names on every connection."))
@@ -454,6 +456,7 @@ def _render_slurmdbd_conf(model, target):
     ]
     if target.munge_socket:
         settings.append(("AuthInfo", "socket=%s" % target.munge_socket))
+    settings += auth_alt_settings(model, target)       # spec.rest
     settings += [
         ("StorageType", "accounting_storage/mysql"),
         ("StorageHost", storage.host),

@@ -72,6 +72,7 @@ class SlurmTarget:
     suspend_program: str = c.SUSPEND_PROGRAM
     resume_fail_program: str = c.RESUME_FAIL_PROGRAM
     munge_socket: Optional[str] = None             # pods: munge's default socket (no AuthInfo)
+    jwt_key: str = c.JWT_KEY                       # spec.rest's token key (render/rest.py)
     # --- plugins: None keeps the rendered choice
     proctrack: Optional[str] = None                # replaces proctrack/cgroup
     task_plugin: Optional[str] = None              # replaces any TaskPlugin

@@ -9,7 +9,10 @@ A SlurmRunner runs an argv through a transport and records every command it ran:
   it). Runs with LC_ALL=C so messages are parsable.
 * KubernetesTransport: exec into the controller pod ``<cluster>-controller-0`` (container ``slurmctld``) through the
   Kubernetes API's exec stream (the kubernetes python client, authenticated by kubernetes.core's auth options). A
-  command that runs past its timeout is ended in the pod as well (coreutils' timeout), as the local one is.
+  command that runs past its timeout is ended in the pod as well (coreutils' timeout), as the local one is. When
+  that pod is gone or its container is not running, the standby pods (``<cluster>-controller-1``: a backup
+  controller, spec.controller.replicas 2) are tried in order: their slurm.conf lists both controllers, so a client
+  there reaches whichever is in control.
 
 Commands are argv lists, never shell strings: a reason with spaces or quotes reaches Slurm as one argument on both
 transports. A controller that does not answer is retried a bounded number of times (``retries``, with a growing
@@ -212,16 +215,26 @@ def pod_time_limit(timeout: float) -> List[str]:
     return ["timeout", "--kill-after=%d" % POD_KILL_AFTER, limit]
 
 
+class _PodUnreachable(SlurmError):
+    """This pod cannot run the command now (gone, its container not running, exec refused): try a standby pod."""
+
+    def __init__(self, msg: str, transient: bool) -> None:
+        SlurmError.__init__(self, msg)
+        self.transient = transient
+
+
 class KubernetesTransport(object):
-    """Run Slurm commands in the controller pod through the Kubernetes exec API."""
+    """Run Slurm commands in the controller pod through the Kubernetes exec API (`standby_pods`: tried in order
+    when `pod` cannot run the command; `pod` then names the one that last ran one)."""
 
     name = "kubernetes"
 
     def __init__(self, namespace: str, pod: str, container: str = "slurmctld", slurm_conf: Optional[str] = None,
                  core_v1: Any = None, core_v1_factory: Optional[Callable[[], Any]] = None,
-                 stream_func: Optional[Callable[..., Any]] = None) -> None:
+                 stream_func: Optional[Callable[..., Any]] = None, standby_pods: Sequence[str] = ()) -> None:
         self.namespace = namespace
         self.pod = pod
+        self.pods = [pod] + [p for p in standby_pods if p != pod]
         self.container = container
         self.slurm_conf = slurm_conf
         self._core_v1 = core_v1
@@ -250,6 +263,22 @@ class KubernetesTransport(object):
         return self._stream
 
     def exec(self, argv: Sequence[str], timeout: float) -> Tuple[int, str, str]:
+        unreachable = []
+        for pod in self.pods:
+            try:
+                result = self._exec_in(pod, argv, timeout)
+            except _PodUnreachable as e:
+                unreachable.append(e)
+                continue
+            self.pod = pod
+            return result
+        text = "; ".join(str(e) for e in unreachable)
+        if any(e.transient for e in unreachable):
+            raise TransientError(text)
+        # No such pod / container, or no right to exec: retrying will not help.
+        raise SlurmCommandError(text)
+
+    def _exec_in(self, pod: str, argv: Sequence[str], timeout: float) -> Tuple[int, str, str]:
         command = ["env"] + (["SLURM_CONF=%s" % self.slurm_conf] if self.slurm_conf else []) + \
             ["LC_ALL=C", "TZ=%s" % SLURM_TZ] + list(argv)
         command = pod_time_limit(timeout) + command
@@ -259,26 +288,25 @@ class KubernetesTransport(object):
         except ImportError:  # pragma: no cover - only with a fake client
             ApiException = ()  # noqa: N806
         try:
-            resp = stream(self.core_v1.connect_get_namespaced_pod_exec, self.pod, self.namespace,
+            resp = stream(self.core_v1.connect_get_namespaced_pod_exec, pod, self.namespace,
                           command=command, container=self.container, stdin=False, stdout=True, stderr=True,
                           tty=False, _preload_content=False)
         except ApiException as e:  # pylint: disable=catching-non-exception
             status, message = _exec_refusal(e)
-            text = "exec into pod %s/%s failed: %s %s" % (self.namespace, self.pod, status, message)
+            text = "exec into pod %s/%s failed: %s %s" % (self.namespace, pod, status, message)
             if status in (404, 400, 401, 403):
-                # No such pod / container, or no right to exec: retrying will not help.
-                raise SlurmCommandError(text)
+                raise _PodUnreachable(text, transient=False)
             raise TransientError(text)
         except Exception as e:  # pylint: disable=broad-except
             # websocket / connection errors from the client: the API server or the pod is not reachable now.
-            raise TransientError("exec into pod %s/%s failed: %s" % (self.namespace, self.pod, e))
+            raise TransientError("exec into pod %s/%s failed: %s" % (self.namespace, pod, e))
         try:
             # WSClient buffers every frame until the command ends or the timeout passes (a timeout of 0 would
             # mean no limit to run_forever, so it gets the smallest one).
             resp.run_forever(timeout=max(timeout, 0.001))
             if resp.is_open():
                 raise TransientError("%s did not finish within %ss in pod %s/%s"
-                                     % (argv[0], _secs(timeout), self.namespace, self.pod))
+                                     % (argv[0], _secs(timeout), self.namespace, pod))
             stdout, stderr = resp.read_stdout(), resp.read_stderr()
             # Ours, not WSClient.returncode: that raises on a Failure without an exit code (container not running,
             # no such binary), where we keep the server's message.
@@ -289,11 +317,11 @@ class KubernetesTransport(object):
             except Exception:  # pylint: disable=broad-except
                 pass
         if rc is None and CONTAINER_NOT_RUNNING.search(problem or ""):
-            raise TransientError("exec into pod %s/%s failed: %s" % (self.namespace, self.pod, problem))
+            raise _PodUnreachable("exec into pod %s/%s failed: %s" % (self.namespace, pod, problem), transient=True)
         if rc is None:
             # The exec itself failed (no such binary, a runtime error): no exit code of a Slurm command.
             raise SlurmCommandError("exec of %s in pod %s/%s failed: %s"
-                                    % (argv[0], self.namespace, self.pod, problem or "no exit status"))
+                                    % (argv[0], self.namespace, pod, problem or "no exit status"))
         return rc, stdout or "", stderr or ""
 
 

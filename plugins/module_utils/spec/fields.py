@@ -27,6 +27,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral imp
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import topology as node_topology
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.containers import containers_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_schema
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.rest import rest_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
     QUANTITY_PATTERN,
     QuantityError,
@@ -103,8 +104,8 @@ MANAGED_SLURM_KEYS = {
     "slurmdspooldir": "the rendered workers",
     "authtype": "munge (always on)",
     "authinfo": "munge (the backends set its socket)",
-    "authalttypes": "munge (always on)",
-    "authaltparameters": "munge (always on)",
+    "authalttypes": "spec.rest (auth/jwt)",
+    "authaltparameters": "spec.rest (its key and maxTokenLifespan)",
     "credtype": "munge (always on: cred/none would let anyone forge job credentials)",
     "slurmuser": "the images (slurmctld and slurmdbd run as the slurm user)",
     "slurmduser": "the images (slurmd runs as root to start jobs as their users)",
@@ -526,6 +527,7 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
     "observability": OBSERVABILITY,
     "identity": identity_schema(),
     "containers": containers_schema(),
+    "rest": rest_schema(),
 })
 NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict({
     "clusterName": Str("The SlurmCluster this NodeSet belongs to.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),

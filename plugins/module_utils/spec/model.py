@@ -411,6 +411,15 @@ class Containers:
 
 
 @dataclass(frozen=True)
+class Rest:
+    """spec.rest (spec/rest.py): slurmrestd with JSON Web Tokens, when enabled."""
+    enabled: bool
+    replicas: int
+    port: int
+    max_token_lifespan: int     # seconds (AuthAltParameters max_token_lifespan; slurm_token's bound)
+
+
+@dataclass(frozen=True)
 class ClusterModel:
     name: str
     namespace: str
@@ -434,6 +443,12 @@ class ClusterModel:
     node_set_specs: Dict[str, dict] = field(repr=False, compare=False, default_factory=dict)
     identity: Optional[Identity] = None         # spec.identity (spec/identity.py); None: jail users only
     containers: Optional[Containers] = None     # spec.containers (spec/containers.py); None: as disabled
+    rest: Optional[Rest] = None                 # spec.rest (spec/rest.py); None: as disabled
+
+    @property
+    def rest_api(self) -> Optional[Rest]:
+        """spec.rest when it is enabled (slurmrestd runs, the daemons take tokens), else None."""
+        return self.rest if self.rest is not None and self.rest.enabled else None
 
     def node_set(self, name: str) -> NodeSet:
         for ns in self.node_sets:

@@ -25,6 +25,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.ephemeral imp
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.topology import node_labels_model, topology_issues
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_issues, identity_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.containers import containers_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.rest import rest_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import (
     CLUSTER_DOCUMENT,
     GRES_PATTERN,
@@ -460,6 +461,7 @@ def _model(cluster, node_set_docs):
         node_set_specs={d["metadata"]["name"]: d for d in node_set_docs},
         identity=identity_model(spec),
         containers=containers_model(spec["containers"]),
+        rest=rest_model(spec["rest"]),
     )
 
 

@@ -17,7 +17,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import (  # noqa: E402
-    accounting_db_secret_name, munge_secret_name, ssh_host_keys_secret_name)
+    accounting_db_secret_name, jwt_secret_name, munge_secret_name, ssh_host_keys_secret_name)
 
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.yml")))
 OLDEST = "1.32"
@@ -31,6 +31,8 @@ def _fake_material(model):
                 ssh_host_keys_secret_name(model): dict((k, b"key") for k in s.SSH_HOST_KEY_FILES)}
     if model.accounting.enabled and model.accounting.in_cluster is not None:
         material[accounting_db_secret_name(model)] = {s.DB_PASSWORD: b"p" * 32, s.DB_ROOT_PASSWORD: b"r" * 32}
+    if model.rest_api is not None:
+        material[jwt_secret_name(model)] = {s.JWT_KEY_FILE: b"j" * s.JWT_KEY_BYTES}
     return material
 
 
@@ -49,6 +51,7 @@ def _variants(documents):
     yield "observability", edited(lambda spec: spec.update(observability={
         "exporter": {"enabled": True}, "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
         "prometheusRule": {"enabled": True}, "dashboards": {"labels": {"grafana_dashboard": "1", "team": "hpc"}}}))
+    yield "rest", edited(lambda spec: spec.update(rest={"enabled": True, "replicas": 2, "port": 8080}))
     yield "no-accounting-no-remediation", edited(lambda spec: spec.update(
         accounting={"enabled": False}, remediation={"enabled": False}))
     yield "nodeport-cordon-pullsecrets", edited(lambda spec: spec.update(

@@ -597,6 +597,7 @@ def test_connection_args_share_kubernetes_core_auth():
     runner = slurm_args.runner_from_params({"transport": "kubernetes", "namespace": "slurm", "cluster_name": "demo",
                                             "retries": 1, "retry_delay": 0.1, "command_timeout": 9})
     assert runner.describe()["pod"] == "demo-controller-0" and runner.retries == 1 and runner.timeout == 9
+    assert runner.transport.pods == ["demo-controller-0", "demo-controller-1"]     # the backup's pod stands by
     local = slurm_args.runner_from_params({"transport": "local", "slurm_conf": "/x/slurm.conf"})
     assert local.describe() == {"transport": "local", "slurm_conf": "/x/slurm.conf"}
 
@@ -634,3 +635,56 @@ def test_a_json_without_nodes_or_groups_is_still_an_error():
     t = Scripted([(0, json.dumps({"meta": {}, "errors": []}), "")])
     with pytest.raises(SlurmOutputError, match="no 'nodes' list"):
         sn.read_sinfo(SlurmRunner(t, retries=0))
+
+
+def _pods_answering(answers):
+    """stream() of pods: answers[pod] is an exception to raise or the FakeWs its exec gets; the pods asked, in order,
+    in .asked."""
+    def stream(func, pod, namespace, **kw):
+        stream.asked.append(pod)
+        answer = answers[pod]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer()
+    stream.asked = []
+    return stream
+
+
+def test_kubernetes_transport_runs_in_the_standby_pod_when_the_primarys_is_gone():
+    from kubernetes.client.exceptions import ApiException
+    not_running = '{"status": "Failure", "message": "container not found (\\"slurmctld\\")"}'
+    for primary in (ApiException(status=404, reason="Not Found"), lambda: FakeWs("", "", not_running)):
+        stream = _pods_answering({"c-controller-0": primary,
+                                  "c-controller-1": lambda: FakeWs("ok", "", '{"status": "Success"}')})
+        t = KubernetesTransport("slurm", "c-controller-0", core_v1=FakeCore(), stream_func=stream,
+                                standby_pods=["c-controller-1"])
+        assert t.exec(["scontrol", "ping"], 5) == (0, "ok", "")
+        assert stream.asked == ["c-controller-0", "c-controller-1"] and t.describe()["pod"] == "c-controller-1"
+
+
+def test_kubernetes_transport_keeps_a_commands_own_failure():
+    exit_1 = '{"status": "Failure", "details": {"causes": [{"reason": "ExitCode", "message": "1"}]}}'
+    stream = _pods_answering({"c-controller-0": lambda: FakeWs("", "boom", exit_1)})
+    t = KubernetesTransport("slurm", "c-controller-0", core_v1=FakeCore(), stream_func=stream,
+                            standby_pods=["c-controller-1"])
+    assert t.exec(["scontrol", "ping"], 5) == (1, "", "boom")
+    assert stream.asked == ["c-controller-0"]
+
+
+def test_kubernetes_transport_no_pod_left():
+    from kubernetes.client.exceptions import ApiException
+    gone = ApiException(status=404, reason="Not Found")
+    stream = _pods_answering({"c-controller-0": gone, "c-controller-1": gone})
+    t = KubernetesTransport("slurm", "c-controller-0", core_v1=FakeCore(), stream_func=stream,
+                            standby_pods=["c-controller-1"])
+    runner = SlurmRunner(t, retries=3, sleep=lambda s: None)
+    with pytest.raises(SlurmCommandError, match="c-controller-0 failed: 404.*c-controller-1 failed: 404"):
+        runner.run(["sinfo", "--json"])
+    assert stream.asked == ["c-controller-0", "c-controller-1"]     # not retried
+    # a primary restarting (its container not running) is retried, whatever the standby says
+    restarting = '{"status": "Failure", "message": "container not found (\\"slurmctld\\")"}'
+    stream = _pods_answering({"c-controller-0": lambda: FakeWs("", "", restarting), "c-controller-1": gone})
+    t = KubernetesTransport("slurm", "c-controller-0", core_v1=FakeCore(), stream_func=stream,
+                            standby_pods=["c-controller-1"])
+    with pytest.raises(TransientError):
+        t.exec(["sinfo"], 5)
