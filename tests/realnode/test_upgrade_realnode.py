@@ -51,8 +51,22 @@ def _node_module():
     return module
 
 
+def _wait_for_old_images():
+    """.ci/run starts this suite before its images lane has built the 24.11 images (they are only for this test, the
+    suite's last) and names in SOPERATOR_OLD_IMAGES_PENDING the file it writes once they are built; the lane's failure
+    writes build/ci/failed beside it. Without the variable nothing is waited for."""
+    marker = os.environ.get("SOPERATOR_OLD_IMAGES_PENDING")
+    if not marker:
+        return
+    failed = os.path.join(os.path.dirname(marker), "failed")
+    wait("the images of %s (%s)" % (OLD_TAG, marker),
+         lambda: (os.path.exists(marker) or os.path.exists(failed), None), timeout=2400, poll=5)
+    assert os.path.exists(marker), "a CI stage failed before the images of %s were built (%s)" % (OLD_TAG, failed)
+
+
 def _import_old_images(real_node, registry, tmp_path):
     node = _node_module()
+    _wait_for_old_images()
     have = node._run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"],
                      env=node._containers_env()).stdout.split()
     refs = ["%s/%s:%s" % (registry, c, OLD_TAG) for c in COMPONENTS]
