@@ -2,6 +2,8 @@
 PrometheusRule (the same rules promtool tests) and the dashboards ConfigMap; nothing while the exporter is off."""
 import json
 
+import pytest
+
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import KIND_ORDER
 from ansible_collections.soperator.slurm.plugins.module_utils.render import observe_objects as ro
@@ -160,10 +162,14 @@ def test_with_a_backup_controller_the_exporter_may_exec_into_both_pods(monkeypat
     monkeypatch.setattr(kubernetes.config, "load_incluster_config", lambda: None)
     seen = []
     monkeypatch.setattr(exporter, "KubernetesTransport", lambda *a, **kw: seen.append((a, kw)))
-    monkeypatch.setattr(exporter, "start_http_server", lambda *a, **kw: (_ for _ in ()).throw(SystemExit(0)))
-    try:
-        exporter.main(args)
-    except SystemExit:
+
+    class Parsed(Exception):
         pass
+
+    def stop(*a, **kw):
+        raise Parsed()
+    monkeypatch.setattr(exporter, "start_http_server", stop)
+    with pytest.raises(Parsed):
+        exporter.main(args)
     ((pos, kw),) = seen
     assert pos == ("hpc", "demo-controller-0") and kw["standby_pods"] == ["demo-controller-1"]
