@@ -61,6 +61,8 @@ SLURM_USER = "slurm"
 IMAGES_SLURM_VERSION = (26, 5)
 # Slurm 25.11 added slurmctld's own metrics endpoints (MetricsType=metrics/openmetrics, on SlurmctldPort).
 SLURM_METRICS_SINCE = (25, 11)
+# slurmctld answers /livez and /readyz on SlurmctldPort (its man page, "HTTP server")
+SLURMCTLD_HTTP_PROBES_SINCE = (25, 11)
 SLURMCTLD_METRICS_PATHS = ("/metrics/jobs", "/metrics/nodes", "/metrics/partitions", "/metrics/scheduler")
 
 # The in-cluster accounting database (MariaDB).

@@ -3,6 +3,7 @@
 
 - SlurmRunner, the slurm_drain module and the health-check program (KubeChecker) exec into those pods;
 - slurm_cluster target=kubernetes runs `scontrol reconfigure` only once the controller pod sees the new configs.
+- the cluster has a backup controller (spec.controller.replicas 2); the last test deletes the primary's pod.
   The kubelet refreshes a mounted ConfigMap for real (on its pod sync, tools/k8s/node.py's syncFrequency 10s);
   where a test needs a pod that does not see them yet, the refresh is made to fail on this host, which is the node:
   the volume's directory, bind-mounted read-only over itself, refuses the kubelet's writes (its log says so)
@@ -17,6 +18,9 @@ import json
 import os
 import re
 import subprocess
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 import yaml
@@ -41,7 +45,9 @@ metadata: {name: ex, namespace: slurm-exec}
 spec:
   jail: {volume: {size: 1Gi}}
   login: {replicas: 0}
-  slurmConfig: {SlurmdTimeout: 120}
+  # a backup controller (the module's last test deletes the primary); failover after 15 s, not 30
+  controller: {replicas: 2, spool: {size: 1Gi, accessModes: [ReadWriteMany]}}
+  slurmConfig: {SlurmdTimeout: 120, SlurmctldTimeout: 15}
   remediation: {enabled: false}
   healthChecks:
     passive:
@@ -328,3 +334,98 @@ def test_a_cluster_without_a_recorded_digest_is_reconfigured_once(cluster):
     again = _apply(cluster, cluster.docs)
     assert not again["changed"] and again["actions"] == [], again
     assert audit.execs(mark) == [] and audit.writes(mark) == []
+
+
+# ---------------------------------------------------------------- the backup controller takes over (last: it moves pod 0)
+
+BACKUP = CLUSTER + "-controller-1"
+
+
+def _http_status(node, pod, path):
+    """The HTTP status slurmctld answers on SlurmctldPort (26.05's /livez, /readyz), asked at the pod's IP from the
+    host, as the kubelet's probes ask; None when nothing answers."""
+    ip = node.kubectl("-n", NS, "get", "pod", pod, "-o", "jsonpath={.status.podIP}", check=False).stdout
+    if not ip:
+        return None
+    try:
+        with urllib.request.urlopen("http://%s:6817%s" % (ip, path), timeout=5) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
+def _pod(node, name):
+    found = node.kubectl("-n", NS, "get", "pod", name, "-o", "json", check=False)
+    return json.loads(found.stdout) if found.returncode == 0 else None
+
+
+def _job_state(node, pod, job):
+    out = _in_pod(node, pod, "slurmctld", "scontrol", "show", "job", job).stdout
+    return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+
+
+def test_the_backup_takes_control_when_the_primary_pod_goes_and_jobs_run_on(cluster):
+    """issue 30's must-show: a job runs; the primary's pod is deleted and kept from coming back (the only node
+    cordoned: a lost node); the backup takes control, the job completes, sbatch works again (through the runner's
+    exec transport, which falls back to the backup's pod), no node is lost; uncordoned, the primary comes back and
+    26.05 hands control back to it (it asks the backup to relinquish when it starts, as 22.05 does)."""
+    node = cluster.node
+    name = node.info["real_node"]["name"]
+    # both controllers up for minutes now: the standby was never killed by its liveness probe (/livez) and counts as
+    # ready; only the one in control is ready by /readyz
+    for pod in (CONTROLLER, BACKUP):
+        found = _pod(node, pod)
+        status = found["status"]["containerStatuses"][0]
+        assert status["ready"] and status["restartCount"] == 0, (pod, status)
+    assert _http_status(node, BACKUP, "/livez") == 204
+    assert _http_status(node, BACKUP, "/readyz") == 500
+    assert _http_status(node, CONTROLLER, "/readyz") in (200, 204)
+
+    # sbatch where users run it: a node with the SPANK plugin plugstack.conf names (the controller image has none)
+    job = _in_pod(node, "cpu-0", "slurmd", "sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 60")
+    assert job.returncode == 0, job.stderr
+    job = job.stdout.strip()
+    _until("job %s running" % job, lambda: (_job_state(node, CONTROLLER, job).get("JobState") == "RUNNING",
+                                            _job_state(node, CONTROLLER, job)), timeout=60)
+    node.kubectl("cordon", name)
+    try:
+        started = time.monotonic()
+        node.kubectl("-n", NS, "delete", "pod", CONTROLLER, "--wait=false")
+
+        def submitted():
+            done = _in_pod(node, "cpu-0", "slurmd", "sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true")
+            return done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+        _until("sbatch to work again", submitted, timeout=120)
+        failover = time.monotonic() - started
+        print("pod deletion -> successful sbatch: %.1f s (SlurmctldTimeout 15)" % failover)
+        # the runner's exec transport: the primary's pod has no node, so the command runs in the backup's
+        runner = module_args.runner_from_params(_params(node))
+        result, unused = runner.run(["scontrol", "show", "job", job])
+        assert runner.describe()["pod"] == BACKUP and "JobId=%s" % job in result.stdout
+        assert _http_status(node, BACKUP, "/readyz") in (200, 204)
+        logs = node.kubectl("-n", NS, "logs", BACKUP).stdout
+        assert "ControlMachine %s not responding, BackupController1 %s taking over" % (CONTROLLER, BACKUP) in logs, \
+            logs[-3000:]
+        # the new pod 0 waits for a node: the primary is still gone
+        assert (_pod(node, CONTROLLER) or {}).get("status", {}).get("phase") in (None, "Pending")
+        _until("job %s completed" % job, lambda: (_job_state(node, BACKUP, job).get("JobState") == "COMPLETED",
+                                                  _job_state(node, BACKUP, job)), timeout=120)
+        assert _job_state(node, BACKUP, job)["ExitCode"] == "0:0"
+
+        def backup_sinfo():
+            return dict((line.split("|")[0], tuple(line.split("|")[1:])) for line in _in_pod(
+                node, BACKUP, "slurmctld", "sinfo", "-h", "-N", "-o", "%N|%t|%E").stdout.splitlines() if "|" in line)
+        # no node lost: cpu-0 idle once the queued `true` has run too (never down, drained or not responding)
+        _until("cpu-0 idle", lambda: (backup_sinfo() == {"cpu-0": ("idle", "none")}, backup_sinfo()), timeout=60)
+    finally:
+        node.kubectl("uncordon", name)
+    # the primary's pod runs again and takes control back; the backup stands by again, alive
+    _until("the primary in control again", lambda: (
+        _http_status(node, CONTROLLER, "/readyz") in (200, 204) and _http_status(node, BACKUP, "/readyz") == 500,
+        (_http_status(node, CONTROLLER, "/readyz"), _http_status(node, BACKUP, "/readyz"))), timeout=180)
+    assert _http_status(node, BACKUP, "/livez") == 204
+    done = _in_pod(node, "cpu-0", "slurmd", "sbatch", "--parsable", "--wait", "-o", "/dev/null", "--wrap", "true")
+    assert done.returncode == 0, done.stderr
+    assert _sinfo(node) == {"cpu-0": ("idle", "none")}

@@ -55,8 +55,9 @@ def cluster_status(model, workloads, generation, previous):
         phase = "Provisioning"
     conditions.insert(0, _condition("Ready", all_ok, "phase %s" % phase, generation))
     return {"phase": phase, "observedGeneration": generation, "conditions": _keep_times(conditions, previous),
-            "controllerEndpoint": "%s:%d" % (model.dns_name(model.controller_host, names.controller_name(model)),
-                                             model.controller.port),
+            # with a backup: both controllers, in SlurmctldHost order (a client tries them in turn, as slurmd does)
+            "controllerEndpoint": ",".join("%s:%d" % (model.dns_name(host, names.controller_name(model)),
+                                                      model.controller.port) for host in model.controller_hosts),
             "loginEndpoint": "%s.%s.svc.%s:22" % (names.login_name(model), model.namespace, model.cluster_domain)}
 
 

@@ -238,7 +238,9 @@ class ClusterUpgrade(object):
 
     def _state_job(self, name, path):
         model = self.model
-        spool = "spool-%s-0" % names.controller_name(model)
+        # one controller: its claim template's claim; with a backup, the claim both share (render/kube_objects.py)
+        spool = names.controller_spool_claim_name(model) if model.controller.replicas > 1 else \
+            "spool-%s-0" % names.controller_name(model)
         script = ('set -eu; rm -rf "$TO.partial"; mkdir -p "$TO.partial"; cp -a %s/. "$TO.partial/"; '
                   'mv "$TO.partial" "$TO"; ls -l "$TO"' % c.CONTROLLER_SPOOL)
         container = self._container(script, [{"name": BACKUP, "mountPath": BACKUP_MOUNT},
@@ -379,7 +381,8 @@ class ClusterUpgrade(object):
         self._ensure_claim()
         existing = self._existing_job(job)
         if existing is None or not workload_state(existing)[0]:
-            # The claim is ReadWriteOnce and slurmctld writes its state all the time: stopped first.
+            # slurmctld writes its state all the time: stopped first (with a backup, both at once: Slurm's upgrade
+            # guide, "When multiple slurmctld hosts are used, all should be upgraded simultaneously").
             stop = {"apiVersion": "apps/v1", "kind": "StatefulSet",
                     "metadata": {"name": change.name, "namespace": self.model.namespace}, "spec": {"replicas": 0}}
             self.client.apply(stop, force=True, field_manager=STOP_FIELD_MANAGER)

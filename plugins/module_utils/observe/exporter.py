@@ -124,7 +124,7 @@ def _transport(args):
     config.load_incluster_config()
     core_v1 = client.CoreV1Api()
     return KubernetesTransport(args.kubernetes_namespace, args.controller_pod, container=args.controller_container,
-                               slurm_conf=args.slurm_conf, core_v1=core_v1)
+                               slurm_conf=args.slurm_conf, core_v1=core_v1, standby_pods=args.standby_pod or ())
 
 
 def _positive(text):
@@ -144,6 +144,8 @@ def main(argv=None):
     parser.add_argument("--kubernetes-namespace", help="run the Slurm commands in the controller pod of this "
                         "namespace (in-cluster credentials) instead of locally")
     parser.add_argument("--controller-pod", help="with --kubernetes-namespace: the pod that runs slurmctld")
+    parser.add_argument("--standby-pod", action="append", help="a backup controller's pod (repeatable): runs the "
+                        "commands when --controller-pod is gone or its container is not running")
     parser.add_argument("--controller-container", default="slurmctld")
     parser.add_argument("--jail", help="the jail's path: its filesystem's size and free space are reported")
     parser.add_argument("--status-dir", help="where the health checks record their last results (health.json's "

@@ -27,7 +27,6 @@ import copy
 import hashlib
 
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
-from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_builders as kb
 from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
 from ansible_collections.soperator.slurm.plugins.module_utils.render.identity_kube import (
@@ -47,7 +46,8 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.names import 
     slurm_configs_name, slurmdbd_config_name, authorized_keys_name, sshd_config_name, jail_claim_name, controller_name,
     login_name, login_headless_name, accounting_name, accounting_db_name, populate_jail_name, remediation_name,
     remediation_cluster_role_name, active_check_name, remediation_status_name, service_account_name,
-    accounting_db_secret_name, jwt_secret_name, munge_secret_name, ssh_host_keys_secret_name)
+    accounting_db_secret_name, jwt_secret_name, munge_secret_name, ssh_host_keys_secret_name,
+    controller_spool_claim_name)
 
 # In-container contract with the images beyond constants.py (entrypoints read these; candidates for constants.py).
 SSH_PORT = 22
@@ -318,21 +318,64 @@ def node_definitions_hash(model):
 
 def _controller(model):
     ctl = model.controller
-    if ctl.replicas > 1:
-        # the backup's pod, one ReadWriteMany spool claim for both and their anti-affinity are not rendered yet
-        raise SoperatorError("spec.controller.replicas %d: the Kubernetes objects of a backup controller are not "
-                             "rendered yet (slurm.conf is)" % ctl.replicas)
     volumes, mounts = kb.slurm_volumes(model)
     mounts.append(kb.mount("spool", c.CONTROLLER_SPOOL))
     container = kb.container(
         model, "slurmctld", model.images.controller, ports=[("slurmctld", ctl.port)], args=["slurmctld", "-D"],
         mounts=mounts, resources=kb.requests_with_memory_limit(ctl.resources),
         security={"allowPrivilegeEscalation": False}, probe_port="slurmctld")
+    if ctl.replicas == 1:
+        pod = kb.pod_spec(model, CONTROLLER, [container], volumes, scheduling=ctl.scheduling)
+        return kb.stateful_set(model, controller_name(model), CONTROLLER, controller_name(model), 1, pod,
+                               pod_annotations={NODE_DEFINITIONS_ANNOTATION: node_definitions_hash(model)},
+                               claims=[kb.claim_template(model, "spool", CONTROLLER, ctl.spool_size,
+                                                         ctl.spool_storage_class_name)])
+    return _controllers(model, container, volumes)
+
+
+def _controllers(model, container, volumes):
+    """spec.controller.replicas 2: a primary (pod 0, the first SlurmctldHost) and a backup (pod 1).
+
+    - One spool claim of ours (controller_spool_claim), not a claim template: Slurm needs both to read and write
+      the same StateSaveLocation.
+    - Probes: a standby slurmctld is alive but not in control. Slurm 25.11 on answers HTTP on SlurmctldPort: /livez
+      (204 once loaded, a standby too) and /readyz (500 on a standby: src/slurmctld/controller.c's "primary" probe).
+      Liveness and readiness both ask /livez: a standby never killed, and counted ready, because Kubernetes' rolling
+      update of a StatefulSet waits for every updated pod to be ready (a standby never would be by /readyz) and so
+      does every wait of the backend. Which one is in control: `scontrol ping` (the exec transport reaches it).
+    - Parallel pod management: with OrderedReady a pod 0 that is not ready would keep a deleted pod 1 from
+      coming back, leaving no backup for the next failover.
+    - Anti-affinity preferred, not required: the backup then runs on another node where one is free, and a one-node
+      cluster (or one whose other nodes are full) still runs both.
+    """
+    ctl = model.controller
+    if tuple(c.IMAGES_SLURM_VERSION) >= c.SLURMCTLD_HTTP_PROBES_SINCE:
+        for key in ("readinessProbe", "livenessProbe"):
+            probe = container[key]
+            del probe["tcpSocket"]
+            probe["httpGet"] = {"path": "/livez", "port": "slurmctld"}
+    volumes = volumes + [{"name": "spool", "persistentVolumeClaim": {
+        "claimName": controller_spool_claim_name(model)}}]
     pod = kb.pod_spec(model, CONTROLLER, [container], volumes, scheduling=ctl.scheduling)
-    return kb.stateful_set(model, controller_name(model), CONTROLLER, controller_name(model), 1, pod,
-                           pod_annotations={NODE_DEFINITIONS_ANNOTATION: node_definitions_hash(model)},
-                           claims=[kb.claim_template(model, "spool", CONTROLLER, ctl.spool_size,
-                                                     ctl.spool_storage_class_name)])
+    affinity = pod.setdefault("affinity", {})
+    anti = affinity.setdefault("podAntiAffinity", {})
+    anti.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append({
+        "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                           "labelSelector": {"matchLabels": selector_labels(model, CONTROLLER)}}})
+    return kb.stateful_set(model, controller_name(model), CONTROLLER, controller_name(model), ctl.replicas, pod,
+                           parallel=True, pod_annotations={NODE_DEFINITIONS_ANNOTATION: node_definitions_hash(model)})
+
+
+def _controller_spool_claim(model):
+    """With a backup controller: the one ReadWriteMany claim of both controllers' StateSaveLocation."""
+    ctl = model.controller
+    if ctl.replicas == 1:
+        return []
+    spec = {"accessModes": list(ctl.spool_access_modes), "resources": {"requests": {"storage": ctl.spool_size}}}
+    if ctl.spool_storage_class_name:
+        spec["storageClassName"] = ctl.spool_storage_class_name
+    return [kb.obj("PersistentVolumeClaim", kb.meta(model, controller_spool_claim_name(model), CONTROLLER),
+                   spec=spec)]
 
 
 def _wait_for_jail(model, image, guaranteed):
@@ -434,6 +477,9 @@ def _worker(model, node_set):
 
 def _disruption_budgets(model):
     out = [kb.pdb(model, login_name(model), LOGIN, 1)]
+    if model.controller.replicas > 1:
+        # a node drain takes one controller at a time: the other stays in (or takes) control
+        out.append(kb.pdb(model, controller_name(model), CONTROLLER, 1))
     for node_set in model.node_sets:
         out.append(kb.pdb(model, node_set.name, WORKER, node_set.max_unavailable, node_set.name))
     return out
@@ -512,7 +558,7 @@ def render_manifests(model, slurm_configs, secret_material):
     objects = _service_accounts(model) + _rbac(model)
     objects += _secrets(model, secret_material)
     objects += _config_maps(model, slurm_configs)
-    objects += _jail_claim(model)
+    objects += _jail_claim(model) + _controller_spool_claim(model)
     objects += _services(model)
     objects.append(_populate_job(model))
     if model.accounting.enabled:

@@ -31,15 +31,16 @@ JAIL_MOUNT = "/mnt/jail"
 REMEDIATION_STATUS_MOUNT = "/var/lib/soperator/remediation"
 
 
-def controller_pod(model):
-    return "%s-0" % controller_name(model)
+def controller_pods(model):
+    """The controller pods, the primary first (spec.controller.replicas 2: the backup's pod after it)."""
+    return ["%s-%d" % (controller_name(model), i) for i in range(model.controller.replicas)]
 
 
 def exporter_rules(model):
     """The exporter's namespaced permissions: exec Slurm's read-only commands in the controller pod, nothing else.
     The python client execs over a websocket (an HTTP GET, authorized as get before Kubernetes 1.31 and as create
     since)."""
-    return [{"apiGroups": [""], "resources": ["pods/exec"], "resourceNames": [controller_pod(model)],
+    return [{"apiGroups": [""], "resources": ["pods/exec"], "resourceNames": controller_pods(model),
              "verbs": ["create", "get"]}]
 
 
@@ -57,9 +58,10 @@ def _exporter(model):
         model, EXPORTER, model.images.remediation, ports=[("metrics", port)],
         command=["python3", "-m", EXPORTER_MODULE],
         args=["--port", str(port), "--listen-address", "0.0.0.0", "--kubernetes-namespace", model.namespace,
-              "--controller-pod", controller_pod(model), "--controller-container", "slurmctld",
+              "--controller-pod", controller_pods(model)[0], "--controller-container", "slurmctld",
               "--reason-prefix", model.remediation.drain_reason_prefix, "--jail", JAIL_MOUNT,
-              "--scrape-timeout", str(model.observability.scrape_timeout_seconds)] + extra_args,
+              "--scrape-timeout", str(model.observability.scrape_timeout_seconds)] + extra_args +
+        [arg for pod in controller_pods(model)[1:] for arg in ("--standby-pod", pod)],
         env=[{"name": "PYTHONPATH", "value": RUNNER_COLLECTIONS}],
         # the jail read-only: its filesystem's size and free space (slurm_jail_filesystem_*)
         mounts=[kb.mount("jail", JAIL_MOUNT, read_only=True)] + mounts,

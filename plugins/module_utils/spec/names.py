@@ -59,6 +59,8 @@ jwt_secret_name = _cluster_suffixed("jwt-key")
 rest_name = _cluster_suffixed("rest")
 # spec.identity: the sssd.conf template and nsswitch.conf files (render/identity_kube.py)
 sssd_config_name = _cluster_suffixed("sssd")
+# spec.controller.replicas 2: the one spool claim both controller pods mount (render/kube_objects.py)
+controller_spool_claim_name = _cluster_suffixed("controller-spool")
 
 
 def jail_claim_name(model: "ClusterModel") -> str:

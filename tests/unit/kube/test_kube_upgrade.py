@@ -114,3 +114,23 @@ def test_a_pod_left_on_an_older_version_is_judged():
     with pytest.raises(BackendError) as e:
         run_plan(docs("25.05.1-0.1.0"), docs("26.05.5-0.1.0"), pods=[pod])
     assert "slurmd cpu runs 24.05.1" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("replicas, claim", [(1, "spool-small-controller-0"), (2, "small-controller-spool")])
+def test_slurmctlds_state_is_copied_from_the_claim_the_controllers_mount(replicas, claim):
+    def with_controllers(tag):
+        documents = docs(tag)
+        documents[0]["spec"]["controller"] = {"replicas": replicas, "spool": {
+            "size": "1Gi", "accessModes": ["ReadWriteMany"]}}
+        return documents
+    upgrade, unused = run_plan(with_controllers("24.11.3-0.1.0"), with_controllers("26.05.5-0.1.0"))
+    job = upgrade._state_job("job", "/backup/x")
+    volumes = dict((v["name"], v["persistentVolumeClaim"]["claimName"]) for v in job["spec"]["template"]["spec"][
+        "volumes"])
+    assert volumes["spool"] == claim
+    controller = [o for o in render_cluster(upgrade.model).manifests if o["kind"] == "StatefulSet" and
+                  o["metadata"]["name"] == "small-controller"][0]["spec"]
+    mounted = [v["persistentVolumeClaim"]["claimName"] for v in controller["template"]["spec"].get("volumes", [])
+               if v["name"] == "spool"] or ["%s-small-controller-0" % t["metadata"]["name"]
+                                            for t in controller.get("volumeClaimTemplates", [])]
+    assert mounted == [claim]

@@ -2,6 +2,8 @@
 PrometheusRule (the same rules promtool tests) and the dashboards ConfigMap; nothing while the exporter is off."""
 import json
 
+import pytest
+
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import alerts, dashboards
 from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_builders import KIND_ORDER
 from ansible_collections.soperator.slurm.plugins.module_utils.render import observe_objects as ro
@@ -144,3 +146,30 @@ def test_slurmctld_metrics_only_where_the_target_slurm_has_them():
     old = replace(KUBERNETES, slurm_version=(22, 5))
     assert "MetricsType" not in render_slurm_configs(model, old)["slurm.conf"]
     assert "MetricsType" not in render_slurm_configs(trk.make_model(), KUBERNETES)["slurm.conf"]
+
+
+def test_with_a_backup_controller_the_exporter_may_exec_into_both_pods(monkeypatch):
+    objects = trk.render(trk.make_model(lambda spec: spec.update(
+        observability=OBSERVED, controller={"replicas": 2, "spool": {"size": "1Gi", "accessModes": ["ReadWriteMany"]}})))
+    args = trk.container(trk.find(objects, "Deployment", "demo-exporter"))["args"]
+    assert args[args.index("--controller-pod") + 1] == "demo-controller-0"
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--standby-pod"] == ["demo-controller-1"]
+    role = trk.find(objects, "Role", "demo-exporter")
+    assert role["rules"][0]["resourceNames"] == ["demo-controller-0", "demo-controller-1"]
+    # the exporter's own parsing of those arguments: the transport tries the backup's pod after the primary's
+    import kubernetes
+    from ansible_collections.soperator.slurm.plugins.module_utils.observe import exporter
+    monkeypatch.setattr(kubernetes.config, "load_incluster_config", lambda: None)
+    seen = []
+    monkeypatch.setattr(exporter, "KubernetesTransport", lambda *a, **kw: seen.append((a, kw)))
+
+    class Parsed(Exception):
+        pass
+
+    def stop(*a, **kw):
+        raise Parsed()
+    monkeypatch.setattr(exporter, "start_http_server", stop)
+    with pytest.raises(Parsed):
+        exporter.main(args)
+    ((pos, kw),) = seen
+    assert pos == ("hpc", "demo-controller-0") and kw["standby_pods"] == ["demo-controller-1"]

@@ -2,10 +2,7 @@
 SlurmctldHost lines and failover timers rendered from it."""
 import pytest
 
-from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.local.configs import local_slurm_configs
-from ansible_collections.soperator.slurm.plugins.module_utils.render.kube_objects import (
-    placeholder_secret_material, render_manifests)
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import crds
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.controller import CEL_RULES
@@ -82,12 +79,6 @@ def test_local_target_one_controller_line():
     model = build_model(documents(("cpu", {"maxReplicas": 1})))
     conf = local_slurm_configs(model, "/tmp/st", 20000, user="root", have_pmix=False)["slurm.conf"]
     assert lines(conf, "SlurmctldHost") == ["localhost(127.0.0.1)"]
-
-
-def test_kubernetes_objects_refuse_a_backup_not_rendered_yet():
-    model = build_model(documents(("cpu", {}), controller={"replicas": 2, "spool": RWX}))
-    with pytest.raises(SoperatorError, match="replicas 2"):
-        render_manifests(model, render_slurm_configs(model), placeholder_secret_material(model))
 
 
 def test_local_cluster_needs_root_for_a_backup(tmp_path, monkeypatch):
