@@ -328,10 +328,38 @@ def _strings(config, key, where):
     return value
 
 
-def runtime_config(image_config, where="the image config"):
+# the jail's home directories: bind-mounted into every container, so a step reads and writes the user's files
+DEFAULT_MOUNTS = ("/home",)
+# what the runtime itself mounts; a bind over them is refused
+RUNTIME_PATHS = ("/proc", "/dev", "/sys")
+
+
+def check_mounts(mounts):
+    """The bind mounts' paths, each absolute, normalized and not one the runtime owns."""
+    for path in mounts:
+        if (not isinstance(path, str) or not path.startswith("/") or os.path.normpath(path) != path or
+                path == "/" or "\x00" in path or
+                any(path == p or path.startswith(p + "/") for p in RUNTIME_PATHS)):
+            raise BundleError("mount %r is not an absolute, normalized path other than / and outside %s"
+                              % (path, " ".join(RUNTIME_PATHS)))
+    if len(set(mounts)) != len(mounts):
+        raise BundleError("mounts %s name a path twice" % ", ".join(mounts))
+    return list(mounts)
+
+
+def runtime_config(image_config, where="the image config", user=(0, 0), mounts=DEFAULT_MOUNTS):
     """The bundle's config.json (OCI runtime spec) from the image's config: its command, environment and working
     directory; host network (jobs talk to each other), its own pid, ipc, uts and mount namespaces; no new
-    privileges. Slurm's slurmstepd replaces the process's args, environment and user for each step."""
+    privileges.
+
+    Rootless, for one user: slurmstepd runs the runtime as the job's user and copies this config.json for each task,
+    replacing only the process's args and environment, the terminal and root.path (Slurm 22.05 to 26.05). It never
+    sets process.user or the id mappings, so the bundle is made for its user (`user`: uid, gid): a user namespace
+    that maps the container's 0 to that uid and gid, the only ids an unprivileged runtime may map (runc requires a
+    mapping of 0: runc 1.1.5 and forky's 1.3.6 refuse a namespace that maps the uid to itself). Inside, the process
+    is root of that namespace only - /proc/self/uid_map reads `0 <uid> 1` - and everything it does to files outside
+    (a bind-mounted path) it does as the user. `mounts`: the jail's paths bind-mounted at the same path (the jail is
+    what the step sees as / when the runtime starts)."""
     config = image_config.get("config") or {}
     if not isinstance(config, dict):
         raise BundleError("%s: config is not an object" % where)
@@ -340,6 +368,7 @@ def runtime_config(image_config, where="the image config"):
     cwd = config.get("WorkingDir") or "/"
     if not isinstance(cwd, str) or not cwd.startswith("/"):
         raise BundleError("%s: config.WorkingDir %r is not an absolute path" % (where, cwd))
+    uid, gid = user
     nosuid = ["nosuid", "noexec", "nodev"]
     return {
         "ociVersion": "1.0.2",
@@ -358,14 +387,21 @@ def runtime_config(image_config, where="the image config"):
             {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": nosuid},
             {"destination": "/sys", "type": "none", "source": "/sys",
              "options": ["rbind", "nosuid", "noexec", "nodev", "ro"]},
-        ],
+        ] + [{"destination": path, "type": "none", "source": path, "options": ["rbind", "nosuid", "nodev"]}
+             for path in check_mounts(mounts)],
         "linux": {
-            "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
+            "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "user"}],
+            "uidMappings": [{"containerID": 0, "hostID": uid, "size": 1}],
+            "gidMappings": [{"containerID": 0, "hostID": gid, "size": 1}],
             "maskedPaths": ["/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
                             "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware"],
             "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
         },
     }
+
+
+def config_bytes(config):
+    return json.dumps(config, indent=2, sort_keys=True).encode() + b"\n"
 
 
 # --- the bundle ---------------------------------------------------------------------------------------------------
@@ -392,27 +428,31 @@ def bundle_name(descriptor):
 
 
 def make_bundle(source, cache, ref=None, keep_setuid=False, preserve_owner=None, arch=None,
-                deadline=safe_tree.NO_DEADLINE):
+                deadline=safe_tree.NO_DEADLINE, user=None, mounts=DEFAULT_MOUNTS):
     """The bundle of the image at `source` (an OCI layout directory or archive) in `cache`, made unless already
-    there. -> {"bundle": path, "digest": manifest digest, "changed": bool}"""
+    there, for `user` ((uid, gid); default: who runs this) with the jail paths `mounts` bound inside.
+    -> {"bundle": path, "digest": manifest digest, "changed": bool}"""
     if preserve_owner is None:
         preserve_owner = os.geteuid() == 0
+    if user is None:
+        user = (os.getuid(), os.getgid())
+    runtime = {"user": tuple(user), "mounts": check_mounts(list(mounts))}
     cache = os.path.abspath(cache)
     cache_fd = _open_cache(cache)
     try:
-        return _make(source, cache, cache_fd, ref, keep_setuid, preserve_owner, arch, deadline)
+        return _make(source, cache, cache_fd, ref, keep_setuid, preserve_owner, arch, deadline, runtime)
     finally:
         os.close(cache_fd)
 
 
-def _make(source, cache, cache_fd, ref, keep_setuid, preserve_owner, arch, deadline):
+def _make(source, cache, cache_fd, ref, keep_setuid, preserve_owner, arch, deadline, runtime):
     staging = STAGING_PREFIX + "%d-%s" % (os.getpid(), os.urandom(6).hex())
     os.mkdir(staging, 0o700, dir_fd=cache_fd)
     try:
         staging_fd = safe_tree.open_dirs(cache_fd, [staging])
         try:
             result = _make_in(source, cache, cache_fd, staging, staging_fd, ref, keep_setuid, preserve_owner,
-                              arch, deadline)
+                              arch, deadline, runtime)
         finally:
             os.close(staging_fd)
     finally:
@@ -437,23 +477,46 @@ def _source_blobs(source, staging_fd):
     return fd
 
 
-def _make_in(source, cache, cache_fd, staging, staging_fd, ref, keep_setuid, preserve_owner, arch, deadline):
+def _existing_config(cache_fd, name):
+    """The config.json of the bundle `name` in the cache (None when there is no such bundle), read without
+    following a link."""
+    try:
+        bundle_fd = safe_tree.open_dirs(cache_fd, [name])
+    except FileNotFoundError:
+        return None
+    try:
+        fd = os.open("config.json", _COPY_FLAGS, dir_fd=bundle_fd)
+    except OSError:
+        return b""
+    finally:
+        os.close(bundle_fd)
+    with os.fdopen(fd, "rb") as f:
+        return f.read(JSON_MAX + 1)
+
+
+def _make_in(source, cache, cache_fd, staging, staging_fd, ref, keep_setuid, preserve_owner, arch, deadline,
+             runtime):
     layout_fd = _source_blobs(source, staging_fd)
     try:
         blobs = Blobs(layout_fd, source)
         descriptor = choose_manifest(blobs, ref, arch)
         name = bundle_name(descriptor)
         result = {"bundle": os.path.join(cache, name), "digest": descriptor["digest"], "changed": False}
-        try:
-            os.stat(name, dir_fd=cache_fd, follow_symlinks=False)
-            return result       # made before: a bundle is renamed in only when complete
-        except FileNotFoundError:
-            pass
         if descriptor.get("mediaType") not in MANIFEST_TYPES + (None,):
             raise BundleError("%s: the image %s is a %r, not an image manifest"
                               % (source, descriptor["digest"], descriptor.get("mediaType")))
         manifest = blobs.json(descriptor, "the manifest %s" % descriptor["digest"])
         image_config = blobs.json(manifest.get("config"), "the image config")
+        config = config_bytes(runtime_config(image_config, user=runtime["user"], mounts=runtime["mounts"]))
+        existing = _existing_config(cache_fd, name)
+        if existing is not None:
+            # made before (a bundle is renamed in only when complete); its config.json is for one user and its mounts
+            if existing != config:
+                raise BundleError("%s was made with another config.json (another user or other mounts than uid %d, "
+                                  "gid %d, %s): remove it, or use a cache of your own"
+                                  % (result["bundle"], runtime["user"][0], runtime["user"][1],
+                                     " ".join(runtime["mounts"]) or "no mounts"))
+            return result
         layers = manifest.get("layers")
         if not isinstance(layers, list):
             raise BundleError("the manifest %s lists no layers" % descriptor["digest"])
@@ -462,12 +525,12 @@ def _make_in(source, cache, cache_fd, staging, staging_fd, ref, keep_setuid, pre
             if kind not in LAYER_TYPES:
                 raise BundleError("layer %d of %s: media type %r is not read here (plain or gzip tar only)"
                                   % (i, descriptor["digest"], kind))
-        config = runtime_config(image_config)
         os.mkdir("bundle", 0o755, dir_fd=staging_fd)
         bundle_fd = safe_tree.open_dirs(staging_fd, ["bundle"])
         try:
-            _write_layers(blobs, layers, staging_fd, bundle_fd, keep_setuid, preserve_owner, deadline)
-            _write_new(bundle_fd, "config.json", json.dumps(config, indent=2, sort_keys=True).encode() + b"\n")
+            _write_layers(blobs, layers, staging_fd, bundle_fd, keep_setuid, preserve_owner, deadline,
+                          runtime["mounts"])
+            _write_new(bundle_fd, "config.json", config)
         finally:
             os.close(bundle_fd)
     finally:
@@ -482,7 +545,18 @@ def _make_in(source, cache, cache_fd, staging, staging_fd, ref, keep_setuid, pre
     return result
 
 
-def _write_layers(blobs, layers, staging_fd, bundle_fd, keep_setuid, preserve_owner, deadline):
+def _mount_points(rootfs_fd, mounts):
+    """The directories the runtime mounts on, made where the image lacks them: a rootless runtime is root of its
+    user namespace only and cannot make them in a rootfs it does not own. No link is followed."""
+    for path in list(RUNTIME_PATHS) + list(mounts):
+        try:
+            os.close(safe_tree.open_dirs(rootfs_fd, [p for p in path.split("/") if p], create=True))
+        except OSError as e:
+            raise BundleError("the image's %s is not a directory (a link?), where the container mounts: %s"
+                              % (path, e))
+
+
+def _write_layers(blobs, layers, staging_fd, bundle_fd, keep_setuid, preserve_owner, deadline, mounts):
     os.mkdir("rootfs", 0o755, dir_fd=bundle_fd)
     rootfs_fd = safe_tree.open_dirs(bundle_fd, ["rootfs"])
     try:
@@ -497,6 +571,7 @@ def _write_layers(blobs, layers, staging_fd, bundle_fd, keep_setuid, preserve_ow
             finally:
                 os.unlink("layer", dir_fd=staging_fd)
         writer.close()
+        _mount_points(rootfs_fd, mounts)
     finally:
         os.close(rootfs_fd)
 
@@ -508,9 +583,20 @@ def main(argv=None):
     parser.add_argument("--cache", required=True, help="the folder of bundles, one per manifest digest")
     parser.add_argument("--ref", help="the image to use when the source holds several (its ref.name annotation)")
     parser.add_argument("--keep-setuid", action="store_true", help="keep setuid and setgid bits of the image")
+    parser.add_argument("--user", metavar="UID:GID", help="whose steps run the bundle (default: yours): the "
+                        "container's user namespace maps this uid and gid only")
+    parser.add_argument("--mount", action="append", metavar="PATH", help="a path of the jail to bind-mount at the "
+                        "same path inside (repeatable; default: /home)")
     args = parser.parse_args(argv)
+    user = None
+    if args.user is not None:
+        match = re.match(r"^([0-9]+):([0-9]+)$", args.user)
+        if match is None:
+            parser.error("--user %r is not UID:GID" % args.user)
+        user = (int(match.group(1)), int(match.group(2)))
     try:
-        result = make_bundle(args.source, args.cache, args.ref, args.keep_setuid)
+        result = make_bundle(args.source, args.cache, args.ref, args.keep_setuid, user=user,
+                             mounts=DEFAULT_MOUNTS if args.mount is None else args.mount)
     except (safe_tree.JailError, OSError) as e:
         sys.stderr.write("oci bundle failed: %s\n" % e)
         return 1
