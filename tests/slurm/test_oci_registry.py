@@ -1,0 +1,162 @@
+"""Registry images into bundles: a real registry (Debian's docker-registry, on loopback, tests/registry_server.py)
+holds images built here and pushed with skopeo; oci_bundle pulls them back with skopeo by the manifest digest the
+registry resolves, and names the bundle by it. No Slurm daemon: light, no heavy lock."""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from ansible_collections.soperator.slurm.plugins.module_utils.node import oci_bundle
+from ci_skips import environmental
+import oci_helpers
+import registry_server
+from repo_root import ROOT
+
+PROGRAM = os.path.join(ROOT, "plugins", "module_utils", "node", "oci_bundle.py")
+PASSWORD = "pull-secret-4711"
+
+
+def _dir(name):
+    return (oci_helpers.member(name, tarfile.DIRTYPE), None)
+
+
+def _file(name, data):
+    return (oci_helpers.member(name, mode=0o644), data)
+
+
+@pytest.fixture
+def registry(tmp_path):
+    if registry_server.REGISTRY is None or registry_server.SKOPEO is None:
+        pytest.skip(environmental("docker-registry or skopeo is not installed (make deps installs both)"))
+    (tmp_path / "registry").mkdir()
+    server = registry_server.Registry(str(tmp_path / "registry"))
+    yield server
+    server.stop()
+
+
+def _image(tmp_path, name, text, ref="v1"):
+    layout = str(tmp_path / name)
+    desc = oci_helpers.make_layout(layout, [[_dir("etc"), _file("etc/os-release", b"ID=base\n"),
+                                             _file("etc/gone", b"x")],
+                                            [_file("etc/os-release", text), _file("etc/.wh.gone", b"")]], ref=ref)
+    return layout, desc
+
+
+def _rootfs(bundle):
+    top = os.path.join(bundle, "rootfs", "etc")
+    return {name: open(os.path.join(top, name), "rb").read() for name in sorted(os.listdir(top))}
+
+
+def test_a_registry_image_becomes_a_bundle_named_by_its_digest_and_a_moved_tag_makes_a_new_one(registry, tmp_path):
+    layout, desc = _image(tmp_path, "one", b"ID=one\n")
+    registry.push(layout, "v1", "tiny:v1")
+    cache = str(tmp_path / "cache")
+    source = "docker://%s/tiny:v1" % registry.host
+    pulls = oci_bundle.Registry(tls_verify=False)
+    assert oci_bundle.plan(source, cache, registry=pulls) == {
+        "bundle": os.path.join(cache, "sha256-" + desc["digest"].split(":")[1]), "digest": desc["digest"],
+        "exists": False, "ours": False}
+    made = oci_bundle.make_bundle(source, cache, registry=pulls)
+    assert made == {"bundle": os.path.join(cache, "sha256-" + desc["digest"].split(":")[1]),
+                    "digest": desc["digest"], "changed": True}
+    assert _rootfs(made["bundle"]) == {"os-release": b"ID=one\n"}
+    # pulled by the digest the registry resolved, not by the tag
+    assert [c.split()[:2] for c in pulls.commands] == [["skopeo", "inspect"]] * 2 + [["skopeo", "copy"]]
+    assert "docker://%s/tiny@%s" % (registry.host, desc["digest"]) in pulls.commands[-1]
+    assert os.listdir(cache) == [os.path.basename(made["bundle"])], "nothing but the bundle is left in the cache"
+
+    again = oci_bundle.Registry(tls_verify=False)
+    assert oci_bundle.make_bundle(source, cache, registry=again) == dict(made, changed=False)
+    assert [c.split()[:2] for c in again.commands] == [["skopeo", "inspect"]], "a bundle there: nothing pulled"
+    pinned = "%s/tiny@%s" % (registry.host, desc["digest"])      # NAME@DIGEST, no docker:// needed
+    assert oci_bundle.make_bundle(pinned, cache, registry=again) == dict(made, changed=False)
+
+    layout2, desc2 = _image(tmp_path, "two", b"ID=two\n")
+    registry.push(layout2, "v1", "tiny:v1")      # the tag moves
+    moved = oci_bundle.make_bundle(source, cache, registry=oci_bundle.Registry(tls_verify=False))
+    assert moved["changed"] and moved["digest"] == desc2["digest"] != desc["digest"]
+    assert _rootfs(moved["bundle"]) == {"os-release": b"ID=two\n"} and _rootfs(made["bundle"]) == {
+        "os-release": b"ID=one\n"}
+    assert sorted(os.listdir(cache)) == sorted(os.path.basename(b) for b in (made["bundle"], moved["bundle"]))
+
+    # the user's command: the bundle's path on stdout, for srun --container=
+    proc = subprocess.run([sys.executable, PROGRAM, source, "--cache", cache, "--no-tls-verify"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert (proc.returncode, proc.stdout) == (0, moved["bundle"] + "\n"), proc.stderr
+    # removed: only what this program made, and then gone
+    gone = oci_bundle.remove_bundle(source, cache, registry=oci_bundle.Registry(tls_verify=False))
+    assert gone == dict(moved, changed=True) and os.listdir(cache) == [os.path.basename(made["bundle"])]
+
+
+def _cli(*argv):
+    proc = subprocess.run([sys.executable, PROGRAM] + list(argv), capture_output=True, text=True, timeout=300,
+                          check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_a_missing_image_or_an_unreachable_registry_gives_a_message_not_a_traceback(registry, tmp_path):
+    layout, unused = _image(tmp_path, "one", b"ID=one\n")
+    registry.push(layout, "v1", "tiny:v1")
+    cache = str(tmp_path / "cache")
+    code, out, err = _cli("docker://%s/tiny:v2" % registry.host, "--cache", cache, "--no-tls-verify")
+    assert (code, out) == (1, "")
+    assert err.startswith("soperator-bundle: image %s/tiny:v2 was not found in its registry" % registry.host), err
+    code, out, err = _cli("docker://%s/nothing:v1" % registry.host, "--cache", cache, "--no-tls-verify")
+    assert code == 1 and "image %s/nothing:v1 was not found" % registry.host in err, err
+    code, out, err = _cli("docker://%s/tiny:v1" % registry.host, "--cache", cache)     # TLS verified: plain HTTP
+    assert code == 1 and "speaks plain HTTP: only for a registry you trust, pass --no-tls-verify" in err, err
+    registry.stop()
+    code, out, err = _cli("docker://%s/tiny:v1" % registry.host, "--cache", cache, "--no-tls-verify")
+    assert code == 1 and "cannot reach the registry of %s/tiny:v1" % registry.host in err, err
+    assert "Traceback" not in err and not os.path.exists(cache)
+
+
+def test_credentials_come_from_the_auth_file_and_are_never_shown(tmp_path):
+    if registry_server.REGISTRY is None or registry_server.SKOPEO is None:
+        pytest.skip(environmental("docker-registry or skopeo is not installed (make deps installs both)"))
+    (tmp_path / "registry").mkdir()
+    server = registry_server.Registry(str(tmp_path / "registry"), users={"alice": PASSWORD})
+    try:
+        auth = str(tmp_path / "auth.json")
+        with open(auth, "w") as f:
+            json.dump({"auths": {server.host: {"auth": __import__("base64").b64encode(
+                ("alice:" + PASSWORD).encode()).decode()}}}, f)
+        layout, desc = _image(tmp_path, "one", b"ID=one\n")
+        server.push(layout, "v1", "private:v1", auth_file=auth)
+        source, cache = "docker://%s/private:v1" % server.host, str(tmp_path / "cache")
+        code, out, err = _cli(source, "--cache", cache, "--no-tls-verify")
+        assert code == 1 and err.startswith(
+            "soperator-bundle: the registry refused access to %s/private:v1: give credentials" % server.host), err
+        code, out, err = _cli(source, "--cache", cache, "--no-tls-verify", "--auth-file", auth, "--json")
+        assert code == 0, err
+        made = json.loads(out)
+        assert made["digest"] == desc["digest"] and made["changed"] and _rootfs(made["bundle"]) == {
+            "os-release": b"ID=one\n"}
+        assert all("--authfile %s" % auth in c for c in made["commands"])
+        assert PASSWORD not in out + err and "alice" not in out + err
+    finally:
+        server.stop()
+
+
+def test_a_zstd_layer_is_refused_with_a_clear_message_and_leaves_nothing(registry, tmp_path):
+    layout = str(tmp_path / "zstd")
+    plain = oci_helpers.layer_bytes([_dir("etc"), _file("etc/os-release", b"ID=z\n")], compress=False)
+    packed = subprocess.run(["zstd", "-q", "-c"], input=plain, capture_output=True, timeout=60, check=True).stdout
+    oci_helpers.make_layout(layout, [])
+    with open(os.path.join(layout, "index.json")) as f:
+        manifest_desc = json.load(f)["manifests"][0]
+    with open(os.path.join(layout, "blobs", "sha256", manifest_desc["digest"].split(":")[1])) as f:
+        manifest = json.load(f)
+    manifest["layers"] = [oci_helpers.descriptor(layout, packed, "application/vnd.oci.image.layer.v1.tar+zstd")]
+    desc = oci_helpers.descriptor(layout, json.dumps(manifest).encode(), oci_helpers.MANIFEST,
+                                  annotations=manifest_desc["annotations"])
+    with open(os.path.join(layout, "index.json"), "w") as f:
+        json.dump({"schemaVersion": 2, "manifests": [desc]}, f)
+    registry.push(layout, "latest", "zstd:v1")
+    cache = str(tmp_path / "cache")
+    code, out, err = _cli("docker://%s/zstd:v1" % registry.host, "--cache", cache, "--no-tls-verify")
+    assert code == 1 and "layer 0 of docker://%s/zstd:v1 is zstd-compressed" % registry.host in err, err
+    assert "which this Python cannot read" in err and os.listdir(cache) == []
