@@ -6,10 +6,14 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
+import time
 
 import pytest
+from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.soperator.slurm.plugins.module_utils.node import oci_bundle
+from ansible_collections.soperator.slurm.plugins.modules import container_bundle
 from ci_skips import environmental
 import oci_helpers
 import registry_server
@@ -114,7 +118,8 @@ def test_a_missing_image_or_an_unreachable_registry_gives_a_message_not_a_traceb
     assert "Traceback" not in err and not os.path.exists(cache)
 
 
-def test_credentials_come_from_the_auth_file_and_are_never_shown(tmp_path):
+def test_credentials_come_from_the_auth_file_and_are_never_shown(tmp_path, capsys):
+    started = time.time() - 1
     if registry_server.REGISTRY is None or registry_server.SKOPEO is None:
         pytest.skip(environmental("docker-registry or skopeo is not installed (make deps installs both)"))
     (tmp_path / "registry").mkdir()
@@ -137,8 +142,35 @@ def test_credentials_come_from_the_auth_file_and_are_never_shown(tmp_path):
             "os-release": b"ID=one\n"}
         assert all("--authfile %s" % auth in c for c in made["commands"])
         assert PASSWORD not in out + err and "alice" not in out + err
+
+        # the module: check mode resolves the digest through the registry (no pull), then the real run pulls
+        layout2, desc2 = _image(tmp_path, "two", b"ID=two\n")
+        server.push(layout2, "v1", "private:v2", auth_file=auth)
+        params = dict(source="docker://%s/private:v2" % server.host, cache=cache, tls_verify=False,
+                      registry_username="alice", registry_password=PASSWORD, _ansible_diff=True)
+        code, checked = _module(capsys, _ansible_check_mode=True, **params)
+        assert code == 0 and checked["changed"] and checked["digest"] == desc2["digest"], checked
+        assert [c.split()[:2] for c in checked["commands"]] == [["skopeo", "inspect"]]
+        assert not os.path.exists(checked["bundle"]) and checked["diff"]["after"]["state"] == "present"
+        code, made = _module(capsys, **params)
+        assert code == 0 and made["changed"] and _rootfs(made["bundle"]) == {"os-release": b"ID=two\n"}
+        assert [c.split()[:2] for c in made["commands"]] == [["skopeo", "inspect"], ["skopeo", "copy"]]
+        code, again = _module(capsys, **params)
+        assert code == 0 and not again["changed"]
+        assert PASSWORD not in json.dumps([checked, made, again])
+        code, refused = _module(capsys, **dict(params, registry_password="wrong"))
+        assert code == 1 and "the registry refused access to" in refused["msg"], refused
+        assert not [n for n in os.listdir(tempfile.gettempdir()) if n.startswith("soperator-auth-")
+                    and os.stat(os.path.join(tempfile.gettempdir(), n)).st_mtime >= started]
     finally:
         server.stop()
+
+
+def _module(capsys, **params):
+    with patch_module_args(params):
+        with pytest.raises(SystemExit) as exit_:
+            container_bundle.main()
+    return exit_.value.code, json.loads(capsys.readouterr().out)
 
 
 def test_a_zstd_layer_is_refused_with_a_clear_message_and_leaves_nothing(registry, tmp_path):

@@ -38,6 +38,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import argparse
+import base64
 import hashlib
 import io
 import json
@@ -539,10 +540,7 @@ def _refuse_linked_cache(cache):
 
 def _open_cache(cache):
     _refuse_linked_cache(cache)
-    try:
-        os.mkdir(cache, 0o755)
-    except FileExistsError:
-        pass
+    os.makedirs(cache, 0o755, exist_ok=True)
     return os.open(cache, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
@@ -615,13 +613,14 @@ def plan(source, cache, ref=None, arch=None, registry=None):
 
 
 def make_bundle(source, cache, ref=None, keep_setuid=False, preserve_owner=None, arch=None,
-                deadline=safe_tree.NO_DEADLINE, registry=None):
+                deadline=safe_tree.NO_DEADLINE, registry=None, found=None):
     """The bundle of the image at `source` (docker://REF, an OCI layout directory or archive) in `cache`, made
-    unless already there. -> {"bundle": path, "digest": manifest digest, "changed": bool}"""
+    unless already there (`found`: the plan, when made already). -> {"bundle": path, "digest": manifest digest,
+    "changed": bool}"""
     if preserve_owner is None:
         preserve_owner = os.geteuid() == 0
     cache = os.path.abspath(cache)
-    found = plan(source, cache, ref, arch, registry)
+    found = found or plan(source, cache, ref, arch, registry)
     result = {"bundle": found["bundle"], "digest": found["digest"], "changed": False}
     if found["exists"]:
         return result       # made before: a bundle is renamed in only when complete
@@ -634,11 +633,11 @@ def make_bundle(source, cache, ref=None, keep_setuid=False, preserve_owner=None,
     return result
 
 
-def remove_bundle(source, cache, ref=None, arch=None, registry=None):
+def remove_bundle(source, cache, ref=None, arch=None, registry=None, found=None):
     """Remove the bundle of `source` from `cache` if this program made it (its marker). -> {"bundle", "digest",
     "changed"}; a bundle of that name without our marker is refused, never removed."""
     cache = os.path.abspath(cache)
-    found = plan(source, cache, ref, arch, registry)
+    found = found or plan(source, cache, ref, arch, registry)
     result = {"bundle": found["bundle"], "digest": found["digest"], "changed": False}
     if not found["exists"]:
         return result
@@ -654,6 +653,55 @@ def remove_bundle(source, cache, ref=None, arch=None, registry=None):
         os.close(cache_fd)
     result["changed"] = True
     return result
+
+
+def ensure(source, cache, state="present", check=False, ref=None, keep_setuid=False, registry=None, arch=None):
+    """The bundle of `source` present (made unless there) or absent (removed if ours), from one plan: check mode
+    reports what the run would do from the same plan, writing nothing. -> {"changed", "bundle", "digest", "state",
+    "commands", "diff"}"""
+    registry = registry or Registry()
+    cache = os.path.abspath(cache)
+    found = plan(source, cache, ref, arch, registry)
+    if state == "absent" and found["exists"] and not found["ours"]:
+        raise BundleError("%s was not made by %s (it has no %s): left alone" % (found["bundle"], PROGRAM, MARKER))
+    changed = found["exists"] != (state == "present")
+    if changed and not check:
+        if state == "present":
+            changed = make_bundle(source, cache, ref, keep_setuid, registry=registry, arch=arch,
+                                  found=found)["changed"]
+        else:
+            changed = remove_bundle(source, cache, ref, arch, registry, found=found)["changed"]
+    before = "present" if found["exists"] else "absent"
+    return {"changed": changed, "bundle": found["bundle"], "digest": found["digest"], "state": state,
+            "commands": list(registry.commands),
+            "diff": {"before": {"bundle": found["bundle"], "state": before},
+                     "after": {"bundle": found["bundle"], "state": state if changed else before}}}
+
+
+def container_path(path, jail_dir):
+    """`path` (below `jail_dir` on this machine) as the jail's users see it; BundleError when it is not below."""
+    inside = os.path.relpath(os.path.abspath(path), os.path.abspath(jail_dir))
+    if inside == ".." or inside.startswith("../") or os.path.isabs(inside):
+        raise BundleError("%s is not inside the jail %s" % (path, jail_dir))
+    return "/" if inside == "." else "/" + inside
+
+
+def registry_host(ref):
+    """The registry host of a reference, as auth files name it (docker.io when the name has none)."""
+    first = ref.split("/", 1)[0]
+    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+def write_auth_file(folder, ref, username, password):
+    """An auth file (skopeo's --authfile format) for the registry of `ref`, made new (mode 0600) in `folder`, a
+    private folder of the caller's. -> its path"""
+    token = base64.b64encode(("%s:%s" % (username, password)).encode("utf-8")).decode("ascii")
+    path = os.path.join(folder, "auth.json")
+    with os.fdopen(os.open(path, safe_tree.NEW_FILE_FLAGS, 0o600), "w") as f:
+        json.dump({"auths": {registry_host(ref): {"auth": token}}}, f)
+    return path
 
 
 def _make(source, digest, cache_fd, ref, keep_setuid, preserve_owner, arch, deadline, registry):
