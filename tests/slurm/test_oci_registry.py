@@ -12,7 +12,7 @@ import time
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.soperator.slurm.plugins.module_utils.node import oci_bundle
+from ansible_collections.soperator.slurm.plugins.module_utils.node import oci_bundle, safe_tree
 from ansible_collections.soperator.slurm.plugins.modules import container_bundle
 from ci_skips import environmental
 import oci_helpers
@@ -192,3 +192,24 @@ def test_a_zstd_layer_is_refused_with_a_clear_message_and_leaves_nothing(registr
     code, out, err = _cli("docker://%s/zstd:v1" % registry.host, "--cache", cache, "--no-tls-verify")
     assert code == 1 and "layer 0 of docker://%s/zstd:v1 is zstd-compressed" % registry.host in err, err
     assert "which this Python cannot read" in err and os.listdir(cache) == []
+
+
+@pytest.mark.parametrize("upper, expect", [
+    ([_file("esc/pwned", b"x")], "esc is a symlink"),
+    ([_file("esc/.wh.secret", b"")], "esc is a symlink"),
+    ([_file("../victim/pwned", b"x")], r"'\.\.' in"),
+], ids=["write-through-link", "whiteout-through-link", "dotdot"])
+def test_a_hostile_pulled_layer_is_refused_and_writes_nothing_outside_the_cache(registry, tmp_path, upper, expect):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "secret").write_text("host secret\n")
+    layout = str(tmp_path / "hostile")
+    lower = [(oci_helpers.member("esc", tarfile.SYMTYPE, 0o777, str(victim)), None)]
+    oci_helpers.make_layout(layout, [lower, upper], ref="v1")
+    registry.push(layout, "v1", "hostile:v1")
+    cache = str(tmp_path / "cache")
+    with pytest.raises(safe_tree.JailError, match=expect):
+        oci_bundle.make_bundle("docker://%s/hostile:v1" % registry.host, cache,
+                               registry=oci_bundle.Registry(tls_verify=False))
+    assert os.listdir(cache) == [] and os.listdir(str(victim)) == ["secret"]
+    assert (victim / "secret").read_text() == "host secret\n"

@@ -171,6 +171,21 @@ def whiteout_cases():
         ("opaque-root", lambda: [F(".wh..wh..opq", b""), F("new", b"n")], None),
         ("whiteout-as-symlink-and-dir", lambda: [S("opt/.wh.a", v("secret")), D("opt/.wh.keep")], None),
         ("whiteout-of-whiteout", lambda: [F("opt/.wh..wh.x", b"")], r"a whiteout of '\.wh\.x'"),
+        ("whiteout-of-dotdot-below", lambda: [F("opt/keep/.wh...", b"")], r"a whiteout of '\.\.'"),
+        # lower links to a host directory, absolute (opt/tohostdir) and relative past the root (opt/up)
+        ("whiteout-through-lower-link-to-host-dir", lambda: [F("opt/tohostdir/.wh.inner", b"")],
+         r"opt/tohostdir is a symlink"),
+        ("opaque-through-lower-link-to-host-dir", lambda: [F("opt/tohostdir/.wh..wh..opq", b"")],
+         r"opt/tohostdir is a symlink"),
+        ("whiteout-through-relative-escaping-link", lambda: [F("opt/up/.wh.secret", b"")], r"opt/up is a symlink"),
+        ("opaque-through-relative-escaping-link", lambda: [F("opt/up/.wh..wh..opq", b"")], r"opt/up is a symlink"),
+        # removing a directory that holds links to the host removes the links, never what they point to
+        ("whiteout-of-a-dir-holding-links-to-host", lambda: [F(".wh.opt", b"")], None),
+        ("opaque-of-a-dir-holding-links-to-host", lambda: [F("opt/.wh..wh..opq", b"")], None),
+        # a whiteout naming a link's target (the path it holds, inside the rootfs and as the host path)
+        ("whiteout-naming-a-links-target", lambda: [D("usr"), F("usr/.wh.lib", b"")], None),
+        ("whiteout-naming-a-links-host-target", lambda: [F(v(".wh.dir"), b""), F(v("dir", ".wh.inner"), b"")],
+         None),
     ]
 
 
@@ -192,7 +207,9 @@ def test_a_hostile_layer_never_touches_anything_outside_the_cache(world, tmp_pat
     members, expect = case[1](), case[2]
     fmt = case[3] if len(case) > 3 else tarfile.GNU_FORMAT
     layout = str(tmp_path / "layout")
-    oci_helpers.make_layout(layout, [BASE + [S("opt/tohost", hostile.v("secret"))], members], fmt=fmt)
+    links = [S("opt/tohost", hostile.v("secret")), S("opt/tohostdir", hostile.v("dir")),
+             S("opt/up", "../" * 12 + hostile.v("dir").lstrip("/"))]
+    oci_helpers.make_layout(layout, [BASE + links, members], fmt=fmt)
     cache = str(world / "jail-cache")
     before = hostile.snapshot(world)
     if expect is None:
