@@ -19,7 +19,7 @@ description:
     (C(CACHE/sha256-<hex>)). Put the cache inside the jail (which every login and worker node mounts) and every
     node sees the bundle.
   - The digest is resolved first without writing anything (C(skopeo inspect --raw), an index followed to this
-    machine's architecture; an archive's or layout's C(index.json)). A bundle of that name is the image's: a second
+    machine's architecture; an archive's or layout's C(index.json)). A bundle of that name is the image's, so a second
     run changes nothing, and a tag that moved to another image makes a new bundle beside the old one. A registry
     image is pulled by that digest.
   - Nothing is written outside the cache folder. Every blob's size and digest is checked before it is read; layers

@@ -158,7 +158,8 @@ def test_credentials_come_from_the_auth_file_and_are_never_shown(tmp_path, capsy
         code, again = _module(capsys, **params)
         assert code == 0 and not again["changed"]
         assert PASSWORD not in json.dumps([checked, made, again])
-        code, refused = _module(capsys, **dict(params, registry_password="wrong"))
+        params["registry_password"] = "wrong"
+        code, refused = _module(capsys, **params)
         assert code == 1 and "the registry refused access to" in refused["msg"], refused
         assert not [n for n in os.listdir(tempfile.gettempdir()) if n.startswith("soperator-auth-")
                     and os.stat(os.path.join(tempfile.gettempdir(), n)).st_mtime >= started]
@@ -213,3 +214,24 @@ def test_a_hostile_pulled_layer_is_refused_and_writes_nothing_outside_the_cache(
                                registry=oci_bundle.Registry(tls_verify=False))
     assert os.listdir(cache) == [] and os.listdir(str(victim)) == ["secret"]
     assert (victim / "secret").read_text() == "host secret\n"
+
+
+def test_a_multi_arch_index_is_followed_to_the_image_of_the_architecture(registry, tmp_path):
+    layout = str(tmp_path / "multi")
+    amd = oci_helpers.make_layout(layout, [[_dir("etc"), _file("etc/os-release", b"ID=amd\n")]], ref="a")
+    arm = oci_helpers.make_layout(layout, [[_dir("etc"), _file("etc/os-release", b"ID=arm\n")]], ref="b")
+    entries = [dict(d, platform={"os": "linux", "architecture": arch}) for d, arch in ((amd, "amd64"), (arm, "arm64"))]
+    index = oci_helpers.descriptor(layout, json.dumps({"schemaVersion": 2, "mediaType": oci_bundle.INDEX_TYPES[0],
+                                                       "manifests": entries}).encode(),
+                                   oci_bundle.INDEX_TYPES[0], annotations={oci_bundle.REF_ANNOTATION: "multi"})
+    with open(os.path.join(layout, "index.json"), "w") as f:
+        json.dump({"schemaVersion": 2, "manifests": [index]}, f)
+    subprocess.run([registry_server.SKOPEO, "copy", "--quiet", "--all", "--dest-tls-verify=false",
+                    "oci:%s:multi" % layout, "docker://%s/multi:v1" % registry.host],
+                   check=True, timeout=120, capture_output=True)
+    cache, source = str(tmp_path / "cache"), "docker://%s/multi:v1" % registry.host
+    for arch, desc, text in (("amd64", amd, b"ID=amd\n"), ("arm64", arm, b"ID=arm\n")):
+        made = oci_bundle.make_bundle(source, cache, arch=arch, registry=oci_bundle.Registry(tls_verify=False))
+        assert made["digest"] == desc["digest"] and _rootfs(made["bundle"]) == {"os-release": text}
+    with pytest.raises(oci_bundle.BundleError, match="lists 0 images for linux/s390x"):
+        oci_bundle.make_bundle(source, cache, arch="s390x", registry=oci_bundle.Registry(tls_verify=False))
