@@ -109,8 +109,10 @@ ROOTFS = {
     # dmesg (util-linux) and scontrol for the health check; procps for ps/kill in jobs' epilogs. tini (every Slurm
     # image) is PID 1: it reaps the orphans the daemons leave (slurmstepd double-forks, munged daemonizes), which
     # slurmd as PID 1 leaves as zombies.
+    # runc: spec.containers' runtime (oci.conf). The step runs it in the jail; slurmstepd's message thread, which
+    # stays on the node's root, runs RunTimeKill/RunTimeQuery/RunTimeDelete here (scancel of a container step).
     "worker": {"packages": ["slurmd", "slurm-client", "munge", "util-linux", "python3", "procps", "hostname",
-                            "tini"] + SSSD_PACKAGES, "sources": SSSD_SOURCES},
+                            "tini", "runc"] + SSSD_PACKAGES, "sources": SSSD_SOURCES},
     "login": {"packages": ["openssh-server", "slurm-client", "munge", "util-linux", "libnss-extrausers",
                            "python3", "tini"] + SSSD_PACKAGES, "sources": SSSD_SOURCES},
     "accounting": {"packages": ["slurmdbd", "munge", "util-linux", "tini", "slurm-wlm-jwt-plugin"]},
@@ -119,8 +121,9 @@ ROOTFS = {
     # libnss-sss: sessions and job steps in the jail resolve directory users through the node's SSSD (spec.identity).
     # skopeo and soperator-bundle (node/oci_bundle.py): users make bundles for srun --container on the login node.
     "jail-rootfs": {
+        # runc: `srun --container` steps run the runtime inside the jail (the step entered it before), rootless.
         "packages": ["slurm-client", "munge", "openssh-client", "python3", "hostname", "procps", "iproute2",
-                     "less", "nano", "libnss-sss", "skopeo", "ca-certificates"],
+                     "less", "nano", "libnss-sss", "runc", "skopeo", "ca-certificates"],
         "sources": SSSD_SOURCES,
         "hooks": [
             'rm -f "$1"/etc/munge/munge.key "$1"/etc/resolv.conf "$1"/etc/hostname',

@@ -75,6 +75,21 @@ options:
         sees as /, where a setuid-root file of an image would be a way up.
     type: bool
     default: false
+  user:
+    description:
+      - Whose job steps run the bundle, as V(UID:GID). The bundle's C(config.json) is rootless for that one user
+        (Slurm runs the runtime as the job's user and never sets the id mappings): its user namespace maps the
+        container's 0 to this uid and gid only. Defaults to the user running the module.
+      - A cache that holds the image's bundle for another user (or other O(mounts)) fails the task; give each user
+        a cache of their own, for example under their home in the jail.
+    type: str
+  mounts:
+    description:
+      - The jail's paths bind-mounted at the same path inside the container (absolute, normalized, not C(/proc),
+        C(/dev), C(/sys) or C(/)).
+    type: list
+    elements: str
+    default: [/home]
   auth_file:
     description:
       - Registry credentials in skopeo's auth file format (C(skopeo login --authfile FILE HOST) writes one). Without
@@ -105,17 +120,20 @@ notes:
   - Registry images need skopeo (Debian package skopeo) on the machine the module runs on. Layers must be plain or
     gzip tarballs; zstd layers are refused, naming the layer (Python's tarfile does not read zstd).
   - Owners of the image's files are kept only when the module runs as root.
+  - With the Kubernetes backend, workers read the bundle's C(config.json) under the jail's C(/home) before the step
+    enters the jail: put O(cache) there.
   - Users make bundles themselves on the login node with C(soperator-bundle IMAGE), the same code, in the jail image.
 seealso:
   - module: soperator.slurm.jail_populate
 """
 
 EXAMPLES = r"""
-- name: Make a bundle in the jail from a registry image (a second run changes nothing)
+- name: Make alice's bundle in the jail from a registry image (a second run changes nothing)
   soperator.slurm.container_bundle:
     source: docker://registry.example.com/ml/pytorch:2.4
-    cache: /srv/slurm/jail/opt/bundles
+    cache: /srv/slurm/jail/home/alice/bundles     # workers read config.json under the jail's /home
     jail_dir: /srv/slurm/jail
+    user: "1500:1500"                              # alice's uid and gid: her steps run it
   register: bundle
 
 - name: Users run steps in it
@@ -125,19 +143,19 @@ EXAMPLES = r"""
 - name: From a private registry, credentials from the vault
   soperator.slurm.container_bundle:
     source: docker://registry.example.com/team/image@sha256:4f1c0e8b9b2d9a1a3f0c7e6d5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f0e9d8c7b6a
-    cache: /srv/slurm/jail/opt/bundles
+    cache: /srv/slurm/jail/home/alice/bundles
     registry_username: robot
     registry_password: "{{ vault_registry_token }}"
 
 - name: From an OCI archive made with podman save --format oci-archive
   soperator.slurm.container_bundle:
     source: /srv/images/tool.tar
-    cache: /srv/slurm/jail/opt/bundles
+    cache: /srv/slurm/jail/home/alice/bundles
 
 - name: Remove the bundle of an image (only one this module made)
   soperator.slurm.container_bundle:
     source: /srv/images/tool.tar
-    cache: /srv/slurm/jail/opt/bundles
+    cache: /srv/slurm/jail/home/alice/bundles
     state: absent
 """
 
@@ -186,12 +204,24 @@ OPTIONS = dict(
     state=dict(type="str", choices=["present", "absent"], default="present"),
     ref=dict(type="str"),
     keep_setuid=dict(type="bool", default=False),
+    user=dict(type="str"),
+    mounts=dict(type="list", elements="str", default=["/home"]),
     auth_file=dict(type="path", no_log=False),
     registry_username=dict(type="str"),
     registry_password=dict(type="str", no_log=True),
     tls_verify=dict(type="bool", default=True),
     timeout=dict(type="int", default=1800),
 )
+
+
+def _user(text):
+    """(uid, gid) of the option user (UID:GID), None when not given."""
+    if text is None:
+        return None
+    uid, sep, gid = text.partition(":")
+    if not (sep and uid.isdigit() and gid.isdigit()):
+        raise SoperatorError("user %r is not UID:GID" % text)
+    return int(uid), int(gid)
 
 
 def _run(module):
@@ -209,7 +239,7 @@ def _run(module):
             auth_file = oci_bundle.write_auth_file(private, pulled, p["registry_username"], p["registry_password"])
         registry = oci_bundle.Registry(auth_file, p["tls_verify"], timeout=p["timeout"])
         result = oci_bundle.ensure(p["source"], p["cache"], p["state"], module.check_mode, p["ref"],
-                                   p["keep_setuid"], registry)
+                                   p["keep_setuid"], registry, user=_user(p["user"]), mounts=p["mounts"])
     except (safe_tree.JailError, OSError) as e:
         raise SoperatorError(str(e), changed=False)
     finally:

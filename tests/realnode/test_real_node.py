@@ -5,14 +5,17 @@ The one change to the example: 1 CPU per worker instead of 2. The kubelet offers
 CI's VMs), and requests equal limits; with 2 CPUs each the second worker could never be scheduled.
 """
 import functools
+import io
 import json
 import os
 import subprocess
+import tarfile
 
 import pytest
 import yaml
 
 import ansible_run
+import oci_helpers
 from realnode_wait import wait as _wait
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,6 +29,8 @@ def _spec(tmp_path, public_key):
     assert nodeset["spec"]["resources"]["cpu"] == "2"
     nodeset["spec"]["resources"]["cpu"] = "1"
     cluster["spec"]["login"]["sshRootPublicKeys"] = [public_key]
+    # srun --container (issue 29): oci.conf and the jail's /home on the workers; the rest of the test is unchanged
+    cluster["spec"]["containers"] = {"enabled": True}
     path = tmp_path / "small-cpu-real.yml"
     path.write_text(yaml.safe_dump_all(docs))
     return str(path)
@@ -94,6 +99,8 @@ def test_small_cpu_runs_jobs_in_real_pods(real_node, tmp_path):
     assert "not-in-jail" not in lines and lines[0] == "small-login-0", done.stdout
     assert sorted(lines[-2:]) == ["cpu-0", "cpu-1"], done.stdout
 
+    _container_step_as_a_user(real_node, tmp_path)
+
     # `kubectl logs` (what log collectors read) has each daemon's own lines: slurmctld's and slurmd's (their -D logs
     # to the container's standard error besides the log file) and munged's (in the foreground, "munged: ...").
     for pod, daemon in (("small-controller-0", "slurmctld"), ("cpu-0", "slurmd")):
@@ -117,6 +124,77 @@ def test_small_cpu_runs_jobs_in_real_pods(real_node, tmp_path):
     _wait("no pod left", lambda: (not _pods(real_node), None), timeout=180)
     claims = json.loads(real_node.kubectl("-n", NS, "get", "pvc", "-o", "json").stdout)["items"]
     assert {c["metadata"]["name"] for c in claims} >= {"small-jail", "spool-small-controller-0"}
+
+
+OCI_USER = ("ocitest", 1500, 1500)
+NODE_PROGRAMS = os.path.join(ROOT, "plugins", "module_utils", "node")
+
+
+def _container_step_as_a_user(node, tmp_path):
+    """issue 29's must-show: an image built here (this machine's sh, cat and ls with their libraries, and its
+    os-release: not the jail's Debian) becomes a bundle in the jail, made by oci_bundle.py in the login pod as a
+    regular user; that user's `srun -N2 --container` runs in it on both workers, rootless: the process is root of a
+    user namespace that maps only the user's uid, and a file it writes to the bind-mounted jail /home is the
+    user's."""
+    name, uid, gid = OCI_USER
+    with open("/etc/os-release", "rb") as f:
+        os_release = f.read()
+    layout = str(tmp_path / "oci-layout")
+    oci_helpers.make_layout(layout, [oci_helpers.host_layer(),
+                                     [(oci_helpers.member("etc/os-release", mode=0o644), os_release)]])
+    image = oci_helpers.make_archive(tmp_path / "image.tar", layout)
+    # A jail user (the jail's passwd, what the login pod's NSS reads); slurmctld looks the user up for the job's
+    # credential: its pod learns it the way spec.identity's SSSD would tell it.
+    entry = "%s:x:%d:%d::/home/%s:/bin/sh" % (name, uid, gid, name)
+    group = "%s:x:%d:" % (name, gid)
+    added = _exec(node, "small-login-0", "sh", "-c",
+                  "echo '%s' >> /mnt/jail/etc/passwd && echo '%s' >> /mnt/jail/etc/group && "
+                  "mkdir /mnt/jail/home/%s && chown %d:%d /mnt/jail/home/%s" % (entry, group, name, uid, gid, name),
+                  container="sshd")
+    assert added.returncode == 0, added.stderr
+    added = _exec(node, "small-controller-0", "sh", "-c",
+                  "echo '%s' >> /etc/passwd && echo '%s' >> /etc/group" % (entry, group), container="slurmctld")
+    assert added.returncode == 0, added.stderr
+    # oci_bundle.py (standard library, with the jail writer it imports) and the image into the login pod
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for program in ("oci_bundle.py", "safe_tree.py", "tree_reader.py"):
+            tar.add(os.path.join(NODE_PROGRAMS, program), arcname="ocitest/" + program)
+        tar.add(image, arcname="ocitest/image.tar")
+    copied = subprocess.run([node.kubectl_path, "--kubeconfig", node.kubeconfig, "-n", NS, "exec", "-i",
+                             "small-login-0", "-c", "sshd", "--", "python3", "-c",
+                             "import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|')"
+                             ".extractall('/tmp')"], input=buf.getvalue(), capture_output=True, timeout=120,
+                            check=False)
+    assert copied.returncode == 0, copied.stderr
+    as_user = ["setpriv", "--reuid", str(uid), "--regid", str(gid), "--clear-groups"]
+    made = _exec(node, "small-login-0", *as_user, "python3", "/tmp/ocitest/oci_bundle.py", "--source",
+                 "/tmp/ocitest/image.tar", "--cache", "/mnt/jail/home/%s/bundles" % name, "--json", container="sshd")
+    assert made.returncode == 0, made.stderr
+    bundle = json.loads(made.stdout)["bundle"][len("/mnt/jail"):]      # its path in the jail
+    assert bundle.startswith("/home/%s/bundles/sha256-" % name), bundle
+    out = _exec(node, "small-login-0", *as_user, "srun", "-N2", "-l", "--container=" + bundle, "sh", "-c",
+                "cat /etc/os-release; echo uid_map $(cat /proc/self/uid_map); "
+                "test -e /etc/soperator-jail-release && echo jail || echo image; "
+                "echo written >> /home/%s/from-container" % name, container="sshd", timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    by_task = {}
+    for line in out.stdout.splitlines():
+        task, text = line.split(": ", 1)
+        by_task.setdefault(task.strip(), []).append(text)
+    assert sorted(by_task) == ["0", "1"], out.stdout      # -N2: one task on each worker
+    for lines in by_task.values():
+        # the image's os-release (this machine's), the user's uid behind the namespace's 0, not the jail's files
+        assert lines == os_release.decode().splitlines() + ["uid_map 0 %d 1" % uid, "image"], out.stdout
+    # both tasks wrote to the jail's /home, bind-mounted: the file is there after the job, the user's
+    written = _exec(node, "small-login-0", "sh", "-c", "stat -c '%%u %%g' /mnt/jail/home/%s/from-container && "
+                    "cat /mnt/jail/home/%s/from-container" % (name, name), container="sshd")
+    assert written.stdout.split("\n")[:3] == ["%d %d" % (uid, gid), "written", "written"], written.stdout
+    # a bundle that is not there: the step fails, and srun says so (printed: what a user reads)
+    missing = _exec(node, "small-login-0", *as_user, "srun", "-N1", "--container=/home/%s/no-such-bundle" % name,
+                    "true", container="sshd")
+    print("srun --container=<missing bundle>: rc %d\n%s" % (missing.returncode, missing.stderr))
+    assert missing.returncode != 0 and "srun: error" in missing.stderr, missing.stderr
 
 
 ROLL = "roll"   # the rolling upgrade's namespace

@@ -5,6 +5,7 @@ an image of two layers built here (tests/oci_helpers.host_layer: this machine's 
 The local cluster's jobs run as root; a user's rootless run (user namespaces on the workers) is not shown here."""
 import os
 import shutil
+import tempfile
 
 import pytest
 
@@ -69,3 +70,49 @@ def test_a_missing_bundle_fails_the_step_with_an_error(local_cluster, tmp_path):
     # what 22.05's srun says: the runtime found no bundle
     assert proc.returncode != 0 and "Application launch failed: No such file or directory" in proc.stderr, \
         proc.stderr
+
+
+def _regular_user():
+    """(uid, gid) of a user with uid >= 1000 on this machine, or None."""
+    import pwd
+    for entry in pwd.getpwall():
+        if 1000 <= entry.pw_uid < 60000:
+            return entry.pw_uid, entry.pw_gid
+    return None
+
+
+def test_a_regular_users_step_runs_rootless_and_writes_its_files_as_the_user(local_cluster):
+    if shutil.which("runc") is None and shutil.which("runc", path="/usr/sbin:/sbin") is None:
+        pytest.skip(environmental("runc is not installed (Debian package runc; make deps installs it)"))
+    user = _regular_user()
+    if user is None or os.geteuid() != 0:
+        pytest.skip(environmental("needs root and a user with uid >= 1000 on this machine"))
+    uid, gid = user
+    cluster = local_cluster(SPEC)
+    # a folder the user reaches (tmp_path is root's, mode 0700): the bundle, made for the user, and a data folder
+    top = tempfile.mkdtemp(prefix="sop-oci-", dir="/tmp")
+    try:
+        os.chmod(top, 0o755)
+        layout = os.path.join(top, "layout")
+        oci_helpers.make_layout(layout, [oci_helpers.host_layer()])
+        data = os.path.join(top, "data")
+        os.mkdir(data)
+        os.chown(data, uid, gid)
+        bundle = oci_bundle.make_bundle(layout, os.path.join(top, "bundles"), user=(uid, gid), mounts=[data],
+                                        preserve_owner=False)["bundle"]
+        for current, dirs, files in os.walk(top):
+            for name in dirs + files:
+                os.chown(os.path.join(current, name), uid, gid, follow_symlinks=False)
+        proc = cluster.run(["setpriv", "--reuid", str(uid), "--regid", str(gid), "--clear-groups",
+                            "srun", "-N2", "-l", "--container=" + bundle, "sh", "-c",
+                            "echo uid_map $(cat /proc/self/uid_map); echo written >> %s/out" % data],
+                           timeout=JOB_WAIT, check=False)
+        assert proc.returncode == 0, proc.stderr
+        # each task: root of a user namespace that maps only the user's uid; what it wrote is the user's
+        assert sorted(proc.stdout.splitlines()) == ["0: uid_map 0 %d 1" % uid, "1: uid_map 0 %d 1" % uid], proc.stdout
+        st = os.stat(os.path.join(data, "out"))
+        assert (st.st_uid, st.st_gid) == (uid, gid)
+        with open(os.path.join(data, "out")) as f:
+            assert f.read() == "written\nwritten\n"
+    finally:
+        shutil.rmtree(top)

@@ -62,7 +62,7 @@ def test_a_registry_image_becomes_a_bundle_named_by_its_digest_and_a_moved_tag_m
     pulls = oci_bundle.Registry(tls_verify=False)
     assert oci_bundle.plan(source, cache, registry=pulls) == {
         "bundle": os.path.join(cache, "sha256-" + desc["digest"].split(":")[1]), "digest": desc["digest"],
-        "exists": False, "ours": False}
+        "exists": False, "ours": False, "runtime": None}
     made = oci_bundle.make_bundle(source, cache, registry=pulls)
     assert made == {"bundle": os.path.join(cache, "sha256-" + desc["digest"].split(":")[1]),
                     "digest": desc["digest"], "changed": True}

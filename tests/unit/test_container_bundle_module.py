@@ -1,6 +1,7 @@
 """The container_bundle module, run in-process as Ansible runs it: check mode and the real run from one plan, diff,
 a second run unchanged, state=absent only for our bundle, options refused before anything is written. Registry
 images: tests/slurm/test_oci_registry.py (a real registry)."""
+import json
 import os
 import sys
 
@@ -66,3 +67,21 @@ def test_a_cache_outside_the_jail_or_a_missing_source_fails_before_anything_is_w
     code, result = run_module(container_bundle, capsys, source=layout, cache=str(tmp_path / "cache"),
                               registry_username="u", registry_password="p")
     assert code == 1 and "registry_username is for a registry image" in result["msg"]
+
+
+def test_the_bundle_is_for_the_user_and_mounts_given_and_another_user_is_refused(capsys, tmp_path):
+    layout = str(tmp_path / "layout")
+    oci_helpers.make_layout(layout, [LAYER])
+    cache = str(tmp_path / "cache")
+    code, made = run_module(container_bundle, capsys, source=layout, cache=cache, user="1500:1600",
+                            mounts=["/home", "/data"])
+    assert code == 0 and made["changed"], made
+    with open(os.path.join(made["bundle"], "config.json")) as f:
+        config = json.load(f)
+    assert config["linux"]["uidMappings"] == [{"containerID": 0, "hostID": 1500, "size": 1}]
+    assert [m["destination"] for m in config["mounts"][-2:]] == ["/home", "/data"]
+    code, checked = run_module(container_bundle, capsys, source=layout, cache=cache, user="1501:1600",
+                               _ansible_check_mode=True)
+    assert code == 1 and "made with another config.json" in checked["msg"]
+    code, bad = run_module(container_bundle, capsys, source=layout, cache=cache, user="alice")
+    assert code == 1 and bad["msg"] == "user 'alice' is not UID:GID"

@@ -481,10 +481,38 @@ def _strings(config, key, where):
     return value
 
 
-def runtime_config(image_config, where="the image config"):
+# the jail's home directories: bind-mounted into every container, so a step reads and writes the user's files
+DEFAULT_MOUNTS = ("/home",)
+# what the runtime itself mounts; a bind over them is refused
+RUNTIME_PATHS = ("/proc", "/dev", "/sys")
+
+
+def check_mounts(mounts):
+    """The bind mounts' paths, each absolute, normalized and not one the runtime owns."""
+    for path in mounts:
+        if (not isinstance(path, str) or not path.startswith("/") or os.path.normpath(path) != path or
+                path == "/" or "\x00" in path or
+                any(path == p or path.startswith(p + "/") for p in RUNTIME_PATHS)):
+            raise BundleError("mount %r is not an absolute, normalized path other than / and outside %s"
+                              % (path, " ".join(RUNTIME_PATHS)))
+    if len(set(mounts)) != len(mounts):
+        raise BundleError("mounts %s name a path twice" % ", ".join(mounts))
+    return list(mounts)
+
+
+def runtime_config(image_config, where="the image config", user=(0, 0), mounts=DEFAULT_MOUNTS):
     """The bundle's config.json (OCI runtime spec) from the image's config: its command, environment and working
     directory; host network (jobs talk to each other), its own pid, ipc, uts and mount namespaces; no new
-    privileges. Slurm's slurmstepd replaces the process's args, environment and user for each step."""
+    privileges.
+
+    Rootless, for one user: slurmstepd runs the runtime as the job's user and copies this config.json for each task,
+    replacing only the process's args and environment, the terminal and root.path (Slurm 22.05 to 26.05). It never
+    sets process.user or the id mappings, so the bundle is made for its user (`user`: uid, gid): a user namespace
+    that maps the container's 0 to that uid and gid, the only ids an unprivileged runtime may map (runc requires a
+    mapping of 0: runc 1.1.5 and forky's 1.3.6 refuse a namespace that maps the uid to itself). Inside, the process
+    is root of that namespace only - /proc/self/uid_map reads `0 <uid> 1` - and everything it does to files outside
+    (a bind-mounted path) it does as the user. `mounts`: the jail's paths bind-mounted at the same path (the jail is
+    what the step sees as / when the runtime starts)."""
     config = image_config.get("config") or {}
     if not isinstance(config, dict):
         raise BundleError("%s: config is not an object" % where)
@@ -493,6 +521,7 @@ def runtime_config(image_config, where="the image config"):
     cwd = config.get("WorkingDir") or "/"
     if not isinstance(cwd, str) or not cwd.startswith("/"):
         raise BundleError("%s: config.WorkingDir %r is not an absolute path" % (where, cwd))
+    uid, gid = user
     nosuid = ["nosuid", "noexec", "nodev"]
     return {
         "ociVersion": "1.0.2",
@@ -511,14 +540,21 @@ def runtime_config(image_config, where="the image config"):
             {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": nosuid},
             {"destination": "/sys", "type": "none", "source": "/sys",
              "options": ["rbind", "nosuid", "noexec", "nodev", "ro"]},
-        ],
+        ] + [{"destination": path, "type": "none", "source": path, "options": ["rbind", "nosuid", "nodev"]}
+             for path in check_mounts(mounts)],
         "linux": {
-            "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
+            "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "user"}],
+            "uidMappings": [{"containerID": 0, "hostID": uid, "size": 1}],
+            "gidMappings": [{"containerID": 0, "hostID": gid, "size": 1}],
             "maskedPaths": ["/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
                             "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware"],
             "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
         },
     }
+
+
+def config_bytes(config):
+    return json.dumps(config, indent=2, sort_keys=True).encode() + b"\n"
 
 
 # --- the bundle ---------------------------------------------------------------------------------------------------
@@ -609,25 +645,51 @@ def plan(source, cache, ref=None, arch=None, registry=None):
     name = bundle_name(digest)
     marker = _read_marker(cache, name)
     return {"bundle": os.path.join(cache, name), "digest": digest, "exists": marker is not False,
-            "ours": bool(marker)}
+            "ours": bool(marker), "runtime": _marker_runtime(marker)}
+
+
+def _marker_runtime(marker):
+    """(user, mounts) a bundle of ours was made for, as its marker records them (None: not recorded)."""
+    if not marker or not isinstance(marker.get("user"), list) or not isinstance(marker.get("mounts"), list):
+        return None
+    return {"user": tuple(marker["user"]), "mounts": marker["mounts"]}
+
+
+def _runtime(user, mounts):
+    """The bundle's user ((uid, gid); None: who runs this) and jail mounts, checked before anything is written."""
+    if user is None:
+        user = (os.getuid(), os.getgid())
+    return {"user": tuple(user), "mounts": check_mounts(list(mounts))}
+
+
+def _refuse_other_runtime(found, runtime):
+    """A bundle's config.json is for one user and its mounts: the same image for another user or other mounts in
+    the same cache is refused, the bundle untouched."""
+    if found["exists"] and found["runtime"] is not None and found["runtime"] != runtime:
+        raise BundleError("%s was made with another config.json (another user or other mounts than uid %d, gid %d, "
+                          "%s): remove it, or use a cache of your own"
+                          % (found["bundle"], runtime["user"][0], runtime["user"][1],
+                             " ".join(runtime["mounts"]) or "no mounts"))
 
 
 def make_bundle(source, cache, ref=None, keep_setuid=False, preserve_owner=None, arch=None,
-                deadline=safe_tree.NO_DEADLINE, registry=None, found=None):
+                deadline=safe_tree.NO_DEADLINE, registry=None, found=None, user=None, mounts=DEFAULT_MOUNTS):
     """The bundle of the image at `source` (docker://REF, an OCI layout directory or archive) in `cache`, made
-    unless already there (`found`: the plan, when made already). -> {"bundle": path, "digest": manifest digest,
-    "changed": bool}"""
+    unless already there (`found`: the plan, when made already), for `user` ((uid, gid); default: who runs this)
+    with the jail paths `mounts` bound inside. -> {"bundle": path, "digest": manifest digest, "changed": bool}"""
     if preserve_owner is None:
         preserve_owner = os.geteuid() == 0
+    runtime = _runtime(user, mounts)
     cache = os.path.abspath(cache)
     found = found or plan(source, cache, ref, arch, registry)
     result = {"bundle": found["bundle"], "digest": found["digest"], "changed": False}
+    _refuse_other_runtime(found, runtime)
     if found["exists"]:
         return result       # made before: a bundle is renamed in only when complete
     cache_fd = _open_cache(cache)
     try:
         result["changed"] = _make(source, found["digest"], cache_fd, ref, keep_setuid, preserve_owner, arch,
-                                  deadline, registry)
+                                  deadline, registry, runtime)
     finally:
         os.close(cache_fd)
     return result
@@ -655,20 +717,24 @@ def remove_bundle(source, cache, ref=None, arch=None, registry=None, found=None)
     return result
 
 
-def ensure(source, cache, state="present", check=False, ref=None, keep_setuid=False, registry=None, arch=None):
+def ensure(source, cache, state="present", check=False, ref=None, keep_setuid=False, registry=None, arch=None,
+           user=None, mounts=DEFAULT_MOUNTS):
     """The bundle of `source` present (made unless there) or absent (removed if ours), from one plan: check mode
     reports what the run would do from the same plan, writing nothing. -> {"changed", "bundle", "digest", "state",
     "commands", "diff"}"""
     registry = registry or Registry()
+    runtime = _runtime(user, mounts)
     cache = os.path.abspath(cache)
     found = plan(source, cache, ref, arch, registry)
+    if state == "present":
+        _refuse_other_runtime(found, runtime)
     if state == "absent" and found["exists"] and not found["ours"]:
         raise BundleError("%s was not made by %s (it has no %s): left alone" % (found["bundle"], PROGRAM, MARKER))
     changed = found["exists"] != (state == "present")
     if changed and not check:
         if state == "present":
-            changed = make_bundle(source, cache, ref, keep_setuid, registry=registry, arch=arch,
-                                  found=found)["changed"]
+            changed = make_bundle(source, cache, ref, keep_setuid, registry=registry, arch=arch, found=found,
+                                  user=runtime["user"], mounts=runtime["mounts"])["changed"]
         else:
             changed = remove_bundle(source, cache, ref, arch, registry, found=found)["changed"]
     before = "present" if found["exists"] else "absent"
@@ -704,14 +770,14 @@ def write_auth_file(folder, ref, username, password):
     return path
 
 
-def _make(source, digest, cache_fd, ref, keep_setuid, preserve_owner, arch, deadline, registry):
+def _make(source, digest, cache_fd, ref, keep_setuid, preserve_owner, arch, deadline, registry, runtime):
     staging = STAGING_PREFIX + "%d-%s" % (os.getpid(), os.urandom(6).hex())
     os.mkdir(staging, 0o700, dir_fd=cache_fd)
     try:
         staging_fd = safe_tree.open_dirs(cache_fd, [staging])
         try:
             made = _make_in(source, digest, cache_fd, staging_fd, ref, keep_setuid, preserve_owner, arch,
-                            deadline, registry)
+                            deadline, registry, runtime)
         finally:
             os.close(staging_fd)
     finally:
@@ -741,7 +807,8 @@ def _source_blobs(source, staging_fd, registry, digest):
     return fd, None
 
 
-def _make_in(source, digest, cache_fd, staging_fd, ref, keep_setuid, preserve_owner, arch, deadline, registry):
+def _make_in(source, digest, cache_fd, staging_fd, ref, keep_setuid, preserve_owner, arch, deadline, registry,
+             runtime):
     """Make the bundle named by `digest` (the plan's). A layout or archive that changed since the plan names its
     bundle anew; a registry image is pulled by the plan's digest."""
     pulled = registry_reference(source) is not None
@@ -762,18 +829,19 @@ def _make_in(source, digest, cache_fd, staging_fd, ref, keep_setuid, preserve_ow
                               % (source, descriptor["digest"], descriptor.get("mediaType")))
         manifest = blobs.json(descriptor, "the manifest %s" % descriptor["digest"])
         image_config = blobs.json(manifest.get("config"), "the image config")
+        config = config_bytes(runtime_config(image_config, user=runtime["user"], mounts=runtime["mounts"]))
         layers = manifest.get("layers")
         if not isinstance(layers, list):
             raise BundleError("the manifest %s lists no layers" % descriptor["digest"])
         for i, layer in enumerate(layers):
             _check_layer_type(layer, i, source)
-        config = runtime_config(image_config)
         os.mkdir("bundle", 0o755, dir_fd=staging_fd)
         bundle_fd = safe_tree.open_dirs(staging_fd, ["bundle"])
         try:
-            _write_layers(blobs, layers, staging_fd, bundle_fd, keep_setuid, preserve_owner, deadline)
-            _write_new(bundle_fd, "config.json", json.dumps(config, indent=2, sort_keys=True).encode() + b"\n")
-            marker = {"program": PROGRAM, "digest": digest}
+            _write_layers(blobs, layers, staging_fd, bundle_fd, keep_setuid, preserve_owner, deadline,
+                          runtime["mounts"])
+            _write_new(bundle_fd, "config.json", config)
+            marker = {"program": PROGRAM, "digest": digest, "user": list(runtime["user"]), "mounts": runtime["mounts"]}
             _write_new(bundle_fd, MARKER, json.dumps(marker, sort_keys=True).encode() + b"\n")
         finally:
             os.close(bundle_fd)
@@ -802,7 +870,18 @@ def _check_layer_type(layer, i, source):
     raise BundleError("layer %d of %s: media type %r is not read here (plain or gzip tar only)" % (i, source, kind))
 
 
-def _write_layers(blobs, layers, staging_fd, bundle_fd, keep_setuid, preserve_owner, deadline):
+def _mount_points(rootfs_fd, mounts):
+    """The directories the runtime mounts on, made where the image lacks them: a rootless runtime is root of its
+    user namespace only and cannot make them in a rootfs it does not own. No link is followed."""
+    for path in [p for p in RUNTIME_PATHS] + list(mounts):
+        try:
+            os.close(safe_tree.open_dirs(rootfs_fd, [p for p in path.split("/") if p], create=True))
+        except OSError as e:
+            raise BundleError("the image's %s is not a directory (a link?), where the container mounts: %s"
+                              % (path, e))
+
+
+def _write_layers(blobs, layers, staging_fd, bundle_fd, keep_setuid, preserve_owner, deadline, mounts):
     os.mkdir("rootfs", 0o755, dir_fd=bundle_fd)
     rootfs_fd = safe_tree.open_dirs(bundle_fd, ["rootfs"])
     try:
@@ -817,6 +896,7 @@ def _write_layers(blobs, layers, staging_fd, bundle_fd, keep_setuid, preserve_ow
             finally:
                 os.unlink("layer", dir_fd=staging_fd)
         writer.close()
+        _mount_points(rootfs_fd, mounts)
     finally:
         os.close(rootfs_fd)
 
@@ -843,10 +923,21 @@ def main(argv=None):
     parser.add_argument("--remove", action="store_true", help="remove the image's bundle (only one made here)")
     parser.add_argument("--check", action="store_true", help="say whether the bundle exists; change nothing")
     parser.add_argument("--json", action="store_true", help="print a JSON line (bundle, digest, changed, commands)")
+    parser.add_argument("--user", metavar="UID:GID", help="whose steps run the bundle (default: yours): the "
+                        "container's user namespace maps this uid and gid only")
+    parser.add_argument("--mount", action="append", metavar="PATH", help="a path of the jail to bind-mount at the "
+                        "same path inside (repeatable; default: /home)")
     args = parser.parse_args(argv)
     source = args.source or args.image
     if not source or (args.source and args.image):
         parser.error("name the image once: IMAGE or --source IMAGE")
+    user = None
+    if args.user is not None:
+        match = re.match(r"^([0-9]+):([0-9]+)$", args.user)
+        if match is None:
+            parser.error("--user %r is not UID:GID" % args.user)
+        user = (int(match.group(1)), int(match.group(2)))
+    mounts = DEFAULT_MOUNTS if args.mount is None else args.mount
     cache = args.cache or default_cache()
     registry = Registry(args.auth_file, not args.no_tls_verify)
     try:
@@ -856,7 +947,8 @@ def main(argv=None):
         elif args.remove:
             result = remove_bundle(source, cache, args.ref, registry=registry)
         else:
-            result = make_bundle(source, cache, args.ref, args.keep_setuid, registry=registry)
+            result = make_bundle(source, cache, args.ref, args.keep_setuid, registry=registry, user=user,
+                                 mounts=mounts)
     except (safe_tree.JailError, OSError) as e:
         sys.stderr.write("%s: %s\n" % (PROGRAM, e))
         return 1

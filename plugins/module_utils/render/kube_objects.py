@@ -406,6 +406,11 @@ def _worker(model, node_set):
     volumes, mounts = kb.slurm_volumes(model)
     volumes += [kb.jail_volume(model), {"name": "spool", "emptyDir": {}}]
     mounts += [kb.mount("jail", c.JAIL_MOUNT), kb.mount("spool", c.SLURMD_SPOOL)]
+    if model.containers is not None and model.containers.enabled:
+        # `srun --container=BUNDLE`: slurmstepd reads BUNDLE/config.json on the node's root filesystem, before the
+        # step enters the jail (where the runtime then runs); bundles live in the jail's /home (oci_bundle.py), so
+        # the node sees that directory at the same path. Read-only: slurmstepd only reads there.
+        mounts.append(dict(kb.mount("jail", "/home", True), subPath="home"))
     if node_set.shared_memory:
         volumes.append({"name": "dev-shm", "emptyDir": {"medium": "Memory", "sizeLimit": node_set.shared_memory}})
         mounts.append(kb.mount("dev-shm", "/dev/shm"))

@@ -52,7 +52,7 @@ def test_layers_and_whiteouts_make_the_rootfs_and_the_bundle_is_kept_by_digest(t
     assert sorted(os.listdir(bundle)) == [".soperator-bundle.json", "config.json", "rootfs"]
     assert _tree(os.path.join(bundle, "rootfs")) == {
         "etc": "dir", "etc/os-release": b"ID=top\n", "opt": "dir", "opt/keep": "dir", "opt/keep/new": b"n",
-        "lib": "-> usr/lib"}
+        "lib": "-> usr/lib", "proc": "dir", "dev": "dir", "sys": "dir", "home": "dir"}
     with open(os.path.join(bundle, "config.json")) as f:
         config = json.load(f)
     assert config["root"] == {"path": "rootfs", "readonly": False}
@@ -131,8 +131,9 @@ def test_several_images_need_a_ref(tmp_path):
         oci_bundle.make_bundle(layout, str(tmp_path / "c"), arch="amd64")
     with pytest.raises(oci_bundle.BundleError, match=r"no image named 'three' \(it has: one, two\)"):
         oci_bundle.make_bundle(layout, str(tmp_path / "c"), ref="three")
-    made = oci_bundle.make_bundle(layout, str(tmp_path / "c"), ref="two")
-    assert made["digest"] == second["digest"] and _tree(os.path.join(made["bundle"], "rootfs")) == {"two": b"2"}
+    made = oci_bundle.make_bundle(layout, str(tmp_path / "c"), ref="two", mounts=[])
+    assert made["digest"] == second["digest"] and _tree(os.path.join(made["bundle"], "rootfs")) == {
+        "two": b"2", "proc": "dir", "dev": "dir", "sys": "dir"}
 
 
 def test_a_cache_that_is_a_symlink_is_refused(tmp_path):
@@ -189,6 +190,10 @@ def whiteout_cases():
     ]
 
 
+# the jail's corpus cases whose image makes a mount point of the runtime (/dev, /proc, /sys, /home) a link
+MOUNT_POINT_LINKS = {"devices-below-symlinks"}
+
+
 def _hostile_id(case):
     return case[0]
 
@@ -205,6 +210,8 @@ def world(tmp_path):
 @pytest.mark.parametrize("case", hostile.CASES + whiteout_cases(), ids=_hostile_id)
 def test_a_hostile_layer_never_touches_anything_outside_the_cache(world, tmp_path, case):
     members, expect = case[1](), case[2]
+    if case[0] in MOUNT_POINT_LINKS:
+        expect = "where the container mounts"       # the jail takes it; a bundle refuses a link where runc mounts
     fmt = case[3] if len(case) > 3 else tarfile.GNU_FORMAT
     layout = str(tmp_path / "layout")
     links = [S("opt/tohost", hostile.v("secret")), S("opt/tohostdir", hostile.v("dir")),
@@ -265,7 +272,8 @@ def test_a_bundle_without_our_marker_is_never_removed(tmp_path):
     cache = str(tmp_path / "cache")
     made = oci_bundle.make_bundle(layout, cache)
     assert oci_bundle.plan(layout, cache) == {"bundle": made["bundle"], "digest": made["digest"], "exists": True,
-                                              "ours": True}
+                                              "ours": True,
+                                              "runtime": {"user": (os.getuid(), os.getgid()), "mounts": ["/home"]}}
     os.unlink(os.path.join(made["bundle"], oci_bundle.MARKER))
     with pytest.raises(oci_bundle.BundleError, match="was not made by soperator-bundle"):
         oci_bundle.remove_bundle(layout, cache)
@@ -294,3 +302,64 @@ def test_skopeo_messages_become_sentences(tmp_path):
         'image h/x:v2 was not found in its registry (check the name and the tag) (skopeo: Error parsing image '
         'name "docker://h/x:v2": reading manifest v2 in h/x: manifest unknown: manifest unknown)')
     assert oci_bundle.explain_skopeo("h/x", "something odd\n") == "skopeo failed for h/x: something odd"
+
+
+def test_the_config_is_rootless_for_its_user_with_the_jails_home_bound(tmp_path):
+    layout = str(tmp_path / "layout")
+    oci_helpers.make_layout(layout, [BASE])
+    cache = str(tmp_path / "cache")
+    made = oci_bundle.make_bundle(layout, cache, user=(1500, 1600))
+    with open(os.path.join(made["bundle"], "config.json")) as f:
+        config = json.load(f)
+    # a user namespace mapping its 0 to the user's uid and gid only (runc needs 0 mapped; an unprivileged runtime
+    # maps nothing else), the process its root: on the node, the user
+    assert {"type": "user"} in config["linux"]["namespaces"]
+    assert config["linux"]["uidMappings"] == [{"containerID": 0, "hostID": 1500, "size": 1}]
+    assert config["linux"]["gidMappings"] == [{"containerID": 0, "hostID": 1600, "size": 1}]
+    assert config["process"]["user"] == {"uid": 0, "gid": 0}
+    assert config["mounts"][-1] == {"destination": "/home", "type": "none", "source": "/home",
+                                    "options": ["rbind", "nosuid", "nodev"]}
+    # the mount points exist in the rootfs: a rootless runtime cannot make them in a rootfs it does not own
+    for path in ("proc", "dev", "sys", "home"):
+        assert os.path.isdir(os.path.join(made["bundle"], "rootfs", path)), path
+    # the same image for another user, or other mounts, in the same cache: refused, the bundle untouched
+    for other in ({"user": (1501, 1600)}, {"user": (1500, 1600), "mounts": ["/home", "/data"]}):
+        with pytest.raises(oci_bundle.BundleError, match="made with another config.json"):
+            oci_bundle.make_bundle(layout, cache, **other)
+    assert oci_bundle.make_bundle(layout, cache, user=(1500, 1600)) == dict(made, changed=False)
+
+
+def test_data_mounts_from_the_command_line_and_who_runs_it(tmp_path):
+    layout = str(tmp_path / "layout")
+    oci_helpers.make_layout(layout, [BASE])
+    proc = subprocess.run([sys.executable, PROGRAM, "--source", layout, "--cache", str(tmp_path / "cache"),
+                           "--mount", "/data/set", "--mount", "/home", "--json"], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    bundle = json.loads(proc.stdout)["bundle"]
+    with open(os.path.join(bundle, "config.json")) as f:
+        config = json.load(f)
+    assert [mt["destination"] for mt in config["mounts"][-2:]] == ["/data/set", "/home"]
+    assert config["linux"]["uidMappings"][0]["hostID"] == os.getuid()
+    assert os.path.isdir(os.path.join(bundle, "rootfs", "data", "set"))
+    proc = subprocess.run([sys.executable, PROGRAM, "--source", layout, "--cache", str(tmp_path / "c2"),
+                           "--user", "alice"], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "is not UID:GID" in proc.stderr
+
+
+@pytest.mark.parametrize("mount", ["home", "/home/../etc", "/", "/proc", "/dev/shm", "/sys", "/a/"])
+def test_a_mount_that_is_not_a_plain_jail_path_is_refused(tmp_path, mount):
+    layout = str(tmp_path / "layout")
+    oci_helpers.make_layout(layout, [BASE])
+    with pytest.raises(oci_bundle.BundleError, match="is not an absolute, normalized path"):
+        oci_bundle.make_bundle(layout, str(tmp_path / "cache"), mounts=[mount])
+    assert not os.path.exists(str(tmp_path / "cache"))     # refused before anything is written
+
+
+def test_an_image_whose_mount_point_is_a_link_makes_no_bundle(tmp_path):
+    layout = str(tmp_path / "layout")
+    oci_helpers.make_layout(layout, [BASE + [S("home", "/etc")]])
+    cache = str(tmp_path / "cache")
+    with pytest.raises(oci_bundle.BundleError, match="the image's /home is not a directory"):
+        oci_bundle.make_bundle(layout, cache)
+    assert os.listdir(cache) == []

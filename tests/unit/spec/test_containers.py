@@ -3,6 +3,7 @@ refuses with the field path, and the file read back the way slurmstepd's parser 
 tests/slurm/test_oci_bundle_runc.py (the bundle in runc)."""
 import pytest
 
+from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as rk
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import SlurmTarget
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax import config_keys
@@ -69,3 +70,17 @@ def test_refused_with_the_field_path(containers, path, fragment):
     issues = issues_of(containers)
     key = "SlurmCluster/c spec.containers.%s" % path
     assert key in issues and fragment in issues[key], issues
+
+
+def _worker_mounts(containers):
+    model = model_of(containers)
+    worker = rk._worker(model, model.node_sets[0])   # the worker StatefulSet render_manifests includes
+    return dict((mt["mountPath"], mt) for mt in worker["spec"]["template"]["spec"]["containers"][0]["volumeMounts"])
+
+
+def test_workers_see_the_jails_home_when_containers_are_on():
+    # slurmstepd reads BUNDLE/config.json on the node's root before the step enters the jail: bundles in the jail's
+    # /home must be at the same path there
+    assert _worker_mounts({"enabled": True})["/home"] == {"name": "jail", "mountPath": "/home", "subPath": "home",
+                                                          "readOnly": True}
+    assert "/home" not in _worker_mounts({}) and "/home" not in _worker_mounts({"enabled": False})
