@@ -78,7 +78,7 @@ options:
   user:
     description:
       - Whose job steps run the bundle, as V(UID:GID). The bundle's C(config.json) is rootless for that one user
-        (Slurm runs the runtime as the job's user and never sets the id mappings): its user namespace maps the
+        (Slurm runs the runtime as the job's user and never sets the id mappings), so its user namespace maps the
         container's 0 to this uid and gid only. Defaults to the user running the module.
       - A cache that holds the image's bundle for another user (or other O(mounts)) fails the task; give each user
         a cache of their own, for example under their home in the jail.
@@ -121,7 +121,7 @@ notes:
     gzip tarballs; zstd layers are refused, naming the layer (Python's tarfile does not read zstd).
   - Owners of the image's files are kept only when the module runs as root.
   - With the Kubernetes backend, workers read the bundle's C(config.json) under the jail's C(/home) before the step
-    enters the jail: put O(cache) there.
+    enters the jail, so put O(cache) there.
   - Users make bundles themselves on the login node with C(soperator-bundle IMAGE), the same code, in the jail image.
 seealso:
   - module: soperator.slurm.jail_populate

@@ -873,7 +873,7 @@ def _check_layer_type(layer, i, source):
 def _mount_points(rootfs_fd, mounts):
     """The directories the runtime mounts on, made where the image lacks them: a rootless runtime is root of its
     user namespace only and cannot make them in a rootfs it does not own. No link is followed."""
-    for path in [p for p in RUNTIME_PATHS] + list(mounts):
+    for path in list(RUNTIME_PATHS) + list(mounts):
         try:
             os.close(safe_tree.open_dirs(rootfs_fd, [p for p in path.split("/") if p], create=True))
         except OSError as e:
