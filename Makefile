@@ -4,7 +4,7 @@ PYTHON ?= python3
 SANITY_ROOT := build/sanity/ansible_collections/soperator/slurm
 APT_PACKAGES := slurm-wlm slurmctld slurmd slurmdbd slurm-client slurmrestd slurm-wlm-jwt-plugin munge libslurm-dev \
 	mariadb-server \
-	openssh-server rsync git make gcc umoci runc prometheus \
+	openssh-server rsync git make gcc umoci runc prometheus skopeo docker-registry zstd \
 	slapd ldap-utils sssd-ldap sssd-tools libnss-sss libpam-sss
 
 .PHONY: deps up down test unit lint sanity molecule ci render bench crds spank k8s-build k8s-up k8s-down k8s-demo \

@@ -87,6 +87,17 @@ SSSD_SUITE = "sid"
 SSSD_SOURCES = ["%s main" % SSSD_SUITE]
 GPU_SOURCES = SSSD_SOURCES + ["%s contrib non-free" % GPU_EXTRA_SUITE]
 
+# soperator-bundle in the jail: node/oci_bundle.py and what it imports ({oci_bundle}... in the jail's hooks).
+BUNDLE_TOOL = ("oci_bundle", "safe_tree", "tree_reader")
+
+
+def jail_substitutions(plugin, plugin_key):
+    """(inputs, substitutions) of the jail root filesystems' hooks: the SPANK plugin and soperator-bundle's files."""
+    files = {n: os.path.join(NODE, n + ".py") for n in BUNDLE_TOOL}
+    inputs = dict({"plugin": plugin_key}, **{n: file_digest(path) for n, path in files.items()})
+    return inputs, dict(files, plugin=plugin)
+
+
 # Root filesystems: packages and extra mmdebstrap customize hooks ({plugin} is the built SPANK plugin's path).
 ROOTFS = {
     # Only to compile the SPANK plugin against this suite's <slurm/spank.h>.
@@ -108,10 +119,11 @@ ROOTFS = {
     # What users get as / on login and worker nodes: Slurm clients of the same version, munge, python3, ssh, the
     # plugin at the path plugstack.conf names (srun/sbatch in the jail load it), and localhost in /etc/hosts.
     # libnss-sss: sessions and job steps in the jail resolve directory users through the node's SSSD (spec.identity).
+    # skopeo and soperator-bundle (node/oci_bundle.py): users make bundles for srun --container on the login node.
     "jail-rootfs": {
         # runc: `srun --container` steps run the runtime inside the jail (the step entered it before), rootless.
         "packages": ["slurm-client", "munge", "openssh-client", "python3", "hostname", "procps", "iproute2",
-                     "less", "nano", "libnss-sss", "runc"],
+                     "less", "nano", "libnss-sss", "runc", "skopeo", "ca-certificates"],
         "sources": SSSD_SOURCES,
         "hooks": [
             'rm -f "$1"/etc/munge/munge.key "$1"/etc/resolv.conf "$1"/etc/hostname',
@@ -121,6 +133,12 @@ ROOTFS = {
             'chmod 0755 "$1"/usr/lib/slurm/spank_chroot.so',
             # Lets anyone (and the smoke test) tell the jail from a node's own root filesystem.
             'printf "soperator.slurm jail root filesystem\\n" > "$1"/etc/soperator-jail-release',
+            'install -d "$1"/usr/local/lib/soperator',
+        ] + ['upload {%s} /usr/local/lib/soperator/%s.py' % (n, n) for n in BUNDLE_TOOL] + [
+            'chmod 0644 ' + " ".join('"$1"/usr/local/lib/soperator/%s.py' % n for n in BUNDLE_TOOL),
+            'printf "#!/bin/sh\\nexec python3 /usr/local/lib/soperator/oci_bundle.py \\"\\$@\\"\\n" '
+            '> "$1"/usr/local/bin/soperator-bundle',
+            'chmod 0755 "$1"/usr/local/bin/soperator-bundle',
         ]},
     "populate": {"packages": ["python3"]},
     # The accounting database for machines that cannot pull the public MariaDB image (images/mariadb).
@@ -522,11 +540,12 @@ def root_filesystems(b, only, fs, ca, jobs):
 
     def plugin_and_jail():   # the jail root filesystems hold the SPANK plugin: one after the other
         subs["plugin"], plugin_key = b.spank_plugin()
+        inputs, jail_subs = jail_substitutions(subs["plugin"], plugin_key)
         if "jail-rootfs" in names:
-            fs["jail-rootfs"] = b.rootfs("jail-rootfs", {"plugin": plugin_key}, subs)
+            fs["jail-rootfs"] = b.rootfs("jail-rootfs", inputs, jail_subs)
         if "jail-rootfs-gpu" in names:
-            inputs = {"plugin": plugin_key, "probe": file_digest(NCCL_PROBE)}
-            fs["jail-rootfs-gpu"] = b.rootfs("jail-rootfs-gpu", inputs, dict(subs, probe=NCCL_PROBE))
+            fs["jail-rootfs-gpu"] = b.rootfs("jail-rootfs-gpu", dict(inputs, probe=file_digest(NCCL_PROBE)),
+                                             dict(jail_subs, probe=NCCL_PROBE))
 
     def make(name):
         fs[name] = b.rootfs(name, substitutions={"ca": ca} if name == "runner" else None)
@@ -573,7 +592,7 @@ def main(argv=None):
     b = Builder(args)
     if args.jail_tarball:
         plugin, plugin_key = b.spank_plugin()
-        path = b.rootfs("jail-rootfs", {"plugin": plugin_key}, {"plugin": plugin})[0]
+        path = b.rootfs("jail-rootfs", *jail_substitutions(plugin, plugin_key))[0]
         target = os.path.abspath(args.jail_tarball)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(path, target + ".tmp")

@@ -113,6 +113,33 @@ def test_an_image_copies_every_node_file_its_programs_import_and_they_run_from_t
             assert proc.returncode == 0 and "usage" in proc.stdout, (dest, name, proc.stderr)
 
 
+def test_the_jail_carries_soperator_bundle_with_what_it_imports(tmp_path):
+    """soperator-bundle in the jail is node/oci_bundle.py with the node files it imports, uploaded into one folder
+    by the jail's hooks; it starts from such a copy alone (python3 -I) and its wrapper passes the arguments on."""
+    files = set(name + ".py" for name in build.BUNDLE_TOOL)
+    assert _node_imports("oci_bundle.py") <= files
+    hooks = build.ROOTFS["jail-rootfs"]["hooks"]
+    assert all(h in build.ROOTFS["jail-rootfs-gpu"]["hooks"] for h in hooks)
+    assert "skopeo" in build.ROOTFS["jail-rootfs"]["packages"]
+    inputs, subs = build.jail_substitutions("/plugin", "plugin-key")
+    assert set(inputs) == {"plugin"} | set(build.BUNDLE_TOOL)
+    lib = tmp_path / "usr" / "local" / "lib" / "soperator"
+    (tmp_path / "usr" / "local" / "bin").mkdir(parents=True)
+    for hook in hooks[hooks.index('install -d "$1"/usr/local/lib/soperator'):]:
+        hook = hook.format(**subs)
+        if hook.startswith("upload "):
+            unused, source, dest = hook.split()
+            shutil.copy(source, str(tmp_path) + dest)
+        else:
+            subprocess.run(["sh", "-c", hook, "hook", str(tmp_path)], check=True, timeout=60)
+    assert sorted(os.listdir(str(lib))) == sorted(files)
+    wrapper = (tmp_path / "usr" / "local" / "bin" / "soperator-bundle").read_text()
+    assert wrapper == '#!/bin/sh\nexec python3 /usr/local/lib/soperator/oci_bundle.py "$@"\n'
+    proc = subprocess.run([sys.executable, "-I", str(lib / "oci_bundle.py"), "--help"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False, cwd=str(tmp_path))
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: soperator-bundle"), proc.stderr
+
+
 # --- the built images ---------------------------------------------------------------------------------------------
 
 def _podman(*args, **kw):
@@ -179,7 +206,7 @@ def test_the_jail_image_holds_the_plugin_built_for_its_slurm(tag, tmp_path):
     looks for, and Slurm clients of the images' version."""
     ref = "%s/jail:%s" % (REGISTRY, tag)
     script = ("tar -tf /opt/soperator/jail-rootfs.tar ./usr/lib/slurm/spank_chroot.so ./etc/soperator-jail-release "
-              "./usr/bin/srun && tar -xOf /opt/soperator/jail-rootfs.tar ./var/lib/dpkg/status "
+              "./usr/bin/srun ./usr/bin/skopeo ./usr/local/bin/soperator-bundle && tar -xOf /opt/soperator/jail-rootfs.tar ./var/lib/dpkg/status "
               "| grep -A8 '^Package: slurm-client$' | grep '^Version:'")
     proc = _podman("run", "--rm", "--network", "none", "--entrypoint", "sh", ref, "-c", script)
     assert proc.returncode == 0, proc.stderr

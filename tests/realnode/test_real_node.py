@@ -169,7 +169,7 @@ def _container_step_as_a_user(node, tmp_path):
     assert copied.returncode == 0, copied.stderr
     as_user = ["setpriv", "--reuid", str(uid), "--regid", str(gid), "--clear-groups"]
     made = _exec(node, "small-login-0", *as_user, "python3", "/tmp/ocitest/oci_bundle.py", "--source",
-                 "/tmp/ocitest/image.tar", "--cache", "/mnt/jail/home/%s/bundles" % name, container="sshd")
+                 "/tmp/ocitest/image.tar", "--cache", "/mnt/jail/home/%s/bundles" % name, "--json", container="sshd")
     assert made.returncode == 0, made.stderr
     bundle = json.loads(made.stdout)["bundle"][len("/mnt/jail"):]      # its path in the jail
     assert bundle.startswith("/home/%s/bundles/sha256-" % name), bundle

@@ -3,26 +3,34 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Making an OCI runtime bundle (rootfs/ + config.json) for `srun --container` from an OCI image.
 
-The source is an OCI image layout (a directory: `skopeo copy ... oci:DIR`) or an OCI archive (a tarball of one:
-`podman save --format oci-archive`, `skopeo copy ... oci-archive:FILE`). The bundle lands in a cache folder, named
-by the image manifest's digest (CACHE/sha256-<hex>), and nothing is written outside that folder:
+The source is a registry image (docker://HOST/NAME:TAG, or NAME@sha256:HEX: pulled with skopeo), an OCI image
+layout (a directory: `skopeo copy ... oci:DIR`) or an OCI archive (a tarball of one: `podman save --format
+oci-archive`). The bundle lands in a cache folder, named by the image manifest's digest (CACHE/sha256-<hex>), and
+nothing is written outside that folder:
 
-- every blob is copied into a private staging folder inside the cache and its digest and size checked before it is
-  read (index.json, the one file without a digest, names the manifest; the manifest names the rest);
+- the digest is resolved first, nothing written (`skopeo inspect --raw`, an index followed to this machine's
+  architecture; a layout's or archive's index.json): a bundle of that name is the image's, and a second run finds
+  it; a registry image is then pulled by that digest (a tag that moves meanwhile changes nothing) into a private
+  staging folder inside the cache, with skopeo reaching it through a descriptor (no path of ours it could follow);
+- every blob is copied into the staging folder and its digest and size checked before it is read (index.json, the
+  one file without a digest, names the manifest; the manifest names the rest), a pulled image's too;
 - each layer is unpacked by the jail's writer (safe_tree.Writer through tree_reader: no `..`, nothing written or
   removed through a link, no device nodes, every header checked), all layers through one Writer, whose record of
   what earlier layers wrote is what OCI whiteouts (`.wh.<name>`, `.wh..wh..opq`) may remove - a whiteout never
-  reaches through a link or above the bundle's rootfs;
+  reaches through a link or above the bundle's rootfs; zstd layers are refused (Python's tarfile reads plain and
+  gzip);
 - setuid and setgid bits are dropped unless asked (--keep-setuid): the cache is inside the jail, which every user
   sees as /, and a setuid-root file from an image would be a way up there;
-- the staging folder is renamed to its digest's name only when complete; a run that fails removes it.
+- the staging folder is renamed to its digest's name only when complete, with our marker (.soperator-bundle.json)
+  inside: removing (--remove, state=absent) touches only a bundle that has it; a run that fails leaves nothing.
 
-Standard library only, like jail.py: run it on the login node (or anywhere the jail is mounted) as
+Standard library only, like jail.py (skopeo for registries): in the jail it is /usr/local/bin/soperator-bundle, run
+on the login node as
 
-    python3 oci_bundle.py --source IMAGE.tar --cache /home/USER/.cache/soperator-bundles [--ref NAME]
+    soperator-bundle docker://registry.example.com/team/image:v1     # or an OCI archive, or a layout directory
 
-which prints one JSON line {"bundle": ..., "digest": ..., "changed": ...}; pass the bundle to
-`srun --container=BUNDLE`.
+which prints the bundle's path (--json: a JSON line {"bundle", "digest", "changed", "commands"}); pass it to
+`srun --container=BUNDLE`. The cache defaults to ~/.cache/soperator-bundles (--cache).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -30,13 +38,17 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import argparse
+import base64
 import hashlib
+import io
 import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import stat
+import subprocess
 import sys
 
 try:
@@ -191,6 +203,147 @@ def _unpack_archive(path, dest_fd):
                 data.close()
     if not found:
         raise BundleError("%s is not an OCI archive: it holds no index.json" % path)
+
+
+class ArchiveBlobs(Blobs):
+    """The blobs of an OCI archive read in place (a scan of the archive per file, nothing written): what a plan
+    (check mode) needs to name the image - index.json and, rarely, an index inside - before any copy."""
+
+    def __init__(self, path):
+        super(ArchiveBlobs, self).__init__(None, path)
+
+    def _open(self, parts):
+        wanted, found = "/".join(parts), None
+        for archive, member in tree_reader.each_member(self.label):
+            if "/".join(p for p in member.name.split("/") if p not in ("", ".")) == wanted and member.isreg():
+                if member.size > JSON_MAX:
+                    raise BundleError("%s: %s: more than %d bytes" % (self.label, wanted, JSON_MAX))
+                found = archive.extractfile(member).read()     # the last one of a name, as tar extracts
+        if found is None:
+            raise FileNotFoundError(2, "not in the archive", wanted)
+        return io.BytesIO(found)
+
+
+# --- registry sources: skopeo ---------------------------------------------------------------------------------------
+
+DOCKER = "docker://"
+PULLED_TAG = "image"
+# what skopeo accepts after docker:// (it checks the rest): no option-like start, no spaces or control characters
+REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
+PINNED = re.compile(r"@(sha256|sha512):[0-9a-f]+$")
+
+
+def registry_reference(source):
+    """The image reference of a registry source - docker://HOST/NAME[:TAG|@DIGEST], or NAME@sha256:HEX that is no
+    path here - else None (a layout or archive path)."""
+    if source.startswith(DOCKER):
+        ref = source[len(DOCKER):]
+    elif PINNED.search(source) and not os.path.lexists(source):
+        ref = source
+    else:
+        return None
+    if not REFERENCE.fullmatch(ref):
+        raise BundleError("%r is not an image reference (docker://HOST/NAME:TAG or HOST/NAME@sha256:HEX)" % source)
+    return ref
+
+
+def repository(ref):
+    """HOST/NAME of a reference, its tag or digest cut off (a ':' before the last '/' is a port)."""
+    name = ref.split("@", 1)[0]
+    colon = name.rfind(":")
+    return name[:colon] if colon > name.rfind("/") else name
+
+
+_SKOPEO_FATAL = re.compile(r'level=fatal msg="((?:[^"\\]|\\.)*)"')
+_SKOPEO_REASONS = (
+    (("manifest unknown", "name unknown", "repository name not known", "not found"),
+     "image %s was not found in its registry (check the name and the tag)"),
+    (("unauthorized", "authentication required", "denied", "incorrect username or password"),
+     "the registry refused access to %s: give credentials for it in an auth file (--auth-file; made by "
+     "`skopeo login --authfile FILE HOST`)"),
+    (("server gave HTTP response to HTTPS client",),
+     "the registry of %s speaks plain HTTP: only for a registry you trust, pass --no-tls-verify"),
+    (("x509:", "certificate"), "the registry of %s has a TLS certificate this machine does not trust"),
+    (("connection refused", "no such host", "i/o timeout", "network is unreachable", "dial tcp"),
+     "cannot reach the registry of %s"),
+)
+
+
+def explain_skopeo(ref, stderr):
+    """A message a user understands from skopeo's failure: what went wrong with `ref`, then skopeo's own words."""
+    found = _SKOPEO_FATAL.search(stderr)
+    said = found.group(1).replace('\\"', '"') if found else (stderr.strip().splitlines() or ["no message"])[-1]
+    for needles, message in _SKOPEO_REASONS:
+        if any(n in said for n in needles):
+            return "%s (skopeo: %s)" % (message % ref, said)
+    return "skopeo failed for %s: %s" % (ref, said)
+
+
+class Registry(object):
+    """skopeo, the way this program runs it: the auth file (a path; the credentials in it are never read here nor
+    logged), TLS verification, and the commands run, in order."""
+
+    def __init__(self, auth_file=None, tls_verify=True, program="skopeo", timeout=1800):
+        self.auth_file = auth_file
+        self.tls_verify = tls_verify
+        self.program = program
+        self.timeout = timeout
+        self.commands = []
+
+    def _options(self, prefix):
+        found = ["--authfile", self.auth_file] if self.auth_file else []
+        return found + ([] if self.tls_verify else ["--%stls-verify=false" % prefix])
+
+    def _run(self, argv, ref, pass_fds=()):
+        self.commands.append(" ".join(shlex.quote(a) for a in argv))
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=self.timeout,
+                                  check=False, pass_fds=pass_fds)
+        except FileNotFoundError:
+            raise BundleError("%s is not installed (Debian package skopeo): it pulls images from registries"
+                              % self.program)
+        except subprocess.TimeoutExpired:
+            raise BundleError("skopeo did not finish within %ds for %s" % (self.timeout, ref))
+        if proc.returncode != 0:
+            raise BundleError(explain_skopeo(ref, proc.stderr.decode("utf-8", "replace")))
+        return proc.stdout
+
+    def manifest(self, ref):
+        """The raw manifest (or index) `ref` names, as the registry serves it, and its digest."""
+        raw = self._run([self.program, "inspect", "--raw"] + self._options("") + [DOCKER + ref], ref)
+        if len(raw) > JSON_MAX:
+            raise BundleError("%s: the manifest is more than %d bytes" % (ref, JSON_MAX))
+        return _json(raw, "the manifest of %s" % ref), "sha256:" + hashlib.sha256(raw).hexdigest()
+
+    def resolve(self, ref, arch=None):
+        """The digest of the image manifest `ref` names for linux/`arch` (an index followed to it), as the registry
+        holds it: what the bundle is named by, and what is pulled (so a tag that moves meanwhile changes nothing)."""
+        arch = arch or ARCHES.get(platform.machine(), platform.machine())
+        pinned = PINNED.search(ref)
+        manifest, digest = self.manifest(ref)
+        if pinned and pinned.group(1) == "sha256" and digest != ref[pinned.start() + 1:]:
+            raise BundleError("%s: the registry sent a manifest of digest %s" % (ref, digest))
+        for unused_depth in range(NESTING_MAX):
+            manifests = manifest.get("manifests")
+            if not isinstance(manifests, list):
+                return digest
+            fitting = [m for m in manifests if isinstance(m, dict) and _platform_fits(m, arch)]
+            if len(fitting) != 1:
+                raise BundleError("%s lists %d images for linux/%s" % (ref, len(fitting), arch))
+            _parse_digest(fitting[0], "%s: the linux/%s image" % (ref, arch))
+            digest = fitting[0]["digest"]
+            manifest, got = self.manifest(repository(ref) + "@" + digest)
+            if got != digest:
+                raise BundleError("%s: the registry sent a manifest of digest %s for %s" % (ref, got, digest))
+        raise BundleError("%s: indexes nested deeper than %d" % (ref, NESTING_MAX))
+
+    def pull(self, ref, digest, staging_fd, name):
+        """The image `digest` of ref's repository into the OCI layout `name` (tag PULLED_TAG) inside the staging
+        folder, reached through its descriptor: skopeo follows no link of ours to get there."""
+        pinned = repository(ref) + "@" + digest
+        dest = "oci:/proc/self/fd/%d/%s:%s" % (staging_fd, name, PULLED_TAG)
+        self._run([self.program, "copy", "--quiet"] + self._options("src-") + [DOCKER + pinned, dest], ref,
+                  pass_fds=(staging_fd,))
 
 
 # --- choosing the image -------------------------------------------------------------------------------------------
@@ -406,65 +559,242 @@ def config_bytes(config):
 
 # --- the bundle ---------------------------------------------------------------------------------------------------
 
+MARKER = ".soperator-bundle.json"     # in every bundle made here: what state=absent may remove
+PROGRAM = "soperator-bundle"
+
+
 def _write_new(dir_fd, name, data):
     with os.fdopen(os.open(name, safe_tree.NEW_FILE_FLAGS, 0o644, dir_fd=dir_fd), "wb") as out:
         out.write(data)
 
 
-def _open_cache(cache):
+def _refuse_linked_cache(cache):
     refusal = safe_tree.link_refusal("--cache", cache)
     if refusal:
         raise BundleError(refusal)
-    try:
-        os.mkdir(cache, 0o755)
-    except FileExistsError:
-        pass
+
+
+def _open_cache(cache):
+    _refuse_linked_cache(cache)
+    os.makedirs(cache, 0o755, exist_ok=True)
     return os.open(cache, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
-def bundle_name(descriptor):
-    algorithm, hexdigest, unused_size = _parse_digest(descriptor, "the manifest")
+def bundle_name(digest):
+    algorithm, hexdigest, unused_size = _parse_digest({"digest": digest, "size": 0}, "the manifest")
     return "%s-%s" % (algorithm, hexdigest)
 
 
-def make_bundle(source, cache, ref=None, keep_setuid=False, preserve_owner=None, arch=None,
-                deadline=safe_tree.NO_DEADLINE, user=None, mounts=DEFAULT_MOUNTS):
-    """The bundle of the image at `source` (an OCI layout directory or archive) in `cache`, made unless already
-    there, for `user` ((uid, gid); default: who runs this) with the jail paths `mounts` bound inside.
-    -> {"bundle": path, "digest": manifest digest, "changed": bool}"""
-    if preserve_owner is None:
-        preserve_owner = os.geteuid() == 0
-    if user is None:
-        user = (os.getuid(), os.getgid())
-    runtime = {"user": tuple(user), "mounts": check_mounts(list(mounts))}
-    cache = os.path.abspath(cache)
-    cache_fd = _open_cache(cache)
+def resolve(source, ref=None, arch=None, registry=None):
+    """The manifest digest the bundle of `source` is named by, nothing written: a registry's (skopeo inspect), a
+    layout's or an archive's (its index.json)."""
+    pulled = registry_reference(source)
+    if pulled is not None:
+        if ref is not None:
+            raise BundleError("--ref names an image inside a layout or archive; %s names its own" % source)
+        return (registry or Registry()).resolve(pulled, arch)
+    st = os.lstat(source)
+    if stat.S_ISDIR(st.st_mode):
+        fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            return choose_manifest(Blobs(fd, source), ref, arch)["digest"]
+        finally:
+            os.close(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise BundleError("%s is neither an OCI image layout (a directory) nor an OCI archive" % source)
+    return choose_manifest(ArchiveBlobs(source), ref, arch)["digest"]
+
+
+def _read_marker(cache, name):
+    """The marker of the bundle `name` in `cache` (a dict), None when it has none, or False when there is no
+    bundle of that name. Read without following a link."""
     try:
-        return _make(source, cache, cache_fd, ref, keep_setuid, preserve_owner, arch, deadline, runtime)
+        cache_fd = os.open(cache, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            st = os.stat(name, dir_fd=cache_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        bundle_fd = safe_tree.open_dirs(cache_fd, [name])
+        try:
+            fd = os.open(MARKER, _COPY_FLAGS, dir_fd=bundle_fd)
+        except OSError:
+            return None
+        finally:
+            os.close(bundle_fd)
+        with os.fdopen(fd, "rb") as f:
+            try:
+                found = json.loads(f.read(JSON_MAX).decode("utf-8"))
+            except (UnicodeError, ValueError):
+                return None
+        return found if isinstance(found, dict) and found.get("program") == PROGRAM else None
     finally:
         os.close(cache_fd)
 
 
-def _make(source, cache, cache_fd, ref, keep_setuid, preserve_owner, arch, deadline, runtime):
+def plan(source, cache, ref=None, arch=None, registry=None):
+    """What a run would find, nothing written: {"bundle", "digest", "exists", "ours"} (ours: it carries our marker;
+    only such a bundle is removed)."""
+    _refuse_linked_cache(cache)
+    cache = os.path.abspath(cache)
+    digest = resolve(source, ref, arch, registry)
+    name = bundle_name(digest)
+    marker = _read_marker(cache, name)
+    return {"bundle": os.path.join(cache, name), "digest": digest, "exists": marker is not False,
+            "ours": bool(marker), "runtime": _marker_runtime(marker)}
+
+
+def _marker_runtime(marker):
+    """(user, mounts) a bundle of ours was made for, as its marker records them (None: not recorded)."""
+    if not marker or not isinstance(marker.get("user"), list) or not isinstance(marker.get("mounts"), list):
+        return None
+    return {"user": tuple(marker["user"]), "mounts": marker["mounts"]}
+
+
+def _runtime(user, mounts):
+    """The bundle's user ((uid, gid); None: who runs this) and jail mounts, checked before anything is written."""
+    if user is None:
+        user = (os.getuid(), os.getgid())
+    return {"user": tuple(user), "mounts": check_mounts(list(mounts))}
+
+
+def _refuse_other_runtime(found, runtime):
+    """A bundle's config.json is for one user and its mounts: the same image for another user or other mounts in
+    the same cache is refused, the bundle untouched."""
+    if found["exists"] and found["runtime"] is not None and found["runtime"] != runtime:
+        raise BundleError("%s was made with another config.json (another user or other mounts than uid %d, gid %d, "
+                          "%s): remove it, or use a cache of your own"
+                          % (found["bundle"], runtime["user"][0], runtime["user"][1],
+                             " ".join(runtime["mounts"]) or "no mounts"))
+
+
+def make_bundle(source, cache, ref=None, keep_setuid=False, preserve_owner=None, arch=None,
+                deadline=safe_tree.NO_DEADLINE, registry=None, found=None, user=None, mounts=DEFAULT_MOUNTS):
+    """The bundle of the image at `source` (docker://REF, an OCI layout directory or archive) in `cache`, made
+    unless already there (`found`: the plan, when made already), for `user` ((uid, gid); default: who runs this)
+    with the jail paths `mounts` bound inside. -> {"bundle": path, "digest": manifest digest, "changed": bool}"""
+    if preserve_owner is None:
+        preserve_owner = os.geteuid() == 0
+    runtime = _runtime(user, mounts)
+    cache = os.path.abspath(cache)
+    found = found or plan(source, cache, ref, arch, registry)
+    result = {"bundle": found["bundle"], "digest": found["digest"], "changed": False}
+    _refuse_other_runtime(found, runtime)
+    if found["exists"]:
+        return result       # made before: a bundle is renamed in only when complete
+    cache_fd = _open_cache(cache)
+    try:
+        result["changed"] = _make(source, found["digest"], cache_fd, ref, keep_setuid, preserve_owner, arch,
+                                  deadline, registry, runtime)
+    finally:
+        os.close(cache_fd)
+    return result
+
+
+def remove_bundle(source, cache, ref=None, arch=None, registry=None, found=None):
+    """Remove the bundle of `source` from `cache` if this program made it (its marker). -> {"bundle", "digest",
+    "changed"}; a bundle of that name without our marker is refused, never removed."""
+    cache = os.path.abspath(cache)
+    found = found or plan(source, cache, ref, arch, registry)
+    result = {"bundle": found["bundle"], "digest": found["digest"], "changed": False}
+    if not found["exists"]:
+        return result
+    if not found["ours"]:
+        raise BundleError("%s was not made by %s (it has no %s): left alone" % (found["bundle"], PROGRAM, MARKER))
+    cache_fd = _open_cache(cache)
+    try:
+        # out of its name first (a run that finds it gone makes it anew), then removed by descriptor
+        doomed = STAGING_PREFIX + "removed-%d-%s" % (os.getpid(), os.urandom(6).hex())
+        os.rename(bundle_name(found["digest"]), doomed, src_dir_fd=cache_fd, dst_dir_fd=cache_fd)
+        shutil.rmtree(doomed, dir_fd=cache_fd)
+    finally:
+        os.close(cache_fd)
+    result["changed"] = True
+    return result
+
+
+def ensure(source, cache, state="present", check=False, ref=None, keep_setuid=False, registry=None, arch=None,
+           user=None, mounts=DEFAULT_MOUNTS):
+    """The bundle of `source` present (made unless there) or absent (removed if ours), from one plan: check mode
+    reports what the run would do from the same plan, writing nothing. -> {"changed", "bundle", "digest", "state",
+    "commands", "diff"}"""
+    registry = registry or Registry()
+    runtime = _runtime(user, mounts)
+    cache = os.path.abspath(cache)
+    found = plan(source, cache, ref, arch, registry)
+    if state == "present":
+        _refuse_other_runtime(found, runtime)
+    if state == "absent" and found["exists"] and not found["ours"]:
+        raise BundleError("%s was not made by %s (it has no %s): left alone" % (found["bundle"], PROGRAM, MARKER))
+    changed = found["exists"] != (state == "present")
+    if changed and not check:
+        if state == "present":
+            changed = make_bundle(source, cache, ref, keep_setuid, registry=registry, arch=arch, found=found,
+                                  user=runtime["user"], mounts=runtime["mounts"])["changed"]
+        else:
+            changed = remove_bundle(source, cache, ref, arch, registry, found=found)["changed"]
+    before = "present" if found["exists"] else "absent"
+    return {"changed": changed, "bundle": found["bundle"], "digest": found["digest"], "state": state,
+            "commands": list(registry.commands),
+            "diff": {"before": {"bundle": found["bundle"], "state": before},
+                     "after": {"bundle": found["bundle"], "state": state if changed else before}}}
+
+
+def container_path(path, jail_dir):
+    """`path` (below `jail_dir` on this machine) as the jail's users see it; BundleError when it is not below."""
+    inside = os.path.relpath(os.path.abspath(path), os.path.abspath(jail_dir))
+    if inside == ".." or inside.startswith("../") or os.path.isabs(inside):
+        raise BundleError("%s is not inside the jail %s" % (path, jail_dir))
+    return "/" if inside == "." else "/" + inside
+
+
+def registry_host(ref):
+    """The registry host of a reference, as auth files name it (docker.io when the name has none)."""
+    first = ref.split("/", 1)[0]
+    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+def write_auth_file(folder, ref, username, password):
+    """An auth file (skopeo's --authfile format) for the registry of `ref`, made new (mode 0600) in `folder`, a
+    private folder of the caller's. -> its path"""
+    token = base64.b64encode(("%s:%s" % (username, password)).encode("utf-8")).decode("ascii")
+    path = os.path.join(folder, "auth.json")
+    with os.fdopen(os.open(path, safe_tree.NEW_FILE_FLAGS, 0o600), "w") as f:
+        json.dump({"auths": {registry_host(ref): {"auth": token}}}, f)
+    return path
+
+
+def _make(source, digest, cache_fd, ref, keep_setuid, preserve_owner, arch, deadline, registry, runtime):
     staging = STAGING_PREFIX + "%d-%s" % (os.getpid(), os.urandom(6).hex())
     os.mkdir(staging, 0o700, dir_fd=cache_fd)
     try:
         staging_fd = safe_tree.open_dirs(cache_fd, [staging])
         try:
-            result = _make_in(source, cache, cache_fd, staging, staging_fd, ref, keep_setuid, preserve_owner,
-                              arch, deadline, runtime)
+            made = _make_in(source, digest, cache_fd, staging_fd, ref, keep_setuid, preserve_owner, arch,
+                            deadline, registry, runtime)
         finally:
             os.close(staging_fd)
     finally:
         shutil.rmtree(staging, dir_fd=cache_fd)     # fd-based: follows no link (rmtree.avoids_symlink_attacks)
-    return result
+    return made
 
 
-def _source_blobs(source, staging_fd):
-    """Blobs of the source: a layout directory read in place, an archive's layout files copied into staging."""
+def _source_blobs(source, staging_fd, registry, digest):
+    """Blobs of the source and the ref of its image there: a layout directory read in place, an archive's layout
+    files copied into staging, a registry image pulled (by its digest) into staging."""
+    pulled = registry_reference(source)
+    if pulled is not None:
+        registry.pull(pulled, digest, staging_fd, "source")
+        return safe_tree.open_dirs(staging_fd, ["source"]), PULLED_TAG
     st = os.lstat(source)
     if stat.S_ISDIR(st.st_mode):
-        return os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC), None
     if not stat.S_ISREG(st.st_mode):
         raise BundleError("%s is neither an OCI image layout (a directory) nor an OCI archive" % source)
     os.mkdir("source", 0o700, dir_fd=staging_fd)
@@ -474,63 +804,45 @@ def _source_blobs(source, staging_fd):
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, None
 
 
-def _existing_config(cache_fd, name):
-    """The config.json of the bundle `name` in the cache (None when there is no such bundle), read without
-    following a link."""
-    try:
-        bundle_fd = safe_tree.open_dirs(cache_fd, [name])
-    except FileNotFoundError:
-        return None
-    try:
-        fd = os.open("config.json", _COPY_FLAGS, dir_fd=bundle_fd)
-    except OSError:
-        return b""
-    finally:
-        os.close(bundle_fd)
-    with os.fdopen(fd, "rb") as f:
-        return f.read(JSON_MAX + 1)
-
-
-def _make_in(source, cache, cache_fd, staging, staging_fd, ref, keep_setuid, preserve_owner, arch, deadline,
+def _make_in(source, digest, cache_fd, staging_fd, ref, keep_setuid, preserve_owner, arch, deadline, registry,
              runtime):
-    layout_fd = _source_blobs(source, staging_fd)
+    """Make the bundle named by `digest` (the plan's). A layout or archive that changed since the plan names its
+    bundle anew; a registry image is pulled by the plan's digest."""
+    pulled = registry_reference(source) is not None
+    layout_fd, layout_ref = _source_blobs(source, staging_fd, registry or Registry(), digest)
     try:
         blobs = Blobs(layout_fd, source)
-        descriptor = choose_manifest(blobs, ref, arch)
-        name = bundle_name(descriptor)
-        result = {"bundle": os.path.join(cache, name), "digest": descriptor["digest"], "changed": False}
+        descriptor = choose_manifest(blobs, layout_ref if pulled else ref, arch)
+        if not pulled:
+            digest = descriptor["digest"]
+        name = bundle_name(digest)
+        try:
+            os.stat(name, dir_fd=cache_fd, follow_symlinks=False)
+            return False        # made since the plan by another run
+        except FileNotFoundError:
+            pass
         if descriptor.get("mediaType") not in MANIFEST_TYPES + (None,):
             raise BundleError("%s: the image %s is a %r, not an image manifest"
                               % (source, descriptor["digest"], descriptor.get("mediaType")))
         manifest = blobs.json(descriptor, "the manifest %s" % descriptor["digest"])
         image_config = blobs.json(manifest.get("config"), "the image config")
         config = config_bytes(runtime_config(image_config, user=runtime["user"], mounts=runtime["mounts"]))
-        existing = _existing_config(cache_fd, name)
-        if existing is not None:
-            # made before (a bundle is renamed in only when complete); its config.json is for one user and its mounts
-            if existing != config:
-                raise BundleError("%s was made with another config.json (another user or other mounts than uid %d, "
-                                  "gid %d, %s): remove it, or use a cache of your own"
-                                  % (result["bundle"], runtime["user"][0], runtime["user"][1],
-                                     " ".join(runtime["mounts"]) or "no mounts"))
-            return result
         layers = manifest.get("layers")
         if not isinstance(layers, list):
             raise BundleError("the manifest %s lists no layers" % descriptor["digest"])
         for i, layer in enumerate(layers):
-            kind = layer.get("mediaType") if isinstance(layer, dict) else None
-            if kind not in LAYER_TYPES:
-                raise BundleError("layer %d of %s: media type %r is not read here (plain or gzip tar only)"
-                                  % (i, descriptor["digest"], kind))
+            _check_layer_type(layer, i, source)
         os.mkdir("bundle", 0o755, dir_fd=staging_fd)
         bundle_fd = safe_tree.open_dirs(staging_fd, ["bundle"])
         try:
             _write_layers(blobs, layers, staging_fd, bundle_fd, keep_setuid, preserve_owner, deadline,
                           runtime["mounts"])
             _write_new(bundle_fd, "config.json", config)
+            marker = {"program": PROGRAM, "digest": digest, "user": list(runtime["user"]), "mounts": runtime["mounts"]}
+            _write_new(bundle_fd, MARKER, json.dumps(marker, sort_keys=True).encode() + b"\n")
         finally:
             os.close(bundle_fd)
     finally:
@@ -538,11 +850,24 @@ def _make_in(source, cache, cache_fd, staging, staging_fd, ref, keep_setuid, pre
     try:
         os.rename("bundle", name, src_dir_fd=staging_fd, dst_dir_fd=cache_fd)
     except OSError:
-        if not os.path.isdir(os.path.join(cache, name)):
+        try:
+            os.stat(name, dir_fd=cache_fd, follow_symlinks=False)
+        except FileNotFoundError:
             raise
-        return result       # another run made it meanwhile
-    result["changed"] = True
-    return result
+        return False        # another run made it meanwhile
+    return True
+
+
+def _check_layer_type(layer, i, source):
+    kind = layer.get("mediaType") if isinstance(layer, dict) else None
+    if kind in LAYER_TYPES:
+        return
+    if isinstance(kind, str) and kind.endswith("+zstd"):
+        raise BundleError("layer %d of %s is zstd-compressed (%s), which this Python cannot read (Python 3.14 can): "
+                          "rebuild or push the image with gzip layers (e.g. `skopeo copy --dest-compress-format "
+                          "gzip` from an uncompressed source, or `podman push --compression-format gzip`)"
+                          % (i, source, kind))
+    raise BundleError("layer %d of %s: media type %r is not read here (plain or gzip tar only)" % (i, source, kind))
 
 
 def _mount_points(rootfs_fd, mounts):
@@ -576,31 +901,66 @@ def _write_layers(blobs, layers, staging_fd, bundle_fd, keep_setuid, preserve_ow
         os.close(rootfs_fd)
 
 
+def default_cache():
+    return os.path.join(os.path.expanduser("~"), ".cache", "soperator-bundles")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="oci_bundle.py",
-                                     description="Make an OCI runtime bundle for srun --container from an OCI image.")
-    parser.add_argument("--source", required=True, help="an OCI image layout (directory) or OCI archive (tarball)")
-    parser.add_argument("--cache", required=True, help="the folder of bundles, one per manifest digest")
-    parser.add_argument("--ref", help="the image to use when the source holds several (its ref.name annotation)")
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM, description="Make an OCI runtime bundle for `srun --container=BUNDLE` from an OCI image: a "
+        "registry image (docker://HOST/NAME:TAG, HOST/NAME@sha256:HEX; pulled with skopeo), an OCI image layout "
+        "(directory) or an OCI archive (tarball). Prints the bundle's path.")
+    parser.add_argument("image", nargs="?", help="the image: docker://REF, a layout directory or an OCI archive")
+    parser.add_argument("--source", help="the image, as the positional argument")
+    parser.add_argument("--cache", default=None, help="the folder of bundles, one per manifest digest "
+                        "(default ~/.cache/soperator-bundles)")
+    parser.add_argument("--ref", help="the image to use when a layout or archive holds several (its ref.name)")
     parser.add_argument("--keep-setuid", action="store_true", help="keep setuid and setgid bits of the image")
+    parser.add_argument("--auth-file", help="registry credentials (skopeo's --authfile: `skopeo login --authfile "
+                        "FILE HOST` writes one); default: skopeo's own")
+    parser.add_argument("--no-tls-verify", action="store_true", help="reach the registry without verifying TLS "
+                        "(plain HTTP allowed): only for a registry you trust")
+    parser.add_argument("--remove", action="store_true", help="remove the image's bundle (only one made here)")
+    parser.add_argument("--check", action="store_true", help="say whether the bundle exists; change nothing")
+    parser.add_argument("--json", action="store_true", help="print a JSON line (bundle, digest, changed, commands)")
     parser.add_argument("--user", metavar="UID:GID", help="whose steps run the bundle (default: yours): the "
                         "container's user namespace maps this uid and gid only")
     parser.add_argument("--mount", action="append", metavar="PATH", help="a path of the jail to bind-mount at the "
                         "same path inside (repeatable; default: /home)")
     args = parser.parse_args(argv)
+    source = args.source or args.image
+    if not source or (args.source and args.image):
+        parser.error("name the image once: IMAGE or --source IMAGE")
     user = None
     if args.user is not None:
         match = re.match(r"^([0-9]+):([0-9]+)$", args.user)
         if match is None:
             parser.error("--user %r is not UID:GID" % args.user)
         user = (int(match.group(1)), int(match.group(2)))
+    mounts = DEFAULT_MOUNTS if args.mount is None else args.mount
+    cache = args.cache or default_cache()
+    registry = Registry(args.auth_file, not args.no_tls_verify)
     try:
-        result = make_bundle(args.source, args.cache, args.ref, args.keep_setuid, user=user,
-                             mounts=DEFAULT_MOUNTS if args.mount is None else args.mount)
+        if args.check:
+            found = plan(source, cache, args.ref, registry=registry)
+            result = {"bundle": found["bundle"], "digest": found["digest"], "exists": found["exists"]}
+        elif args.remove:
+            result = remove_bundle(source, cache, args.ref, registry=registry)
+        else:
+            result = make_bundle(source, cache, args.ref, args.keep_setuid, registry=registry, user=user,
+                                 mounts=mounts)
     except (safe_tree.JailError, OSError) as e:
-        sys.stderr.write("oci bundle failed: %s\n" % e)
+        sys.stderr.write("%s: %s\n" % (PROGRAM, e))
         return 1
-    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    result["commands"] = registry.commands
+    if args.json:
+        sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(result["bundle"] + "\n")
+        if not args.check and not args.remove:
+            sys.stderr.write("%s: %s %s (%s); run it with srun --container=%s\n"
+                             % (PROGRAM, "made" if result["changed"] else "found", result["bundle"],
+                                result["digest"], result["bundle"]))
     return 0
 
 

@@ -49,6 +49,7 @@ def test_layers_and_whiteouts_make_the_rootfs_and_the_bundle_is_kept_by_digest(t
     bundle = os.path.join(cache, "sha256-" + desc["digest"].split(":")[1])
     assert made == {"bundle": bundle, "digest": desc["digest"], "changed": True}
     assert sorted(os.listdir(cache)) == [os.path.basename(bundle)]
+    assert sorted(os.listdir(bundle)) == [".soperator-bundle.json", "config.json", "rootfs"]
     assert _tree(os.path.join(bundle, "rootfs")) == {
         "etc": "dir", "etc/os-release": b"ID=top\n", "opt": "dir", "opt/keep": "dir", "opt/keep/new": b"n",
         "lib": "-> usr/lib", "proc": "dir", "dev": "dir", "sys": "dir", "home": "dir"}
@@ -61,9 +62,13 @@ def test_layers_and_whiteouts_make_the_rootfs_and_the_bundle_is_kept_by_digest(t
     # again: the same bundle, untouched; from the archive of the same layout too
     assert oci_bundle.make_bundle(layout, cache) == dict(made, changed=False)
     archive = oci_helpers.make_archive(tmp_path / "image.tar", layout)
-    proc = subprocess.run([sys.executable, PROGRAM, "--source", archive, "--cache", cache], capture_output=True,
-                          text=True, timeout=120, check=False)
-    assert proc.returncode == 0 and json.loads(proc.stdout) == dict(made, changed=False), proc.stderr
+    proc = subprocess.run([sys.executable, PROGRAM, "--source", archive, "--cache", cache, "--json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and json.loads(proc.stdout) == dict(made, changed=False, commands=[]), proc.stderr
+    # the plain output is the path to give srun --container=
+    proc = subprocess.run([sys.executable, PROGRAM, archive, "--cache", cache], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert (proc.returncode, proc.stdout) == (0, bundle + "\n") and "found " + bundle in proc.stderr
     assert sorted(os.listdir(cache)) == [os.path.basename(bundle)]
 
 
@@ -167,6 +172,21 @@ def whiteout_cases():
         ("opaque-root", lambda: [F(".wh..wh..opq", b""), F("new", b"n")], None),
         ("whiteout-as-symlink-and-dir", lambda: [S("opt/.wh.a", v("secret")), D("opt/.wh.keep")], None),
         ("whiteout-of-whiteout", lambda: [F("opt/.wh..wh.x", b"")], r"a whiteout of '\.wh\.x'"),
+        ("whiteout-of-dotdot-below", lambda: [F("opt/keep/.wh...", b"")], r"a whiteout of '\.\.'"),
+        # lower links to a host directory, absolute (opt/tohostdir) and relative past the root (opt/up)
+        ("whiteout-through-lower-link-to-host-dir", lambda: [F("opt/tohostdir/.wh.inner", b"")],
+         r"opt/tohostdir is a symlink"),
+        ("opaque-through-lower-link-to-host-dir", lambda: [F("opt/tohostdir/.wh..wh..opq", b"")],
+         r"opt/tohostdir is a symlink"),
+        ("whiteout-through-relative-escaping-link", lambda: [F("opt/up/.wh.secret", b"")], r"opt/up is a symlink"),
+        ("opaque-through-relative-escaping-link", lambda: [F("opt/up/.wh..wh..opq", b"")], r"opt/up is a symlink"),
+        # removing a directory that holds links to the host removes the links, never what they point to
+        ("whiteout-of-a-dir-holding-links-to-host", lambda: [F(".wh.opt", b"")], None),
+        ("opaque-of-a-dir-holding-links-to-host", lambda: [F("opt/.wh..wh..opq", b"")], None),
+        # a whiteout naming a link's target (the path it holds, inside the rootfs and as the host path)
+        ("whiteout-naming-a-links-target", lambda: [D("usr"), F("usr/.wh.lib", b"")], None),
+        ("whiteout-naming-a-links-host-target", lambda: [F(v(".wh.dir"), b""), F(v("dir", ".wh.inner"), b"")],
+         None),
     ]
 
 
@@ -194,7 +214,9 @@ def test_a_hostile_layer_never_touches_anything_outside_the_cache(world, tmp_pat
         expect = "where the container mounts"       # the jail takes it; a bundle refuses a link where runc mounts
     fmt = case[3] if len(case) > 3 else tarfile.GNU_FORMAT
     layout = str(tmp_path / "layout")
-    oci_helpers.make_layout(layout, [BASE + [S("opt/tohost", hostile.v("secret"))], members], fmt=fmt)
+    links = [S("opt/tohost", hostile.v("secret")), S("opt/tohostdir", hostile.v("dir")),
+             S("opt/up", "../" * 12 + hostile.v("dir").lstrip("/"))]
+    oci_helpers.make_layout(layout, [BASE + links, members], fmt=fmt)
     cache = str(world / "jail-cache")
     before = hostile.snapshot(world)
     if expect is None:
@@ -206,6 +228,80 @@ def test_a_hostile_layer_never_touches_anything_outside_the_cache(world, tmp_pat
             oci_bundle.make_bundle(layout, cache)
         assert os.listdir(cache) == [], "a failed bundle leaves nothing in the cache"
     assert hostile.snapshot(world) == before, "something outside the cache changed"
+
+
+# --- registry sources ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("source, ref", [
+    ("docker://registry.example.com:5000/team/image:v1", "registry.example.com:5000/team/image:v1"),
+    ("docker://debian", "debian"),
+    ("host/name@sha256:" + "a" * 64, "host/name@sha256:" + "a" * 64),
+    ("./image.tar", None), ("/srv/layout", None)])
+def test_a_registry_source_is_docker_or_a_pinned_name(source, ref):
+    assert oci_bundle.registry_reference(source) == ref
+
+
+@pytest.mark.parametrize("source", ["docker://-v", "docker://a b", "docker://", "docker://x\nid"])
+def test_a_reference_skopeo_could_take_for_an_option_or_two_words_is_refused(source):
+    with pytest.raises(oci_bundle.BundleError, match="is not an image reference"):
+        oci_bundle.registry_reference(source)
+
+
+def test_a_pinned_name_that_is_a_path_here_is_the_path(tmp_path):
+    path = tmp_path / ("image@sha256:" + "b" * 64)
+    path.mkdir()
+    assert oci_bundle.registry_reference(str(path)) is None
+
+
+@pytest.mark.parametrize("ref, repo", [("host:5000/a/b:v1", "host:5000/a/b"), ("host:5000/a/b", "host:5000/a/b"),
+                                       ("b@sha256:" + "c" * 64, "b"), ("h/b:t@sha256:" + "c" * 64, "h/b")])
+def test_the_repository_of_a_reference_keeps_the_port_and_drops_tag_and_digest(ref, repo):
+    assert oci_bundle.repository(ref) == repo
+
+
+def test_skopeo_missing_is_named_with_its_package(tmp_path):
+    pulls = oci_bundle.Registry(program=str(tmp_path / "no-skopeo"))
+    with pytest.raises(oci_bundle.BundleError, match=r"no-skopeo is not installed \(Debian package skopeo\)"):
+        oci_bundle.make_bundle("docker://example.invalid/x:1", str(tmp_path / "cache"), registry=pulls)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_bundle_without_our_marker_is_never_removed(tmp_path):
+    layout = str(tmp_path / "layout")
+    oci_helpers.make_layout(layout, [BASE])
+    cache = str(tmp_path / "cache")
+    made = oci_bundle.make_bundle(layout, cache)
+    assert oci_bundle.plan(layout, cache) == {"bundle": made["bundle"], "digest": made["digest"], "exists": True,
+                                              "ours": True,
+                                              "runtime": {"user": (os.getuid(), os.getgid()), "mounts": ["/home"]}}
+    os.unlink(os.path.join(made["bundle"], oci_bundle.MARKER))
+    with pytest.raises(oci_bundle.BundleError, match="was not made by soperator-bundle"):
+        oci_bundle.remove_bundle(layout, cache)
+    assert os.path.isdir(os.path.join(made["bundle"], "rootfs"))
+    os.symlink("/etc/hostname", os.path.join(made["bundle"], oci_bundle.MARKER))     # a link is no marker
+    with pytest.raises(oci_bundle.BundleError, match="was not made by soperator-bundle"):
+        oci_bundle.remove_bundle(layout, cache)
+
+
+def test_absent_removes_our_bundle_and_then_changes_nothing(tmp_path):
+    layout = str(tmp_path / "layout")
+    oci_helpers.make_layout(layout, [BASE])
+    archive = oci_helpers.make_archive(tmp_path / "image.tar", layout)
+    cache = str(tmp_path / "cache")
+    made = oci_bundle.make_bundle(archive, cache)
+    assert oci_bundle.plan(archive, cache)["exists"]        # an archive is read in place for the plan
+    assert oci_bundle.remove_bundle(archive, cache) == dict(made, changed=True)
+    assert os.listdir(cache) == []
+    assert oci_bundle.remove_bundle(archive, cache) == dict(made, changed=False)
+
+
+def test_skopeo_messages_become_sentences(tmp_path):
+    said = ('time="2026-11-27T09:14:25Z" level=fatal msg="Error parsing image name \\"docker://h/x:v2\\": reading '
+            'manifest v2 in h/x: manifest unknown: manifest unknown"\n')
+    assert oci_bundle.explain_skopeo("h/x:v2", said) == (
+        'image h/x:v2 was not found in its registry (check the name and the tag) (skopeo: Error parsing image '
+        'name "docker://h/x:v2": reading manifest v2 in h/x: manifest unknown: manifest unknown)')
+    assert oci_bundle.explain_skopeo("h/x", "something odd\n") == "skopeo failed for h/x: something odd"
 
 
 def test_the_config_is_rootless_for_its_user_with_the_jails_home_bound(tmp_path):
@@ -237,7 +333,7 @@ def test_data_mounts_from_the_command_line_and_who_runs_it(tmp_path):
     layout = str(tmp_path / "layout")
     oci_helpers.make_layout(layout, [BASE])
     proc = subprocess.run([sys.executable, PROGRAM, "--source", layout, "--cache", str(tmp_path / "cache"),
-                           "--mount", "/data/set", "--mount", "/home"], capture_output=True, text=True,
+                           "--mount", "/data/set", "--mount", "/home", "--json"], capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     bundle = json.loads(proc.stdout)["bundle"]
