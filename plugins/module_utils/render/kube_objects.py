@@ -350,9 +350,11 @@ def _wait_for_jail(model, image, guaranteed):
 def login_sshd_config(model=None):
     """The login pods' sshd_config (the same renderer as the local backend's login): chroot into the jail mount,
     host keys from the SSH host keys Secret, root's keys from the authorized-keys ConfigMap; with spec.identity the
-    directory's keys too (render/identity_kube.py)."""
+    directory's keys too (render/identity_kube.py). shared_source: the login Service's users may all arrive from the
+    node's address (the images' OpenSSH, 10.x, reads PerSourcePenalties)."""
     return render_sshd_config(c.JAIL_MOUNT, c.SSH_HOST_KEY_DIR, SSH_AUTHORIZED_KEYS_DIR, port=SSH_PORT,
-                              keys_by_command=True, identity_keys=model is not None and model.identity is not None)
+                              keys_by_command=True, identity_keys=model is not None and model.identity is not None,
+                              shared_source=True)
 
 
 def _login(model):
