@@ -85,6 +85,10 @@ def _observed(model):
     return model is not None and model.observability.exporter.enabled
 
 
+def _rest(model):
+    return model is not None and model.rest_api is not None
+
+
 def remediation_rules(model=None):
     """The namespaced permissions of the remediation CronJob: exactly the calls of playbooks/remediate.yml, which
     reconciles with slurm_cluster (manage_rbac, install_crds and create_namespace off: no RBAC object, CRD or
@@ -110,10 +114,11 @@ def remediation_rules(model=None):
         {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": ["list", "create", "patch", "delete"]},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],
          "verbs": ["list", "create", "patch", "delete"]},
-        # spec.observability's exporter Deployment and prometheus-operator objects: listed on every run (one that
-        # was switched off is pruned), written only by the cluster that has them.
+        # spec.observability's exporter Deployment, spec.rest's slurmrestd Deployment and prometheus-operator
+        # objects: listed on every run (one that was switched off is pruned), written only by the cluster that has
+        # them.
         {"apiGroups": ["apps"], "resources": ["deployments"],
-         "verbs": ["list", "create", "patch", "delete"] if _observed(model) else ["list"]},
+         "verbs": ["list", "create", "patch", "delete"] if _observed(model) or _rest(model) else ["list"]},
         {"apiGroups": ["monitoring.coreos.com"], "resources": ["servicemonitors", "prometheusrules"],
          "verbs": ["list", "create", "patch", "delete"] if _observed(model) else ["list"]},
         # Replacing a node: read its worker pod (uid, the Kubernetes node it runs on), delete it, wait for the new one.
