@@ -5,9 +5,11 @@ import io
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
@@ -430,3 +432,86 @@ def test_the_login_images_sssd_serves_a_directory_user_and_its_key_command_gates
         assert key2 and alice_key not in key2[0] and "does not answer" in key2[0], text
     finally:
         slapd.stop()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_login_images_sshd_keeps_one_sources_failures_from_locking_out_the_next_user(tag, tmp_path):
+    """The login pods' sshd_config (render/kube_objects.py login_sshd_config: PerSourcePenalties no) read by the
+    login image's OpenSSH (10.x, where per-source penalties are on by default): `sshd -T` prints it back. Then sshd
+    runs it on loopback (the host's network, a free port): after four clients from 127.0.0.1 failed with a wrong key
+    (behind a NodePort or LoadBalancer Service every user arrives from the node's address), the next client's right
+    key is accepted. With the same file less that line (sshd's default), the right key is refused: the lockout the
+    line prevents."""
+    from ansible_collections.soperator.slurm.plugins.module_utils import constants as c
+    from ansible_collections.soperator.slurm.plugins.module_utils.render import kube_objects as rk
+    from ansible_collections.soperator.slurm.plugins.module_utils.render import secrets as s
+    from ansible_collections.soperator.slurm.plugins.module_utils.render.sshd import render_sshd_config
+
+    keys, authorized, jail = tmp_path / "host-keys", tmp_path / "authorized-keys", tmp_path / "jail"
+    for folder in (keys, authorized, jail):
+        folder.mkdir()
+        os.chmod(str(folder), 0o755)        # the key command runs as nobody; sshd's chroot wants root's 0755
+    for key_type in s.SSH_HOST_KEY_TYPES:
+        subprocess.run(["ssh-keygen", "-q", "-t", key_type, "-N", "", "-f", str(keys / s.ssh_host_key_file(key_type))],
+                       check=True, timeout=60)
+    for name in ("right", "wrong"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / name)], check=True,
+                       timeout=60)
+    (authorized / "root").write_text((tmp_path / "right.pub").read_text())
+    os.chmod(str(authorized / "root"), 0o644)
+    assert "PerSourcePenalties no" in rk.login_sshd_config().splitlines()
+    port = _free_port()
+    rendered = render_sshd_config(c.JAIL_MOUNT, c.SSH_HOST_KEY_DIR, rk.SSH_AUTHORIZED_KEYS_DIR, port=port,
+                                  listen_address="127.0.0.1", keys_by_command=True, shared_source=True)
+    configs = {"rendered": rendered, "default": rendered.replace("PerSourcePenalties no\n", "")}
+    assert configs["default"] != rendered
+
+    ssh = ["ssh", "-p", str(port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o",
+           "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10", "-o", "IdentitiesOnly=yes"]
+    seen = {}
+    for mode, text in sorted(configs.items()):
+        (tmp_path / "sshd_config").write_text(text)
+        name = "soperator-sshd-test-%d" % os.getpid()
+        volumes = ["-v", "%s:%s:ro" % (keys, c.SSH_HOST_KEY_DIR), "-v", "%s:%s:ro" % (authorized,
+                   rk.SSH_AUTHORIZED_KEYS_DIR), "-v", "%s:%s:ro" % (jail, c.JAIL_MOUNT),
+                   "-v", "%s:/t/sshd_config:ro" % (tmp_path / "sshd_config")]
+        shown = _podman("run", "--rm", "--network", "none", *volumes, "--entrypoint", "sh", "%s/login:%s" % (
+            REGISTRY, tag), "-c", "mkdir -p /run/sshd && /usr/sbin/sshd -T -f /t/sshd_config")
+        assert shown.returncode == 0, shown.stderr
+        penalties = [line for line in shown.stdout.splitlines() if line.lower().startswith("persourcepenalties ")]
+        server = subprocess.Popen(["podman", "run", "--rm", "--name", name, "--network", "host"] + volumes + [
+            "--entrypoint", "sh", "%s/login:%s" % (REGISTRY, tag), "-c",
+            "mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f /t/sshd_config"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, env=ENV)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline and server.poll() is None, "sshd did not listen"
+                    time.sleep(0.5)
+            time.sleep(1)     # the probe above is a connection without authentication, as a kubelet's would be
+            failed = [subprocess.run(ssh + ["-i", str(tmp_path / "wrong"), "root@127.0.0.1", "true"],
+                                     capture_output=True, text=True, timeout=60, check=False).returncode
+                      for _attempt in range(4)]
+            assert failed == [255] * 4, failed
+            right = subprocess.run(ssh + ["-v", "-i", str(tmp_path / "right"), "root@127.0.0.1", "true"],
+                                   capture_output=True, text=True, timeout=60, check=False)
+            seen[mode] = (penalties, "Authenticated to 127.0.0.1" in right.stderr, right.stderr[-1500:])
+        finally:
+            _podman("stop", "-t", "5", name)
+            try:
+                out = server.communicate(timeout=60)[0]
+            except subprocess.TimeoutExpired:
+                server.kill()
+                out = server.communicate()[0]
+        seen[mode] += (out[-1500:],)
+    assert seen["rendered"][0] == ["PerSourcePenalties no"] and seen["rendered"][1], seen["rendered"]
+    assert seen["default"][0][0].split()[1].startswith("crash:") and not seen["default"][1], seen["default"]

@@ -4,12 +4,14 @@
 The one change to the example: 1 CPU per worker instead of 2. The kubelet offers what the machine has (2 CPUs on
 CI's VMs), and requests equal limits; with 2 CPUs each the second worker could never be scheduled.
 """
+import base64
 import functools
 import io
 import json
 import os
 import subprocess
 import tarfile
+import time
 
 import pytest
 import yaml
@@ -313,6 +315,8 @@ spec:
     users:
       - {name: root, defaultAccount: science, accounts: [science, small]}
   images: {mariadb: "%(mariadb)s"}
+  # issue 30: slurmrestd with JWT (the <cluster>-rest Service; tokens from slurm_token); off again at the end
+  rest: {enabled: true, maxTokenLifespan: 600}
   healthChecks:
     passive:
       interval: 15
@@ -404,6 +408,163 @@ def _policy_in_real_pods(node):
                                             _job_field(node, victim, "JobState")))
 
 
+# issue 30's REST API: an HTTP client in the login pod's sshd container (no image here has curl: python3's urllib
+# is the client; no image can be pulled onto this node). argv: method, URL, user, token ('' for none), JSON body
+# ('' for none); prints the status, then the answer.
+_HTTP = """
+import sys, urllib.request, urllib.error
+method, url, user, token, body = sys.argv[1:6]
+headers = {"Content-Type": "application/json"}
+if token:
+    headers.update({"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token})
+req = urllib.request.Request(url, data=body.encode() if body else None, headers=headers, method=method)
+try:
+    with urllib.request.urlopen(req, timeout=60) as r:
+        status, text = r.status, r.read().decode()
+except urllib.error.HTTPError as e:
+    status, text = e.code, e.read().decode()
+print(status)
+print(text)
+"""
+REST_API = "v0.0.45"        # the newest data parser of 26.05 (the images' data_parser_v0_0_4[2-5].so)
+REST_URL = "http://acct-rest:6820"      # the <cluster>-rest Service, by its name in the namespace
+
+
+def _rest(node, method, path, token, body=None, user="root"):
+    """(HTTP status, parsed answer or text) of a request from the login pod through the rest Service."""
+    out = _hpc_exec(node, "acct-login-0", "python3", "-c", _HTTP, method, REST_URL + path, user, token or "",
+                    json.dumps(body) if body is not None else "", container="sshd")
+    assert out.returncode == 0, out.stdout + out.stderr
+    status, _sep, text = out.stdout.partition("\n")
+    try:
+        return int(status), json.loads(text)
+    except ValueError:
+        return int(status), text
+
+
+def _token(node, lifespan, **kw):
+    """slurm_token through the controller pod (transport kubernetes); its whole result."""
+    return ansible_run.module("slurm_token", dict(
+        transport="kubernetes", namespace=HPC, cluster_name="acct", kubeconfig=node.kubeconfig, user="root",
+        lifespan=lifespan), timeout=300, **kw)
+
+
+def _submit(node, token, name):
+    return _rest(node, "POST", "/slurm/%s/job/submit" % REST_API, token, body={"job": {
+        "script": "#!/bin/sh\nhostname\n", "name": name, "current_working_directory": "/root",
+        "environment": ["PATH=/usr/bin:/bin"], "standard_output": "/root/rest.%j.out"}})
+
+
+def _job_names(node):
+    """Names of every job slurmctld knows and slurmdbd recorded."""
+    queue = _hpc_exec(node, "acct-controller-0", "squeue", "-h", "-t", "all", "-o", "%j").stdout.split()
+    recorded = _hpc_exec(node, "acct-login-0", "sacct", "-X", "-n", "-P", "-o", "JobName", container="sshd")
+    return set(queue) | set(recorded.stdout.split())
+
+
+def _jwt_key(node):
+    data = json.loads(node.kubectl("-n", HPC, "get", "secret", "acct-jwt-key", "-o", "json").stdout)["data"]
+    return base64.b64decode(data["jwt_hs256.key"]), data["jwt_hs256.key"]
+
+
+def _key_forms(key, encoded):
+    return [encoded, key.hex(), base64.urlsafe_b64encode(key).decode().rstrip("=")] + (
+        [key.decode("latin-1")] if len(key) else [])
+
+
+def _pod_logs(node):
+    logs = []
+    for pod in _pods_in(node, HPC):
+        logs.append(node.kubectl("-n", HPC, "logs", pod, "--all-containers=true", check=False).stdout)
+    return logs
+
+
+def _pods_in(node, namespace):
+    return [p["metadata"]["name"] for p in json.loads(
+        node.kubectl("-n", namespace, "get", "pods", "-o", "json").stdout)["items"]]
+
+
+def _rest_in_real_pods(node, outputs):
+    """issue 30's must-show: a token from slurm_token (through the controller pod); with it the login pod submits a
+    job through the rest Service, it runs, slurmctld's and slurmdbd's REST APIs read it back; no token, a forged one
+    and an expired one are refused and run nothing; the key is in no module output, playbook output or pod log.
+    Returns the key (bytes, and its base64 in the Secret)."""
+    checked = _token(node, 60, check=True)
+    assert checked["token"] is None and checked["max_lifespan"] == 600, checked
+    too_long = _token(node, 601, expect_failed=True)
+    assert "max_token_lifespan 600" in too_long["msg"], too_long
+    got = _token(node, 300)
+    token = got["token"]
+    assert got["queries"] == ["scontrol show config", "scontrol token username=root lifespan=300"], got
+
+    status, diag = _rest(node, "GET", "/slurm/%s/diag" % REST_API, token)
+    assert status == 200 and "statistics" in diag, (status, diag)
+
+    head, payload, signature = token.split(".")
+    forged = ".".join([head, payload, signature[:-4] + ("AAAA" if signature[-4:] != "AAAA" else "BBBB")])
+    expired = _token(node, 1)["token"]
+    time.sleep(3)
+    refused = dict((what, _submit(node, tok, "rest-" + what))
+                   for what, tok in (("none", None), ("forged", forged), ("expired", expired)))
+    # recorded: what 26.05.5's slurmrestd answers each (the assertion message names them when one differs)
+    answers = dict((what, status) for what, (status, _body) in refused.items())
+    assert answers["none"] == 401, refused
+    assert all(answers[what] in (401, 511) for what in ("forged", "expired")), refused
+
+    status, answer = _submit(node, token, "rest-job")
+    assert status == 200 and not answer.get("errors"), (status, answer)
+    job = str(answer["job_id"])
+
+    def state():
+        code, jobs = _rest(node, "GET", "/slurm/%s/job/%s" % (REST_API, job), token)
+        assert code == 200, (code, jobs)
+        return jobs["jobs"][0]["job_state"] == ["COMPLETED"], jobs["jobs"][0]["job_state"]
+    _wait("the REST job COMPLETED, read over REST", state)
+    out = _hpc_exec(node, "acct-login-0", "cat", "/mnt/jail/root/rest.%s.out" % job, container="sshd")
+    assert out.stdout.split() == ["cpu-0"], out.stdout + out.stderr
+
+    def recorded():
+        code, jobs = _rest(node, "GET", "/slurmdb/%s/job/%s" % (REST_API, job), token)
+        rows = jobs.get("jobs") if code == 200 and isinstance(jobs, dict) else None
+        return bool(rows) and rows[0]["state"]["current"] == ["COMPLETED"] and rows[0]["name"] == "rest-job", (
+            code, rows or jobs)
+    _wait("slurmdbd's REST API to read the job COMPLETED", recorded)
+
+    names = _job_names(node)
+    assert "rest-job" in names and not {"rest-none", "rest-forged", "rest-expired"} & names, names
+
+    key, encoded = _jwt_key(node)
+    assert len(key) == 32
+    texts = outputs + [json.dumps(r) for r in (checked, too_long, got)] + _pod_logs(node)
+    for form in _key_forms(key, encoded):
+        assert not any(form in text for text in texts), "the JWT key is in an output or a log"
+    print("REST on the real node: refused with", answers)
+    return key, encoded
+
+
+def _rest_off_in_real_pods(node, spec, key):
+    """spec.rest turned off: a re-run (with --diff) prunes slurmrestd's Deployment and Service, keeps the key Secret
+    as it was, and slurmctld runs without AuthAlt; the key is not in the diff."""
+    docs = list(yaml.safe_load_all(spec.read_text()))
+    docs[0]["spec"]["rest"] = {"enabled": False}
+    spec.write_text(yaml.safe_dump_all(docs))
+    done = ansible_run.playbook("site.yml", "--diff", "-e", "spec_file=%s" % spec,
+                                "-e", "kubeconfig=" + node.kubeconfig, timeout=900)
+    for kind in ("deployment", "service"):
+        assert node.kubectl("-n", HPC, "get", kind, "acct-rest", check=False).returncode != 0, kind
+    assert _jwt_key(node) == key
+    for form in _key_forms(*key):
+        assert form not in done.stdout + done.stderr, "the JWT key is in the --diff output"
+
+    def no_auth_alt():
+        conf = _hpc_exec(node, "acct-controller-0", "scontrol", "show", "config").stdout
+        lines = [line for line in conf.splitlines() if line.startswith("AuthAlt")]
+        return "ClusterName" in conf and all(line.split("=", 1)[1].strip() == "(null)" for line in lines), lines
+    _wait("slurmctld without AuthAlt", no_auth_alt, timeout=300)
+    out = _hpc_exec(node, "acct-login-0", "srun", "-N1", "hostname", container="sshd")
+    assert out.returncode == 0 and out.stdout.split() == ["cpu-0"], out.stdout + out.stderr
+
+
 @pytest.fixture
 def hpc_namespace(real_node):
     """The accounting test's namespace, deleted afterwards: its pods hold the node's CPUs, which a later test needs."""
@@ -420,8 +581,8 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, hpc_namespac
     mariadb = registry_tag.replace("/controller:", "/mariadb:")
     spec = tmp_path / "acct.yml"
     spec.write_text(FULL % {"mariadb": mariadb})
-    ansible_run.playbook("site.yml", "-e", "spec_file=%s" % spec, "-e", "kubeconfig=" + real_node.kubeconfig,
-                         timeout=900)
+    first = ansible_run.playbook("site.yml", "-e", "spec_file=%s" % spec, "-e", "kubeconfig=" + real_node.kubeconfig,
+                                 timeout=900)
     kc = real_node.kubectl
     _suspend_remediation(real_node, True)
 
@@ -436,6 +597,9 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, hpc_namespac
     acct = _wait("sacct to list the job", listed)
     assert "hostname" in acct[1]
     _policy_in_real_pods(real_node)
+    began = time.monotonic()
+    key = _rest_in_real_pods(real_node, [first.stdout + first.stderr])
+    print("REST checks: %.0f s" % (time.monotonic() - began))
 
     # Scale up through the scale subresource; the CronJob converges to it.
     started = _pod(real_node, "acct-controller-0")["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
@@ -488,3 +652,6 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, hpc_namespac
         steps = json.loads(data)["actions"] if data else {}
         return all(steps.get(step, {}).get("success", 0) >= 1 for step in ("replace", "recheck", "resume")), steps
     _wait("the remediation record of the pass", record, timeout=120)
+    began = time.monotonic()
+    _rest_off_in_real_pods(real_node, spec, key)
+    print("spec.rest off: %.0f s" % (time.monotonic() - began))

@@ -487,7 +487,9 @@ class KubeCluster(SlurmConfigReload):
         return job_log_tail(self.client, self.model.namespace, job)
 
     def _finish(self, desired):
-        workload_keys = [(o["kind"], o["metadata"]["name"]) for o in desired if o["kind"] in ("StatefulSet", "Job")]
+        # slurmrestd's Deployment (spec.rest) too: a pod that cannot start fails the run instead of passing it by
+        workload_keys = [(o["kind"], o["metadata"]["name"]) for o in desired
+                         if o["kind"] in ("StatefulSet", "Job", "Deployment")]
         self._last_workloads = None
         if self.options.wait and not self.options.check_mode:
             if not any(ch.writes for ch in self.changes) and self._ready_as_read(workload_keys):

@@ -45,7 +45,7 @@ def observed(obj):
 
 
 def workload_state(obj):
-    """(ready, text) of a StatefulSet or Job, from its status."""
+    """(ready, text) of a StatefulSet, Deployment or Job, from its status."""
     status = obj.get("status") or {}
     if obj["kind"] == "Job":
         failed = _job_condition(obj, "Failed")
@@ -56,6 +56,11 @@ def workload_state(obj):
         return False, "running (%s succeeded)" % status.get("succeeded", 0)
     want = _replicas(obj)
     ready = int(status.get("readyReplicas") or 0)
+    if obj["kind"] == "Deployment":
+        # its old pods stay ready while a new template's pod fails to start: that one counts as unavailable
+        updated, unavailable = int(status.get("updatedReplicas") or 0), int(status.get("unavailableReplicas") or 0)
+        return ready >= want and updated >= want and not unavailable and observed(obj), \
+            "%d/%d ready, %d updated, %d unavailable" % (ready, want, updated, unavailable)
     return ready >= want and observed(obj), "%d/%d ready" % (ready, want)
 
 

@@ -85,6 +85,10 @@ def _observed(model):
     return model is not None and model.observability.exporter.enabled
 
 
+def _rest(model):
+    return model is not None and model.rest_api is not None
+
+
 def remediation_rules(model=None):
     """The namespaced permissions of the remediation CronJob: exactly the calls of playbooks/remediate.yml, which
     reconciles with slurm_cluster (manage_rbac, install_crds and create_namespace off: no RBAC object, CRD or
@@ -110,10 +114,11 @@ def remediation_rules(model=None):
         {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": ["list", "create", "patch", "delete"]},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],
          "verbs": ["list", "create", "patch", "delete"]},
-        # spec.observability's exporter Deployment and prometheus-operator objects: listed on every run (one that
-        # was switched off is pruned), written only by the cluster that has them.
+        # spec.observability's exporter Deployment, spec.rest's slurmrestd Deployment and prometheus-operator
+        # objects: listed on every run (one that was switched off is pruned), written only by the cluster that has
+        # them.
         {"apiGroups": ["apps"], "resources": ["deployments"],
-         "verbs": ["list", "create", "patch", "delete"] if _observed(model) else ["list"]},
+         "verbs": ["list", "create", "patch", "delete"] if _observed(model) or _rest(model) else ["list"]},
         {"apiGroups": ["monitoring.coreos.com"], "resources": ["servicemonitors", "prometheusrules"],
          "verbs": ["list", "create", "patch", "delete"] if _observed(model) else ["list"]},
         # Replacing a node: read its worker pod (uid, the Kubernetes node it runs on), delete it, wait for the new one.
@@ -393,9 +398,11 @@ def _wait_for_jail(model, image, guaranteed):
 def login_sshd_config(model=None):
     """The login pods' sshd_config (the same renderer as the local backend's login): chroot into the jail mount,
     host keys from the SSH host keys Secret, root's keys from the authorized-keys ConfigMap; with spec.identity the
-    directory's keys too (render/identity_kube.py)."""
+    directory's keys too (render/identity_kube.py). shared_source: the login Service's users may all arrive from the
+    node's address (the images' OpenSSH, 10.x, reads PerSourcePenalties)."""
     return render_sshd_config(c.JAIL_MOUNT, c.SSH_HOST_KEY_DIR, SSH_AUTHORIZED_KEYS_DIR, port=SSH_PORT,
-                              keys_by_command=True, identity_keys=model is not None and model.identity is not None)
+                              keys_by_command=True, identity_keys=model is not None and model.identity is not None,
+                              shared_source=True)
 
 
 def _login(model):

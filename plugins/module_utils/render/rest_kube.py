@@ -31,6 +31,11 @@ REST = "rest"                                   # the app.kubernetes.io/componen
 JWT_SECRET_DIR = "/etc/slurm-jwt-secret"        # the Secret's file, root's; the entrypoint copies it to c.JWT_KEY
 ENV_JWT_KEY_SOURCE = "JWT_KEY_SOURCE"           # the entrypoint's input (images/entrypoint.sh copy_jwt_key)
 NOBODY = 65534                                  # Debian's nobody / nogroup
+# slurmrestd locks itself down with unshare(CLONE_SYSVSEM) and unshare(CLONE_FILES) (src/slurmrestd/slurmrestd.c
+# _lock_down) and dies when either fails. The RuntimeDefault seccomp profile of containerd allows unshare only with
+# CAP_SYS_ADMIN, so on a real kubelet it always fails (EPERM; podman's default profile allows it, which is why the
+# podman smoke test passed). Nothing is lost: the pod runs slurmrestd alone, with no semaphores or descriptors to share.
+POD_ENV = {"SLURMRESTD_SECURITY": "disable_unshare_sysv,disable_unshare_files"}
 SLURMRESTD = "/usr/sbin/slurmrestd"
 
 
@@ -61,9 +66,11 @@ def rest_objects(model: ClusterModel) -> List[Dict[str, Any]]:
     argv = slurmrestd_argv(SLURMRESTD, "0.0.0.0:%d" % rest.port, plugins, user=None)
     container = kb.container(
         model, "slurmrestd", model.images.controller, ports=[("http", rest.port)], command=argv[:1], args=argv[1:],
-        env=[{"name": k, "value": v} for k, v in sorted(REST_ENV.items())],
+        env=[{"name": k, "value": v} for k, v in sorted(dict(REST_ENV, **POD_ENV).items())],
         mounts=[kb.mount("slurm-configs", c.SLURM_CONF_DIR, True)],
-        resources={"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        # no CPU request, as the controller's and login's by default: on a small node its 100m kept a worker of
+        # 1 CPU from being scheduled (the real-node accounting test: 2 CPUs, two 1-CPU workers)
+        resources={"requests": {"memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         probe_port="http",
         security={"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
                   "runAsUser": NOBODY, "runAsGroup": NOBODY, "capabilities": {"drop": ["ALL"]},

@@ -14,6 +14,12 @@ What it sets, and why:
   notebook on a worker) is allowed, remote forwarding (`ssh -R`, opening ports on the login node) is not.
 - sftp is sshd's built-in server (internal-sftp): it works in the jail without an sftp-server binary there.
 - Idle connections are dropped after about three minutes without an answer; unauthenticated ones after 30 s.
+- shared_source (the Kubernetes login pods): no per-source penalties. OpenSSH 9.8+ refuses, for a while, every
+  connection from an address whose clients failed to log in (PerSourcePenalties, on by default; the login image's
+  10.6 penalises a failed key 5 s, a connection without authentication 1 s, and refuses the address once 15 s are
+  due). Behind a Service that translates source addresses (NodePort and LoadBalancer with externalTrafficPolicy
+  Cluster, the default) every user arrives from the node's address, so one user's failures would lock out all.
+  OpenSSH before 9.8 (the host's 9.2: the local backend) does not know the key and refuses the file with it.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -36,7 +42,7 @@ def host_key_paths(key_dir):
 
 def render_sshd_config(chroot_dir, host_key_dir, authorized_keys_dir, port=22, listen_address=None, pid_file=None,
                        set_env=None, strict_modes=True, use_pam=True, notes=(), keys_by_command=False,
-                       identity_keys=False, identity_command=None):
+                       identity_keys=False, identity_command=None, shared_source=False):
     """The sshd_config text of a login node.
 
     chroot_dir: the jail as sshd sees it. host_key_dir: the directory of the host keys (host_key_paths).
@@ -50,6 +56,7 @@ def render_sshd_config(chroot_dir, host_key_dir, authorized_keys_dir, port=22, l
     the user's entry), through node/authorized_keys.py: it offers them only while the directory answers (fail
     closed) and prints the cluster's keys too. identity_command: how to run it (default AUTHORIZED_KEYS_PROGRAM, the
     login image's copy); it gets the keys directory and `%u`.
+    shared_source: clients may share one source address; turns sshd's per-source penalties off (OpenSSH 9.8+ only).
     """
     # Every line goes through config_syntax.sshd_line / comment: a path with a space, a quote, '#' or a '%' that sshd
     # would expand raises ConfigSyntaxError instead of writing a line sshd reads differently.
@@ -100,6 +107,9 @@ def render_sshd_config(chroot_dir, host_key_dir, authorized_keys_dir, port=22, l
         sshd_line("PrintMotd", "no"),
         sshd_line("AcceptEnv", "LANG", "LC_*"),
     ]
+    if shared_source:
+        lines += [comment("Clients share the node's address behind the Service: no per-source lockout (OpenSSH 9.8+)."),
+                  sshd_line("PerSourcePenalties", "no")]
     if set_env:
         lines.append(sshd_line("SetEnv", *["%s=%s" % (k, v) for k, v in sorted(set_env.items())]))
     lines += [

@@ -32,6 +32,9 @@ def test_one_renderer_for_both_backends():
     expected = ["/srv/state/secrets/ssh_host_%s_key" % key_type for key_type in s.SSH_HOST_KEY_TYPES]
     assert [v for k, v in local if k == "HostKey"] == expected
     assert ("StrictModes", "yes") in local and ("StrictModes", "yes") in kube
+    # the login Service's users may share the node's address: no per-source lockout in the pods (the images'
+    # OpenSSH 10.x reads the key); the host's sshd (9.2 on Debian 12) refuses a file with it, so local has none
+    assert ("PerSourcePenalties", "no") in kube and "PerSourcePenalties" not in dict(local)
 
 
 def test_local_state_dir_below_tmp_turns_strict_modes_off(tmp_path):

@@ -83,7 +83,10 @@ def test_slurmrestd_deployment_and_service():
     rest = containers(deployment)["slurmrestd"]
     assert rest["command"] == ["/usr/sbin/slurmrestd"]
     assert rest["args"] == ["-a", "rest_auth/jwt", "-s", "openapi/slurmctld,openapi/slurmdbd", "0.0.0.0:8080"]
-    assert rest["env"] == [{"name": "SLURM_JWT", "value": "daemon"}]
+    # unshare(2) is refused under containerd's RuntimeDefault seccomp profile: slurmrestd skips its own unshares
+    assert rest["env"] == [{"name": "SLURMRESTD_SECURITY", "value": "disable_unshare_sysv,disable_unshare_files"},
+                           {"name": "SLURM_JWT", "value": "daemon"}]
+    assert rest["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     security = rest["securityContext"]
     assert security["runAsNonRoot"] is True and security["runAsUser"] == 65534 and security["runAsGroup"] == 65534
     assert security["allowPrivilegeEscalation"] is False and security["readOnlyRootFilesystem"] is True
@@ -96,3 +99,14 @@ def test_slurmrestd_without_accounting_serves_slurmctld_only():
     objects, _material, _generated = render(model_of({"enabled": True}, accounting=False))
     assert containers(objects[("Deployment", "c-rest")])["slurmrestd"]["args"][3] == "openapi/slurmctld"
     assert "jwt-key" in volumes(objects[("StatefulSet", "c-controller")])
+
+
+def test_the_remediation_pass_may_write_slurmrestds_deployment_only_with_rest_on():
+    """The remediation CronJob reconciles the cluster: with spec.rest it applies the rest Deployment (a real node's
+    pass failed with 403 before its Role allowed that); without, it only lists Deployments."""
+    def deployment_verbs(model):
+        objects, _material, _generated = render(model)
+        rules = [r for r in objects[("Role", "c-remediation")]["rules"] if "deployments" in r["resources"]]
+        return rules[0]["verbs"]
+    assert deployment_verbs(model_of({"enabled": True})) == ["list", "create", "patch", "delete"]
+    assert deployment_verbs(model_of({"enabled": False})) == ["list"]
