@@ -2,11 +2,12 @@
 
 `python3 bench/bench_exporter.py [--nodes 1000] [--nodesets 1] [--profile]`. Starts a local cluster (munged,
 slurmctld, 2 slurmd) whose NodeSets (n, then n1, n2, ...) define --nodes nodes between them, the 2 slurmd in the
-first; the others are taken out of FUTURE as DOWN (drained by us, as bench_drain does), a few more drained by a health check and by an
-admin, and 200 jobs queued, so sinfo, squeue and sdiag answer for a full cluster. Then scrapes the exporter's
+first; the others are taken out of FUTURE as DOWN (drained by us, as bench_drain does), a few more drained by a
+health check and by an admin, and 200 jobs queued, so scontrol, squeue and sdiag answer for a full cluster. Then scrapes the exporter's
 registry in process (the HTTP server adds nothing Slurm-related) SCRAPES times and prints the median and worst
 scrape, the median per command, the Slurm share and the size of the exposition; --profile adds cProfile's top
-functions over the scrapes. Goal: a scrape under 0.5 s (issue 32: 5,000 nodes in 4 NodeSets). Asserts nothing. Needs the Slurm daemons and munge (Debian: slurmctld slurmd slurm-client munge).
+functions over the scrapes. Goal: a scrape under 0.5 s (issue 32: 5,000 nodes in 4 NodeSets). Asserts nothing.
+Needs the Slurm daemons and munge (Debian: slurmctld slurmd slurm-client munge).
 """
 import argparse
 import cProfile
