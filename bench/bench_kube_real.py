@@ -1,4 +1,4 @@
-"""A 4-nodeset, 1,024-worker cluster (bench_render.documents) applied to a real kube-apiserver (tools/k8s: needs
+"""A 4-nodeset cluster of --workers workers (default 1,024; bench_render.documents) applied to a real kube-apiserver (tools/k8s: needs
 `make k8s-build`; the control plane is started in a temporary directory and stopped at the end): the first run, then
 no-op re-runs. Requests are counted from the API server's audit log, not by the client.
 
@@ -6,12 +6,19 @@ Rows: the backend in-process (KubeCluster.present(), no Ansible), then `ansible-
 site.yml` no-op runs and an empty ansible-playbook for scale. No wait for readiness: 3 kwok nodes cannot hold 1,024
 workers (nor the example's GPUs); before the no-op runs the StatefulSet controller has caught up (bounded wait), so
 the status each run writes is final. Goal: the no-op run writes nothing and costs at most 2x an empty
-ansible-playbook. Prints numbers only.
+ansible-playbook. Then (issue 32) the roll plan's inputs and plan over every worker (a new pod template: each
+NodeSet's StatefulSet and pods listed, slurm/rollout.py plan() over them with every node idle, as sinfo would say
+of a healthy cluster: Slurm records made here, no slurmctld), and the teardown (KubeCluster.absent()).
+`--workers 5000` is issue 32's size; `--profile` prints cProfile's top functions of the first apply and the roll plan.
+Prints numbers only.
 """
+import argparse
 import collections
+import cProfile
 import importlib.util
 import json
 import os
+import pstats
 import subprocess
 import sys
 import tempfile
@@ -31,6 +38,12 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend impor
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (  # noqa: E402
     KubeClient, api_client_from_params)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.validate import build_model  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply as ka  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.rollout import WorkerRevisions  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm import rollout as slurm_rollout  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.node_records import NodeRecord  # noqa: E402
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import (  # noqa: E402
+    DEFAULT_REASON_PREFIX as PREFIX)
 
 _spec = importlib.util.spec_from_file_location("soperator_k8s_cluster", os.path.join(ROOT, "tools", "k8s",
                                                                                      "cluster.py"))
@@ -74,12 +87,66 @@ def playbook(argv):
     return seconds, json.loads(proc.stdout)["stats"].get("localhost", {}).get("changed", 0)
 
 
+def profiled(profile, call):
+    if profile is None:
+        return call()
+    profile.enable()
+    try:
+        return call()
+    finally:
+        profile.disable()
+
+
+def roll_plan(client, model, audit, user, profile):
+    """A new pod template for every NodeSet (an annotation), then what a Slurm-aware roll computes first: each
+    NodeSet's (nodes, revisions, update revision) from the API server and its plan. Prints one row."""
+    from kubernetes import client as k8s_client
+    apps = k8s_client.AppsV1Api(client.api)
+    for ns in model.node_sets:      # a worker StatefulSet is named after its NodeSet (kube/backend.py roll_workers)
+        apps.patch_namespaced_stateful_set(ns.name, model.namespace, {"spec": {"template": {"metadata": {
+            "annotations": {"bench/roll": str(time.time())}}}}})
+    settle_revisions(client, model)
+    mark = audit.mark()
+    started = time.perf_counter()
+    outdated = batches = 0
+    for ns in model.node_sets:
+        read = WorkerRevisions(client, model.namespace, ns.name, ns.node_name, 300, ka.owner_selector(model.name))
+        nodes, revisions, update_revision = profiled(profile, read)
+        records = dict((n, NodeRecord(name=n, base_state="IDLE")) for n in nodes)
+        plan = profiled(profile, lambda: slurm_rollout.plan(nodes, revisions, update_revision, records, {},
+                                                            ns.update_strategy.max_unavailable, PREFIX))
+        outdated += len(slurm_rollout.outdated(nodes, revisions, update_revision))
+        batches += len(plan.batches)
+    seconds = time.perf_counter() - started
+    reads, most, writes = counted(audit, mark, user)
+    print("%-28s %-8.2f %-6d %-14d %-7d %d outdated, %d batches" % ("roll plan", seconds, reads, most, writes,
+                                                                    outdated, batches))
+
+
+def settle_revisions(client, model, timeout=300):
+    """Until every worker StatefulSet's controller has observed the new template (its updateRevision is new)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listed = client.list("StatefulSet", model.namespace, ka.owner_selector(model.name))
+        mine = [s for s in listed if s["metadata"]["name"] in set(ns.name for ns in model.node_sets)]
+        if mine and all((s.get("status") or {}).get("observedGeneration") == s["metadata"]["generation"]
+                        and s["status"].get("updateRevision") != s["status"].get("currentRevision") for s in mine):
+            return
+        time.sleep(1)
+    raise SystemExit("the StatefulSets did not observe the new template in %ss" % timeout)
+
+
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", type=int, default=1024)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
     bin_dir = k8s.cached_bin()
     if not bin_dir:
         raise SystemExit("no control plane built: run `make k8s-build` first")
-    docs = documents(1024)
+    docs = documents(args.workers)
     model = build_model(docs)
+    profile = cProfile.Profile() if args.profile else None
     with tempfile.TemporaryDirectory() as tmp:
         state = os.path.join(tmp, "k8s")
         try:
@@ -94,12 +161,16 @@ def main():
             for label in ("backend: first", "backend: no-op", "backend: no-op"):
                 mark = audit.mark()
                 started = time.perf_counter()
-                result = KubeCluster(client, model, KubeOptions(wait=False)).present()
+                cluster = KubeCluster(client, model, KubeOptions(wait=False))
+                result = profiled(profile if label.endswith("first") else None, cluster.present)
                 seconds = time.perf_counter() - started
                 reads, most, writes = counted(audit, mark, user)
                 print("%-28s %-8.2f %-6d %-14d %-7d %s" % (label, seconds, reads, most, writes, result["changed"]))
                 if label.endswith("first"):
-                    settle(kubeconfig, model.namespace)
+                    started = time.perf_counter()
+                    settle(kubeconfig, model.namespace, timeout=max(300, args.workers // 4))
+                    print("%-28s %-8.2f (the StatefulSet controller made every pod; kube-controller-manager's "
+                          "default 20 requests/s)" % ("  pods created", time.perf_counter() - started))
             spec = os.path.join(tmp, "spec.yml")
             with open(spec, "w") as f:
                 yaml.safe_dump_all(docs, f)
@@ -115,6 +186,15 @@ def main():
             for label in ("empty ansible-playbook",) * 2:
                 seconds, changed = playbook([empty])
                 print("%-28s %-8.2f" % (label, seconds))
+            roll_plan(client, model, audit, user, profile)
+            mark = audit.mark()
+            started = time.perf_counter()
+            result = KubeCluster(client, model, KubeOptions(wait=False)).absent()
+            reads, most, writes = counted(audit, mark, user)
+            print("%-28s %-8.2f %-6d %-14d %-7d %s" % (
+                "teardown (absent)", time.perf_counter() - started, reads, most, writes, result["changed"]))
+            if profile is not None:
+                pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
         finally:
             k8s.down(state)
 

@@ -246,11 +246,11 @@ def _controller_down_is_reported_and_alerted(prom):
     answered = wait_for(lambda: prom.query("soperator_slurm_up == 0 and on (instance, job) up == 1"),
                         timeout=WAIT, what="a scrape that answered (up 1) with soperator_slurm_up 0")
     assert [r["metric"]["job"] for r in answered] == ["obs-exporter"]
-    # sinfo did not answer; squeue and sdiag were not run (0 s) rather than waiting for it too
+    # scontrol did not answer; squeue and sdiag were not run (0 s) rather than waiting for it too
     wait_for(lambda: _by_command(prom, "soperator_slurm_exporter_command_failed") == {
-        "sinfo": "1", "squeue": "1", "sdiag": "1"} and _by_command(
+        "scontrol": "1", "squeue": "1", "sdiag": "1"} and _by_command(
         prom, 'soperator_slurm_exporter_command_seconds{command=~"squeue|sdiag"}') == {"squeue": "0", "sdiag": "0"},
-        timeout=WAIT, what="sinfo failed, squeue and sdiag not run")
+        timeout=WAIT, what="scontrol failed, squeue and sdiag not run")
     firing = wait_for(lambda: [a for a in _alerts(prom, "SlurmControllerUnreachable") if a["state"] == "firing"],
                       timeout=WAIT, what="SlurmControllerUnreachable firing")
     assert [a["labels"]["job"] for a in firing] == ["obs-exporter"]

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The Prometheus exporter: each scrape reads Slurm through the collection's one runner (sinfo --json, squeue,
-sdiag: three commands, whatever the cluster's size) and answers with observe/metrics.py's families.
+"""The Prometheus exporter: each scrape reads Slurm through the collection's one runner (scontrol show node,
+squeue, sdiag: three commands, whatever the cluster's size) and answers with observe/metrics.py's families.
 
     python3 -m ansible_collections.soperator.slurm.plugins.module_utils.observe.exporter \\
         --port 9341 [--listen-address 127.0.0.1] [--slurm-conf PATH] [--reason-prefix 'soperator:'] \\
@@ -37,7 +37,7 @@ except ImportError:  # the program needs it (requirements.txt); importing this f
     CollectorRegistry = start_http_server = None
 
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import metrics, status
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import DEFAULT_REASON_PREFIX, read_sinfo
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import DEFAULT_REASON_PREFIX, read_node_table
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, LocalTransport, SlurmError, SlurmRunner, SlurmUnavailable)
 
@@ -61,7 +61,7 @@ def read_snapshot(runner, clock=time.monotonic, jail=None, status_dir=None, reme
         except OSError as e:
             snap.errors["statvfs"] = str(e)[:500]
     reads = (
-        ("sinfo", lambda: list(read_sinfo(runner).values()), "nodes"),
+        ("scontrol", lambda: list(read_node_table(runner).values()), "nodes"),
         ("squeue", lambda: runner.run(metrics.SQUEUE_JOBS, parse=lambda r: metrics.parse_squeue_jobs(r.stdout))[1],
          "jobs"),
         ("sdiag", lambda: runner.run(metrics.SDIAG, parse=lambda r: metrics.parse_sdiag(r.stdout))[1], "sdiag"),

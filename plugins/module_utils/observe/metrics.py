@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
@@ -55,6 +56,7 @@ class Snapshot:
     status_skipped: object = None                                   # status files skipped (None: none read)
 
 
+@functools.lru_cache(maxsize=1024)  # pure: thousands of nodes a scrape share a few reasons
 def drain_labels(reason, prefix):
     """(owner, kind, check) of a drain reason: owner 'soperator' for ours (the prefix), else 'other'; kind
     health_check / active_check with the check's name, scale-down, upgrade, or manual (an admin's slurm_drain): never
@@ -84,6 +86,7 @@ def _split_gres(text):
     return [p.strip() for p in parts if p.strip()]
 
 
+@functools.lru_cache(maxsize=256)   # pure: a scrape asks for the same few strings for thousands of nodes
 def gpu_count(gres):
     """GPUs in a Gres or GresUsed string ('gpu:h100:8(S:0-1)', 'gpu:2', 'gpu:a100:0(IDX:N/A)')."""
     total = 0
@@ -446,7 +449,7 @@ def families(snapshot, prefix, scrape_seconds):
     """Every family of one scrape. A command that failed gives no families at all, rather than zeros that would
     read as an empty cluster or an empty queue."""
     out = exporter_families(snapshot, scrape_seconds)
-    if "sinfo" not in snapshot.errors:
+    if "scontrol" not in snapshot.errors:
         out += node_families(snapshot.nodes, prefix) + partition_families(snapshot.nodes)
         out += power_families(snapshot.nodes, prefix) + resume_families(snapshot.nodes, prefix)
         out += health_families(snapshot.health, snapshot.nodes)

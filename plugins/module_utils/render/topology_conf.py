@@ -108,8 +108,13 @@ def _check_block(tree, target):
 
 
 def _unplaced_comments(tree):
-    return [comment("%s: left out (no job until its place is known): %s" % (node, why))
-            for node, why in tree.unplaced]
+    """One comment per reason, naming its nodes as a hostlist: the nodes of a cluster with no pod placed yet (every
+    node of maxReplicas) make one line, not one each (issue 32: the ConfigMap stays small at 10,000 workers)."""
+    by_reason = {}
+    for node, why in tree.unplaced:
+        by_reason.setdefault(why, []).append(node)
+    return [comment("%s: left out (no job until its place is known): %s" % (compress(nodes), why))
+            for why, nodes in sorted(by_reason.items())]
 
 
 def _node_labels_conf(model, target):

@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import calendar
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,9 +19,18 @@ from ansible_collections.soperator.slurm.plugins.module_utils.slurm_syntax impor
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmOutputError
 
 _NOT_FOUND = re.compile(r"^Node (\S+) not found$")
-_SCONTROL_FIELDS = frozenset(["NodeName", "State", "Partitions", "Gres", "AvailableFeatures", "NodeAddr",
-                              "NodeHostName"])
-_REASON = re.compile(r"^(.*?)(?: \[([^\]@]*)@([^\]]*)\])?$", re.S)
+_SCONTROL_FIELDS = ("NodeName", "State", "Partitions", "Gres", "GresUsed", "AvailableFeatures", "NodeAddr",
+                    "NodeHostName", "CPUTot", "CPUAlloc", "RealMemory", "AllocMem", "SlurmdStartTime")
+_SCONTROL_FIELD = re.compile(r"(?:^| )(%s)=(\S*)" % "|".join(_SCONTROL_FIELDS))
+_SCONTROL_TIME = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)$")
+# What scontrol prints after Reason (src/api/node_info.c, 22.05 to 26.05), each on its own line (a space with
+# --oneliner): the reason ends where the first of these begins.
+_AFTER_REASON = re.compile(r" (Comment|Extra|InstanceId|InstanceType|ReservationName|TLSCertTokenSet|Topology)=")
+_REASON_STAMP = re.compile(r" \[([^\]@]*)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|None)\]"
+                           r"(?=$| {8}| (?:Comment|Extra|InstanceId|InstanceType|ReservationName|TLSCertTokenSet|Topology)=)")
+_COMMENT_END = re.compile(r" (Extra|InstanceId|InstanceType|ReservationName|TLSCertTokenSet|Topology)=")
+# A reason's later lines, with --oneliner: a space and 7 more (node_info.c indents them under "Reason=").
+_REASON_LINE = " " * 8
 
 
 BUSY_STATES = frozenset(["ALLOCATED", "MIXED"])
@@ -50,9 +60,9 @@ class NodeRecord:
     hostname: str = ""
     source: str = "sinfo"                # sinfo | scontrol (a FUTURE node sinfo hides)
     jobs: Optional[int] = field(default=None, compare=False)
-    # When the node's slurmd last registered (sinfo only): tells a restarted / replaced slurmd from the old one.
+    # When the node's slurmd last registered (not read for FUTURE nodes): tells a restarted / replaced slurmd from the old one.
     slurmd_start_time: Optional[int] = field(default=None, compare=False)
-    # The node's Comment (sinfo only): our power programs leave a resume's request time there (node/power_program.py).
+    # The node's Comment: our power programs leave a resume's request time there (node/power_program.py).
     comment: str = field(default="", compare=False)
 
     @property
@@ -252,20 +262,13 @@ def parse_scontrol_nodes(text):
             continue
         if not line.startswith("NodeName="):
             raise SlurmOutputError("scontrol show node printed an unexpected line: %s" % line[:200])
-        reason = ""
-        user = None
-        head = line
-        cut = line.find(" Reason=")
-        if cut >= 0:
-            head, reason_text = line[:cut], line[cut + len(" Reason="):]
-            match = _REASON.match(reason_text)
-            reason, user = match.group(1), match.group(2) or None
-        # The fields we read never hold spaces; others may (OS=Linux 5.15 ...), their pieces are ignored.
+        head, reason, user, changed_at, comment = _scontrol_tail(line)
+        # The fields we read never hold spaces; others may (OS=Linux 5.15 ...), their pieces are ignored. The
+        # first of a key counts. One regex over the line, not a split of every word: the exporter parses
+        # thousands of these per scrape (issue 32).
         fields = {}
-        for word in head.split():
-            key, sep, value = word.partition("=")
-            if sep and key in _SCONTROL_FIELDS and key not in fields:
-                fields[key] = value
+        for key, value in _SCONTROL_FIELD.findall(head):
+            fields.setdefault(key, value)
         name = fields.get("NodeName")
         state = fields.get("State")
         if not name or not state:
@@ -276,13 +279,76 @@ def parse_scontrol_nodes(text):
             flags += ("NOT_RESPONDING",)
         partitions = fields.get("Partitions", "")
         gres = fields.get("Gres", "")
+        gres_used = fields.get("GresUsed", "")
         records.append(NodeRecord(
             name=name, base_state=words[0].rstrip("*"), flags=flags, reason=reason, reason_set_by_user=user,
+            reason_changed_at=changed_at, comment=comment,
             partitions=tuple(p for p in partitions.split(",") if p),
-            gres="" if gres == "(null)" else gres,
+            gres="" if gres == "(null)" else gres, gres_used="" if gres_used == "(null)" else gres_used,
+            cpus=_scontrol_number(fields, "CPUTot", name), alloc_cpus=_scontrol_number(fields, "CPUAlloc", name),
+            real_memory=_scontrol_number(fields, "RealMemory", name),
+            alloc_memory=_scontrol_number(fields, "AllocMem", name),
+            slurmd_start_time=_scontrol_time(fields.get("SlurmdStartTime"), name),
             features=tuple(f for f in fields.get("AvailableFeatures", "").split(",") if f and f != "(null)"),
             address=fields.get("NodeAddr", ""), hostname=fields.get("NodeHostName", ""), source="scontrol"))
     return records, missing
+
+
+def _scontrol_tail(line):
+    """(the line before its Reason, the reason (its lines joined by newlines), who set it, when (UNIX time), the
+    Comment) of one ``scontrol --oneliner show node`` line. A reason ends at its ' [user@time]' stamp where that is
+    followed by the line's end or a key scontrol prints after the reason; a reason without a stamp ends at the first
+    such key (so one holding ' Comment=' is cut there)."""
+    reason, user, changed_at, comment = "", None, None, ""
+    cut = line.find(" Reason=")
+    if cut >= 0:
+        head, rest = line[:cut], line[cut + len(" Reason="):]
+        stamp = _REASON_STAMP.search(rest)
+        if stamp:
+            reason, user = rest[:stamp.start()], stamp.group(1) or None
+            changed_at = _scontrol_time(stamp.group(2), "reason")
+            rest = rest[stamp.end():]
+            after = _AFTER_REASON.search(rest)
+            more, rest = (rest[:after.start()], rest[after.start():]) if after else (rest, "")
+            if more.startswith(_REASON_LINE):
+                reason += "\n" + "\n".join(more[len(_REASON_LINE):].split(_REASON_LINE))
+        else:
+            after = _AFTER_REASON.search(rest)
+            reason, rest = (rest[:after.start()], rest[after.start():]) if after else (rest, "")
+    else:
+        after = _AFTER_REASON.search(line)
+        head, rest = (line[:after.start()], line[after.start():]) if after else (line, "")
+    if rest.startswith(" Comment="):
+        comment = rest[len(" Comment="):]
+        end = _COMMENT_END.search(comment)
+        comment = comment[:end.start()] if end else comment
+    return head, reason, user, changed_at, comment
+
+
+def _scontrol_number(fields, key, name):
+    value = fields.get(key)
+    if value is None or value in ("N/A", "n/a"):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise SlurmOutputError("scontrol show node: %s of node %s is not a number: %r" % (key, name, value[:50]))
+
+
+def _scontrol_time(value, name):
+    """A time as scontrol prints it under TZ=UTC0 (slurm/runner.py SLURM_TZ): 2026-11-27T09:20:27 -> UNIX time;
+    None, Unknown and 0 -> None."""
+    if value is None or value in ("None", "Unknown", "0"):
+        return None
+    match = _SCONTROL_TIME.match(value)     # not time.strptime: 10 times slower, thousands of nodes a scrape
+    try:
+        return calendar.timegm(tuple(int(n) for n in match.groups()) + (0, 0, 0)) if match else _unreadable_time()
+    except ValueError:
+        raise SlurmOutputError("scontrol show node: an unreadable time for %s: %r" % (name, value[:50]))
+
+
+def _unreadable_time():
+    raise ValueError("not YYYY-MM-DDTHH:MM:SS")
 
 
 def parse_squeue_nodes(text):

@@ -106,18 +106,18 @@ def _scrape(runner, **kwargs):
 
 
 def test_reads_stop_at_the_first_command_the_controller_does_not_answer():
-    runner = Runner(unanswered=("sinfo", "squeue", "sdiag"))
+    runner = Runner(unanswered=("scontrol", "squeue", "sdiag"))
     values = _scrape(runner)
-    assert runner.ran == ["sinfo"]                       # squeue and sdiag would wait for it again
+    assert runner.ran == ["scontrol"]                       # squeue and sdiag would wait for it again
     assert values[("soperator_slurm_up", None)] == 0
-    assert [values[("soperator_slurm_exporter_command_failed", c)] for c in ("sinfo", "squeue", "sdiag")] == [1, 1, 1]
+    assert [values[("soperator_slurm_exporter_command_failed", c)] for c in ("scontrol", "squeue", "sdiag")] == [1, 1, 1]
     assert [values[("soperator_slurm_exporter_command_seconds", c)] for c in ("squeue", "sdiag")] == [0, 0]
 
 
 def test_a_command_that_fails_otherwise_does_not_stop_the_others():
-    runner = Runner(failing=("sinfo", "squeue", "sdiag"))
+    runner = Runner(failing=("scontrol", "squeue", "sdiag"))
     assert _scrape(runner)[("soperator_slurm_up", None)] == 0
-    assert runner.ran == ["sinfo", "squeue", "sdiag"]
+    assert runner.ran == ["scontrol", "squeue", "sdiag"]
 
 
 def test_the_collector_gives_the_runner_its_share_of_the_scrape_timeout():
@@ -126,7 +126,7 @@ def test_the_collector_gives_the_runner_its_share_of_the_scrape_timeout():
 
     def factory(deadline):
         deadlines.append(deadline)
-        return Runner(unanswered=("sinfo",))
+        return Runner(unanswered=("scontrol",))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(exporter.SlurmCollector(factory, clock=clock, scrape_timeout=4.0))
     generate_latest(registry)

@@ -110,7 +110,7 @@ def test_node_and_partition_families():
 
 
 class _Runner(object):
-    """Answers sinfo/squeue/sdiag as a runner does, or fails the commands it is told to."""
+    """Answers scontrol/squeue/sdiag as a runner does, or fails the commands it is told to."""
     nodes_by_scontrol = False  # sinfo --json lists nodes, as 22.05's does
 
     def __init__(self, fail=()):
@@ -124,7 +124,7 @@ class _Runner(object):
 
 def test_a_failed_scrape_says_slurm_up_0_and_reports_no_empty_cluster():
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(exporter.SlurmCollector(lambda deadline: _Runner(fail=("sinfo", "squeue", "sdiag"))))
+    registry.register(exporter.SlurmCollector(lambda deadline: _Runner(fail=("scontrol", "squeue", "sdiag"))))
     text = generate_latest(registry).decode()
     names = set(f.name for f in text_string_to_metric_families(text))
     assert "soperator_slurm_up" in names and "soperator_slurm_exporter_command_failed" in names

@@ -250,7 +250,7 @@ def test_one_scrape_exports_the_status_records(status_dir, monkeypatch):
     record = os.path.join(status_dir, rr.RECORD_KEY)
     rr.FileStore(record).save(rr.updated(None, {"actions": {"replace": {"success": 1, "failure": 0}}, "errors": []},
                                          100.0))
-    monkeypatch.setattr(exporter, "read_sinfo", lambda runner: {"cpu-0": _node("cpu-0")})
+    monkeypatch.setattr(exporter, "read_node_table", lambda runner: {"cpu-0": _node("cpu-0")})
     registry = CollectorRegistry(auto_describe=False)
     registry.register(exporter.SlurmCollector(lambda deadline: _Runner(), status_dir=status_dir,
                                               remediation_record=record))

@@ -688,3 +688,48 @@ def test_kubernetes_transport_no_pod_left():
                             standby_pods=["c-controller-1"])
     with pytest.raises(TransientError):
         t.exec(["sinfo"], 5)
+
+
+# `scontrol --oneliner show node` of Slurm 22.05.8 (TZ=UTC0), as the exporter reads every node (issue 32)
+SCONTROL_22_05 = (
+    "NodeName=n-0 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=1 CPUTot=1 CPULoad=9.49 "
+    "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.0.1 NodeHostName=localhost Port=17827 "
+    "Version=22.05.8 OS=Linux 6.18.44-fc-v669 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=256 AllocMem=0 FreeMem=6077 "
+    "Sockets=1 Boards=1 State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=main  "
+    "BootTime=2026-11-26T17:35:24 SlurmdStartTime=2026-11-27T09:21:23 LastBusyTime=2026-11-27T09:21:23 "
+    "CfgTRES=cpu=1,mem=256M,billing=1 AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s "
+    "ExtSensorsWatts=0 ExtSensorsTemp=n/s Comment=hello world Extra=extra stuff\n"
+    "NodeName=n-1 Arch=x86_64 CoresPerSocket=1  CPUAlloc=1 CPUEfctv=1 CPUTot=1 CPULoad=9.49 "
+    "AvailableFeatures=h100,ib ActiveFeatures=h100,ib Gres=gpu:h100:8 GresUsed=gpu:h100:2(IDX:0-1) "
+    "NodeAddr=127.0.0.1 NodeHostName=localhost Port=17828 Version=22.05.8 OS=Linux 6.18.44-fc-v669 #1 SMP "
+    "PREEMPT_DYNAMIC @0  RealMemory=256 AllocMem=128 FreeMem=6076 Sockets=1 Boards=1 State=MIXED+DRAIN "
+    "ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=main,gpu  BootTime=2026-11-26T17:35:24 "
+    "SlurmdStartTime=2026-11-27T09:21:23 LastBusyTime=2026-11-27T09:21:23 CfgTRES=cpu=1,mem=256M,billing=1 "
+    "AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s "
+    "Reason=admin: x Comment=y [z] [root@2026-11-27T09:21:23] Comment=soperator: resume-requested 1700000000\n"
+    "NodeName=n-10 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=1 CPUTot=1 CPULoad=N/A AvailableFeatures=(null) "
+    "ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.0.1 NodeHostName=localhost Port=17837  RealMemory=256 "
+    "AllocMem=0 FreeMem=N/A Sockets=1 Boards=1 State=DOWN* ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
+    "MCS_label=N/A Partitions=main  BootTime=None SlurmdStartTime=None LastBusyTime=Unknown "
+    "CfgTRES=cpu=1,mem=256M,billing=1 AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s "
+    "ExtSensorsWatts=0 ExtSensorsTemp=n/s Reason=soperator: not started [root@2026-11-27T09:21:23]        "
+    "second line\n")
+
+
+def test_scontrol_lines_give_what_the_exporter_reports():
+    records, missing = parse_scontrol_nodes(SCONTROL_22_05)
+    n0, n1, n10 = records
+    assert missing == [] and [r.name for r in records] == ["n-0", "n-1", "n-10"]
+    assert (n0.state, n0.reason, n0.comment, n0.gres, n0.cpus, n0.alloc_cpus, n0.real_memory) == (
+        "IDLE", "", "hello world", "", 1, 0, 256)
+    assert n0.slurmd_start_time == 1795771283      # 2026-11-27T09:21:23 UTC
+    # a reason holding ' Comment=' ends at its stamp; the node's own Comment follows it
+    assert (n1.state, n1.reason, n1.reason_set_by_user, n1.reason_changed_at) == (
+        "DRAINING", "admin: x Comment=y [z]", "root", 1795771283)
+    assert n1.comment == "soperator: resume-requested 1700000000"
+    assert (n1.gres, n1.gres_used, n1.alloc_memory, n1.features, n1.partitions) == (
+        "gpu:h100:8", "gpu:h100:2(IDX:0-1)", 128, ("h100", "ib"), ("main", "gpu"))
+    assert (n10.state, n10.flags, n10.slurmd_start_time, n10.comment) == ("DOWN", ("NOT_RESPONDING",), None, "")
+    assert n10.reason == "soperator: not started\nsecond line"
+    with pytest.raises(SlurmOutputError):
+        parse_scontrol_nodes(SCONTROL_22_05.replace("CPUTot=1", "CPUTot=x"))
