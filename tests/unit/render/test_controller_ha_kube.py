@@ -88,3 +88,16 @@ def test_one_controller_keeps_its_claim_template():
     assert ctl["livenessProbe"]["tcpSocket"] == {"port": "slurmctld"}
     assert not [o for o in objs if o["kind"] == "PersistentVolumeClaim" and "spool" in o["metadata"]["name"]]
     assert not [o for o in objs if o["kind"] == "PodDisruptionBudget" and o["metadata"]["name"].endswith("controller")]
+
+
+def test_changing_replicas_on_a_running_cluster_is_an_immutable_change_the_plan_refuses():
+    """1 <-> 2 changes the StatefulSet's claim templates and pod management: kube/apply.py's plan refuses it before
+    any write unless recreate_statefulsets (and then the new shared claim starts empty: README says so)."""
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply
+    model, one = objects({"replicas": 1, "spool": RWX})
+    _, two = objects({"replicas": 2, "spool": RWX})
+    name = "%s-controller" % model.name
+    live, desired = find(one, "StatefulSet", name), find(two, "StatefulSet", name)
+    assert apply.immutable_changes(desired, live) == ["spec.podManagementPolicy", "spec.volumeClaimTemplates"]
+    assert apply.immutable_changes(live, desired) == ["spec.podManagementPolicy", "spec.volumeClaimTemplates"]
+    assert apply.immutable_changes(desired, copy.deepcopy(desired)) == []
