@@ -175,7 +175,7 @@ def main(argv=None):
     try:
         prepare(args.bundle, args.workdir, args.gpus)
     except (OciRunError, OSError) as e:
-        print("soperator oci_run: %s" % e, file=sys.stderr)
+        sys.stderr.write("soperator oci_run: %s\n" % e)
         return 1
     os.execvp(runtime[0], runtime)
     return 1  # not reached: execvp raises on failure
