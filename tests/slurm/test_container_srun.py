@@ -116,3 +116,57 @@ def test_a_regular_users_step_runs_rootless_and_writes_its_files_as_the_user(loc
             assert f.read() == "written\nwritten\n"
     finally:
         shutil.rmtree(top)
+
+
+OCI_RUN = os.path.join(os.path.dirname(oci_bundle.__file__), "oci_run.py")
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def test_the_wrapper_gives_a_regular_users_step_the_directory_srun_ran_in(local_cluster):
+    """node/oci_run.py before runc in RunTimeRun (set here by hand: oci_conf.py does not render it yet): the step's
+    bundle copy in slurmd's spool is the user's folder, its config.json is replaced with process.cwd set; without
+    the wrapper the container starts in the image's / (22.05 never sets process.cwd)."""
+    if shutil.which("runc") is None and shutil.which("runc", path="/usr/sbin:/sbin") is None:
+        pytest.skip(environmental("runc is not installed (Debian package runc; make deps installs it)"))
+    user = _regular_user()
+    if user is None or os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(environmental("needs root, a user with uid >= 1000 and %s on this machine" % SYSTEM_PYTHON))
+    uid, gid = user
+    cluster = local_cluster(SPEC)
+    top = tempfile.mkdtemp(prefix="sop-oci-", dir="/tmp")
+    try:
+        os.chmod(top, 0o755)
+        layout = os.path.join(top, "layout")
+        oci_helpers.make_layout(layout, [oci_helpers.host_layer()])
+        data = os.path.join(top, "data")
+        os.mkdir(data)
+        bundle = oci_bundle.make_bundle(layout, os.path.join(top, "bundles"), user=(uid, gid), mounts=[data],
+                                        preserve_owner=False)["bundle"]
+        for current, dirs, files in os.walk(top):
+            for name in dirs + files:
+                os.chown(os.path.join(current, name), uid, gid, follow_symlinks=False)
+        srun = "cd %s && exec setpriv --reuid %d --regid %d --clear-groups srun -N2 -l --container=%s sh -c pwd" \
+            % (data, uid, gid, bundle)
+        before = cluster.run(["sh", "-c", srun], timeout=JOB_WAIT, check=False)
+        assert before.returncode == 0 and sorted(before.stdout.splitlines()) == ["0: /", "1: /"], before
+        conf = os.path.join(cluster.layout.etc, "oci.conf")
+        with open(conf) as f:
+            lines = f.read().splitlines()
+        run = [i for i, line in enumerate(lines) if line.startswith("RunTimeRun=\"")]
+        assert len(run) == 1, lines
+        # the user runs it: the system's Python and a copy the user can read
+        wrapper = os.path.join(top, "oci_run.py")
+        shutil.copy(OCI_RUN, wrapper)
+        os.chmod(wrapper, 0o755)
+        lines[run[0]] = "RunTimeRun=\"%s %s --bundle %%b -- %s" % (SYSTEM_PYTHON, wrapper,
+                                                                   lines[run[0]][len("RunTimeRun=\""):])
+        with open(conf, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        after = cluster.run(["sh", "-c", srun], timeout=JOB_WAIT, check=False)
+        assert after.returncode == 0, after.stderr
+        assert sorted(after.stdout.splitlines()) == ["0: %s" % data, "1: %s" % data], after.stdout
+        # slurmstepd removed its copies afterwards: the wrapper left nothing beside config.json
+        spool = os.path.join(cluster.state_dir, "spool")
+        assert [p for p, _d, _f in os.walk(spool) if "oci-job" in p] == []
+    finally:
+        shutil.rmtree(top)
