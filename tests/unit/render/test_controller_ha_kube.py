@@ -95,9 +95,10 @@ def test_changing_replicas_on_a_running_cluster_is_an_immutable_change_the_plan_
     any write unless recreate_statefulsets (and then the new shared claim starts empty: README says so)."""
     from ansible_collections.soperator.slurm.plugins.module_utils.kube import apply
     model, one = objects({"replicas": 1, "spool": RWX})
-    _, two = objects({"replicas": 2, "spool": RWX})
+    two = objects({"replicas": 2, "spool": RWX})[1]
     name = "%s-controller" % model.name
-    live, desired = find(one, "StatefulSet", name), find(two, "StatefulSet", name)
-    assert apply.immutable_changes(desired, live) == ["spec.podManagementPolicy", "spec.volumeClaimTemplates"]
-    assert apply.immutable_changes(live, desired) == ["spec.podManagementPolicy", "spec.volumeClaimTemplates"]
-    assert apply.immutable_changes(desired, copy.deepcopy(desired)) == []
+    sts_one, sts_two = find(one, "StatefulSet", name), find(two, "StatefulSet", name)
+    fields = ["spec.podManagementPolicy", "spec.volumeClaimTemplates"]
+    assert apply.immutable_changes(desired=sts_two, live=sts_one) == fields     # 1 -> 2
+    assert apply.immutable_changes(desired=sts_one, live=sts_two) == fields     # 2 -> 1
+    assert apply.immutable_changes(desired=sts_two, live=copy.deepcopy(sts_two)) == []
