@@ -426,6 +426,12 @@ def test_the_backup_takes_control_when_the_primary_pod_goes_and_jobs_run_on(clus
         _http_status(node, CONTROLLER, "/readyz") in (200, 204) and _http_status(node, BACKUP, "/readyz") == 500,
         (_http_status(node, CONTROLLER, "/readyz"), _http_status(node, BACKUP, "/readyz"))), timeout=180)
     assert _http_status(node, BACKUP, "/livez") == 204
-    done = _in_pod(node, "cpu-0", "slurmd", "sbatch", "--parsable", "--wait", "-o", "/dev/null", "--wrap", "true")
+    # not `sbatch --wait` under the exec's 60 s: in a cold CI run its job had not ended after 60 s with the primary
+    # back in control; a bounded wait that says what the job and the node were doing
+    done = _in_pod(node, "cpu-0", "slurmd", "sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true")
     assert done.returncode == 0, done.stderr
+    last = done.stdout.strip()
+    _until("job %s completed with the primary back in control" % last, lambda: (
+        _job_state(node, CONTROLLER, last).get("JobState") == "COMPLETED",
+        (_job_state(node, CONTROLLER, last), _sinfo(node))), timeout=240)
     assert _sinfo(node) == {"cpu-0": ("idle", "none")}
