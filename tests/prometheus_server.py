@@ -20,6 +20,18 @@ def free_ports(count):
     return list(range(base, base + count))
 
 
+def stop_daemon(proc, log):
+    """Ends a daemon a test started (its Popen: by pid, never by name): SIGTERM, SIGKILL after 30 s; closes its log."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    log.close()
+
+
 class Prometheus(object):
     """Prometheus with `config` (a dict: prometheus.yml) on 127.0.0.1:`port`, its files under `workdir`."""
 
@@ -35,14 +47,7 @@ class Prometheus(object):
                                      stdout=self.log, stderr=subprocess.STDOUT)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
+        stop_daemon(self.proc, self.log)
 
     def api(self, path, **params):
         url = "%s/api/v1/%s?%s" % (self.url, path, urllib.parse.urlencode(params))

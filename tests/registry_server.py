@@ -15,7 +15,7 @@ with warnings.catch_warnings():     # deprecated since 3.11; bcrypt hashes for h
     warnings.simplefilter("ignore", DeprecationWarning)
     import crypt     # pylint: disable=deprecated-module
 
-from prometheus_server import free_ports
+from prometheus_server import free_ports, stop_daemon
 
 REGISTRY = shutil.which("docker-registry")
 SKOPEO = shutil.which("skopeo")
@@ -75,11 +75,4 @@ class Registry(object):
                        check=True, timeout=120, capture_output=True)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
+        stop_daemon(self.proc, self.log)

@@ -81,6 +81,22 @@ def _regular_user():
     return None
 
 
+def _users_bundle(top, uid, gid):
+    """In `top` (a folder the user reaches: tmp_path is root's, mode 0700), a bundle made for the user that mounts
+    `top`/data, and that data folder; everything under `top` the user's. Returns (bundle, data)."""
+    os.chmod(top, 0o755)
+    layout = os.path.join(top, "layout")
+    oci_helpers.make_layout(layout, [oci_helpers.host_layer()])
+    data = os.path.join(top, "data")
+    os.mkdir(data)
+    bundle = oci_bundle.make_bundle(layout, os.path.join(top, "bundles"), user=(uid, gid), mounts=[data],
+                                    preserve_owner=False)["bundle"]
+    for current, dirs, files in os.walk(top):
+        for name in dirs + files:
+            os.chown(os.path.join(current, name), uid, gid, follow_symlinks=False)
+    return bundle, data
+
+
 def test_a_regular_users_step_runs_rootless_and_writes_its_files_as_the_user(local_cluster):
     if shutil.which("runc") is None and shutil.which("runc", path="/usr/sbin:/sbin") is None:
         pytest.skip(environmental("runc is not installed (Debian package runc; make deps installs it)"))
@@ -89,20 +105,9 @@ def test_a_regular_users_step_runs_rootless_and_writes_its_files_as_the_user(loc
         pytest.skip(environmental("needs root and a user with uid >= 1000 on this machine"))
     uid, gid = user
     cluster = local_cluster(SPEC)
-    # a folder the user reaches (tmp_path is root's, mode 0700): the bundle, made for the user, and a data folder
     top = tempfile.mkdtemp(prefix="sop-oci-", dir="/tmp")
     try:
-        os.chmod(top, 0o755)
-        layout = os.path.join(top, "layout")
-        oci_helpers.make_layout(layout, [oci_helpers.host_layer()])
-        data = os.path.join(top, "data")
-        os.mkdir(data)
-        os.chown(data, uid, gid)
-        bundle = oci_bundle.make_bundle(layout, os.path.join(top, "bundles"), user=(uid, gid), mounts=[data],
-                                        preserve_owner=False)["bundle"]
-        for current, dirs, files in os.walk(top):
-            for name in dirs + files:
-                os.chown(os.path.join(current, name), uid, gid, follow_symlinks=False)
+        bundle, data = _users_bundle(top, uid, gid)
         proc = cluster.run(["setpriv", "--reuid", str(uid), "--regid", str(gid), "--clear-groups",
                             "srun", "-N2", "-l", "--container=" + bundle, "sh", "-c",
                             "echo uid_map $(cat /proc/self/uid_map); echo written >> %s/out" % data],
@@ -135,16 +140,7 @@ def test_the_wrapper_gives_a_regular_users_step_the_directory_srun_ran_in(local_
     cluster = local_cluster(SPEC)
     top = tempfile.mkdtemp(prefix="sop-oci-", dir="/tmp")
     try:
-        os.chmod(top, 0o755)
-        layout = os.path.join(top, "layout")
-        oci_helpers.make_layout(layout, [oci_helpers.host_layer()])
-        data = os.path.join(top, "data")
-        os.mkdir(data)
-        bundle = oci_bundle.make_bundle(layout, os.path.join(top, "bundles"), user=(uid, gid), mounts=[data],
-                                        preserve_owner=False)["bundle"]
-        for current, dirs, files in os.walk(top):
-            for name in dirs + files:
-                os.chown(os.path.join(current, name), uid, gid, follow_symlinks=False)
+        bundle, data = _users_bundle(top, uid, gid)
         srun = "cd %s && exec setpriv --reuid %d --regid %d --clear-groups srun -N2 -l --container=%s sh -c pwd" \
             % (data, uid, gid, bundle)
         before = cluster.run(["sh", "-c", srun], timeout=JOB_WAIT, check=False)
