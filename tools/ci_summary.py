@@ -9,13 +9,36 @@ import sys
 import xml.etree.ElementTree as ET
 
 
+def _bash_seconds(text):
+    """'1m2.500s' (bash's `times`) -> 62.5"""
+    minutes, seconds = text.rstrip("s").split("m")
+    return int(minutes) * 60 + float(seconds)
+
+
 def stages(folder):
+    """(name, start, seconds, exit status, CPU seconds or None) of each stage, by start."""
     rows = []
     with open(os.path.join(folder, "times")) as f:
         for line in f:
-            name, started, seconds, rc = line.split()
-            rows.append((name, int(started), int(seconds), int(rc)))
+            name, started, seconds, rc, *used = line.split()
+            cpu = sum(_bash_seconds(t) for t in used) if len(used) == 2 else None
+            rows.append((name, int(started), int(seconds), int(rc), cpu))
     return sorted(rows, key=lambda r: r[1])
+
+
+def machine_busy(folder):
+    """(busy CPU seconds, all CPU seconds) of the whole machine between cpu-start and cpu-end (/proc/stat's first
+    line: user nice system idle iowait irq softirq steal ..., in USER_HZ), or None without both."""
+    try:
+        with open(os.path.join(folder, "cpu-start")) as f:
+            start = [int(v) for v in f.read().split()[1:9]]
+        with open(os.path.join(folder, "cpu-end")) as f:
+            end = [int(v) for v in f.read().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    used = [b - a for a, b in zip(start, end)]
+    hertz = os.sysconf("SC_CLK_TCK")
+    return (sum(used) - used[3] - used[4]) / hertz, sum(used) / hertz
 
 
 def test_cases(folder):
@@ -33,11 +56,17 @@ def test_cases(folder):
 
 
 def main(folder):
-    print("=== stages (start and length, minutes:seconds from the start of .ci/run)")
-    for name, started, seconds, rc in stages(folder):
+    print("=== stages (start and length, minutes:seconds from the start of .ci/run; CPU: minutes of user and system "
+          "time of what the stage waited for)")
+    for name, started, seconds, rc, cpu in stages(folder):
         failed = "" if rc == 0 else "  FAILED (exit %d)" % rc
-        print("  %-22s start %3d:%02d  took %3d:%02d%s"
-              % (name, started // 60, started % 60, seconds // 60, seconds % 60, failed))
+        used = "" if cpu is None else "  CPU %5.1f min" % (cpu / 60)
+        print("  %-22s start %3d:%02d  took %3d:%02d%s%s"
+              % (name, started // 60, started % 60, seconds // 60, seconds % 60, used, failed))
+    busy = machine_busy(folder)
+    if busy:
+        print("  the machine: %.1f of %.1f CPU minutes busy (%.0f%%; every process, daemons included)"
+              % (busy[0] / 60, busy[1] / 60, 100 * busy[0] / busy[1] if busy[1] else 0))
     per_file, counts = collections.Counter(), collections.Counter()
     for where, seconds, outcome in test_cases(folder):
         per_file[where] += seconds

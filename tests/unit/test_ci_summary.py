@@ -1,0 +1,45 @@
+"""tools/ci_summary.py: the stage table .ci/run ends with, with each stage's CPU time and the machine's use."""
+import importlib.util
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(name="summary")
+def fixture_summary():
+    spec = importlib.util.spec_from_file_location("ci_summary", os.path.join(ROOT, "tools", "ci_summary.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stage_rows_carry_the_cpu_that_bash_times_printed(tmp_path, summary):
+    (tmp_path / "times").write_text("k8s-build 5 1772 0 20m1.500s 2m0.250s\n"
+                                     "deps 0 5 0\n"
+                                     "test-node 2410 1495 2 1m0.000s 0m30.000s\n")
+    rows = summary.stages(str(tmp_path))
+    assert rows == [("deps", 0, 5, 0, None), ("k8s-build", 5, 1772, 0, 1321.75),
+                    ("test-node", 2410, 1495, 2, 90.0)]
+
+
+def test_the_machine_busy_share_leaves_out_idle_and_iowait(tmp_path, summary):
+    hertz = os.sysconf("SC_CLK_TCK")
+    # user nice system idle iowait irq softirq steal
+    (tmp_path / "cpu-start").write_text("cpu  %s 0 0\n" % " ".join(str(v * hertz) for v in (10, 0, 5, 100, 1, 0, 0, 0)))
+    (tmp_path / "cpu-end").write_text("cpu  %s 0 0\n" % " ".join(str(v * hertz) for v in (70, 10, 25, 130, 11, 1, 1, 2)))
+    assert summary.machine_busy(str(tmp_path)) == (60 + 10 + 20 + 1 + 1 + 2, 60 + 10 + 20 + 30 + 10 + 1 + 1 + 2)
+    (tmp_path / "cpu-end").unlink()
+    assert summary.machine_busy(str(tmp_path)) is None
+
+
+def test_the_table_prints_cpu_minutes_and_the_machine_line(tmp_path, summary, capsys):
+    (tmp_path / "times").write_text("lint 0 60 0 0m45.000s 0m15.000s\n")
+    (tmp_path / "cpu-start").write_text("cpu  0 0 0 0 0 0 0 0\n")
+    hertz = os.sysconf("SC_CLK_TCK")
+    (tmp_path / "cpu-end").write_text("cpu  %d 0 0 %d 0 0 0 0\n" % (90 * hertz, 30 * hertz))
+    assert summary.main(str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "lint                   start   0:00  took   1:00  CPU   1.0 min" in out
+    assert "the machine: 1.5 of 2.0 CPU minutes busy (75%" in out
