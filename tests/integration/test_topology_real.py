@@ -105,6 +105,10 @@ def _docs(namespaced):
     docs = namespaced.docs()
     ns = namespaced.name
     docs[0]["spec"]["topology"] = {"nodeLabels": {"tiers": [SPINE, LEAF], "nodeSets": ["cpu"]}}
+    # slurmd runs the health check when it starts (what the remediation's hold is about) and then every interval:
+    # at the default 120 s, a slurmd's periodic check resumed the node the test had just drained "health:" before
+    # the remediation pass listed it (a CI run); an hour never comes within the test
+    docs[0]["spec"].setdefault("healthChecks", {}).setdefault("passive", {})["interval"] = 3600
     workers = docs[1]["spec"]
     workers.update(replicas=3, maxReplicas=3, nodeSelector={POOL: ns},
                    tolerations=[{"key": POOL, "operator": "Equal", "value": ns, "effect": "NoSchedule"}],
