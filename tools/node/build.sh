@@ -1,40 +1,50 @@
 #!/usr/bin/env bash
-# Builds what a real node runs beside the kubelet (tools/k8s): containerd 2.x with its runc shim and ctr, CoreDNS,
-# and the pause program of the sandbox image, into a cache outside the checkout keyed like tools/k8s/build.sh (each
-# module's go.mod and go.sum, versions, the Go version, the flags). Prints the bin directory. A second run builds
-# nothing.   build.sh --cached   print the directory if complete, else exit 1 (never builds)
-# containerd and CoreDNS are separate modules: one module would force one version of their shared dependencies.
-# CoreDNS is built from coredns/main.go with only the plugins the node's Corefile uses: the full build compiles
-# the cloud providers' SDKs (route53, azure, clouddns) it would never run.
+# Puts what a real node runs beside the kubelet (tools/k8s) into a cache outside the checkout keyed like
+# tools/k8s/build.sh (versions, go.mod and go.sum, the Go version, the flags): containerd with its runc shim and ctr,
+# CoreDNS, and the pause program of the sandbox image. Prints the bin directory. A second run does nothing.
+#   build.sh --cached   print the directory if complete, else exit 1 (never builds)
+# containerd is Debian's package (versions.env), downloaded with apt from that suite into a private apt folder (the
+# host's sources are not touched; apt checks the suite's signed Release and the package's hash): compiling it took
+# about 5 CPU-minutes of a cold CI run's critical path. CoreDNS is compiled from ../k8s/coredns/main.go in the k8s
+# module, after `make k8s-control-plane`: most of its packages are the kube commands' and come from Go's build cache.
+# Its main.go links only the plugins the node's Corefile uses: the full build compiles the cloud providers' SDKs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 . ../cached_build.sh
+. ./versions.env
 
 flags="CGO_ENABLED=0 -trimpath -ldflags=-s -w"
+mirror=${MIRROR:-http://deb.debian.org/debian}
 binaries=(containerd containerd-shim-runc-v2 ctr coredns pause)
-key=$( { cat containerd/go.mod containerd/go.sum coredns/go.mod coredns/go.sum coredns/main.go pause.c; go version; gcc --version | head -1
-	echo "$flags|${binaries[*]}"; } | sha256sum | cut -c1-16)
+key=$( { cat versions.env ../k8s/go.mod ../k8s/go.sum ../k8s/coredns/main.go pause.c; go version; gcc --version | head -1
+	echo "$flags|${binaries[*]}|$mirror"; } | sha256sum | cut -c1-16)
 root=${SOPERATOR_CACHE:-$HOME/.cache/soperator}/node/$key
 
 complete() { for b in "${binaries[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
 cache_open "$@"
-export CGO_ENABLED=0  # containerd: no cgo-only plugins (btrfs); a static binary
-jobs=${K8S_BUILD_JOBS:-2}
-version() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
-build() {  # module dir, output name, package, extra ldflags
-	echo "building $2 ($3)" >&2
-	(cd "$1" && go build -p "$jobs" -trimpath -ldflags "-s -w $4" -o "$staging/$2" "$3") >&2
-}
-cv=$(version containerd github.com/containerd/containerd/v2)
-cvf="-X github.com/containerd/containerd/v2/version.Version=$cv"
-# The three commands in one `go build` (same flags): the package graph is loaded once and the links overlap.
-containerd_cmds=(containerd containerd-shim-runc-v2 ctr)
-echo "building ${containerd_cmds[*]}" >&2
-(cd containerd && go build -p "$jobs" -trimpath -ldflags "-s -w $cvf" -o "$staging/" \
-	"${containerd_cmds[@]/#/github.com/containerd/containerd/v2/cmd/}") >&2
-build coredns coredns . ""  # coredns/main.go: the Corefile's plugins only
-# The sandbox image's program: waits for a signal, reaps children. Static, so the image holds one file.
+
+apt_dir=$staging/.apt
+mkdir -p "$apt_dir/lists/partial" "$apt_dir/archives/partial" "$apt_dir/deb"
+echo "deb $mirror $CONTAINERD_SUITE main" > "$apt_dir/sources.list"
+apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+	-o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir" -o "Dir::Cache::archives=$apt_dir/archives"
+	-o Acquire::Check-Valid-Until=false -o APT::Sandbox::User=root -q
+	-o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false
+	-o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false
+	-o Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false)
+echo "downloading containerd $CONTAINERD_DEB ($CONTAINERD_SUITE)" >&2
+apt-get "${apt_opts[@]}" update >&2
+(cd "$apt_dir/archives" && apt-get "${apt_opts[@]}" download "containerd=$CONTAINERD_DEB") >&2
+dpkg-deb -x "$apt_dir"/archives/containerd_*.deb "$apt_dir/deb"
+for b in containerd containerd-shim-runc-v2 ctr; do
+	install -m 0755 "$apt_dir/deb/usr/bin/$b" "$staging/$b"
+done
+rm -rf "$apt_dir"
+
+export CGO_ENABLED=0
+echo "building coredns (../k8s/coredns, in the k8s module)" >&2
+(cd ../k8s && go build -p "${K8S_BUILD_JOBS:-2}" -trimpath -ldflags "-s -w" -o "$staging/coredns" ./coredns) >&2
 gcc -Os -static -o "$staging/pause" pause.c >&2
 strip "$staging/pause"
 

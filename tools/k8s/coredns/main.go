@@ -1,5 +1,7 @@
 // CoreDNS with only the plugins the real node's Corefile uses (tools/k8s/node.py corefile()): the full build
-// compiles every cloud provider's SDK.
+// compiles every cloud provider's SDK. tools/node/build.sh builds it in this module, after the kube commands: one
+// version of the dependencies they share, so their compiled packages are reused (CoreDNS v1.14.6: its
+// requirements raise none of the kube commands' dependencies).
 package main
 
 import (
