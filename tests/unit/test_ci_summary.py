@@ -17,8 +17,8 @@ def fixture_summary():
 
 def test_stage_rows_carry_the_cpu_that_bash_times_printed(tmp_path, summary):
     (tmp_path / "times").write_text("k8s-build 5 1772 0 20m1.500s 2m0.250s\n"
-                                     "deps 0 5 0\n"
-                                     "test-node 2410 1495 2 1m0.000s 0m30.000s\n")
+                                    "deps 0 5 0\n"
+                                    "test-node 2410 1495 2 1m0.000s 0m30.000s\n")
     rows = summary.stages(str(tmp_path))
     assert rows == [("deps", 0, 5, 0, None), ("k8s-build", 5, 1772, 0, 1321.75),
                     ("test-node", 2410, 1495, 2, 90.0)]
