@@ -89,11 +89,14 @@ GPU_SOURCES = SSSD_SOURCES + ["%s contrib non-free" % GPU_EXTRA_SUITE]
 
 # soperator-bundle in the jail: node/oci_bundle.py and what it imports ({oci_bundle}... in the jail's hooks).
 BUNDLE_TOOL = ("oci_bundle", "safe_tree", "tree_reader")
+# The jail's /usr/local/lib/soperator: soperator-bundle's files and oci_run.py, which oci.conf's RunTimeRun runs
+# (render/oci_conf.py, OCI_RUN_PROGRAM): the step runs it after it entered the jail (standard library only).
+JAIL_LIB = BUNDLE_TOOL + ("oci_run",)
 
 
 def jail_substitutions(plugin, plugin_key):
-    """(inputs, substitutions) of the jail root filesystems' hooks: the SPANK plugin and soperator-bundle's files."""
-    files = {n: os.path.join(NODE, n + ".py") for n in BUNDLE_TOOL}
+    """(inputs, substitutions) of the jail root filesystems' hooks: the SPANK plugin and JAIL_LIB's files."""
+    files = {n: os.path.join(NODE, n + ".py") for n in JAIL_LIB}
     inputs = dict({"plugin": plugin_key}, **{n: file_digest(path) for n, path in files.items()})
     return inputs, dict(files, plugin=plugin)
 
@@ -111,6 +114,8 @@ ROOTFS = {
     # slurmd as PID 1 leaves as zombies.
     # runc: spec.containers' runtime (oci.conf). The step runs it in the jail; slurmstepd's message thread, which
     # stays on the node's root, runs RunTimeKill/RunTimeQuery/RunTimeDelete here (scancel of a container step).
+    # oci_run.py (RunTimeRun's wrapper) is in the image too, at the jail's path (the Containerfile): for steps that
+    # stay on the node's root (spank_chroot's `disabled`).
     "worker": {"packages": ["slurmd", "slurm-client", "munge", "util-linux", "python3", "procps", "hostname",
                             "tini", "runc"] + SSSD_PACKAGES, "sources": SSSD_SOURCES},
     "login": {"packages": ["openssh-server", "slurm-client", "munge", "util-linux", "libnss-extrausers",
@@ -134,8 +139,8 @@ ROOTFS = {
             # Lets anyone (and the smoke test) tell the jail from a node's own root filesystem.
             'printf "soperator.slurm jail root filesystem\\n" > "$1"/etc/soperator-jail-release',
             'install -d "$1"/usr/local/lib/soperator',
-        ] + ['upload {%s} /usr/local/lib/soperator/%s.py' % (n, n) for n in BUNDLE_TOOL] + [
-            'chmod 0644 ' + " ".join('"$1"/usr/local/lib/soperator/%s.py' % n for n in BUNDLE_TOOL),
+        ] + ['upload {%s} /usr/local/lib/soperator/%s.py' % (n, n) for n in JAIL_LIB] + [
+            'chmod 0644 ' + " ".join('"$1"/usr/local/lib/soperator/%s.py' % n for n in JAIL_LIB),
             'printf "#!/bin/sh\\nexec python3 /usr/local/lib/soperator/oci_bundle.py \\"\\$@\\"\\n" '
             '> "$1"/usr/local/bin/soperator-bundle',
             'chmod 0755 "$1"/usr/local/bin/soperator-bundle',
@@ -198,11 +203,11 @@ JAIL_PROGRAM = _node_files("jail.py", "jail_source.py", "tree_reader.py", "safe_
 IMAGE_RECIPES = {
     "controller": ("controller", "controller", dict(ENTRYPOINT, **_node_files(
         "power_kube.py", "power_program.py", "sssd_config.py"))),
-    "worker": ("worker", "worker", dict(NODE_IMAGE_FILES)),
+    "worker": ("worker", "worker", dict(NODE_IMAGE_FILES, **_node_files("oci_run.py"))),
     "login": ("login", "login", dict(NODE_IMAGE_FILES, **_node_files("authorized_keys.py"))),
     "accounting": ("accounting", "accounting", dict(ENTRYPOINT)),
     "mariadb": ("mariadb", "mariadb", {"entrypoint.sh": os.path.join(IMAGES, "mariadb", "entrypoint.sh")}),
-    "worker-gpu": ("worker-gpu", "worker-gpu", dict(NODE_IMAGE_FILES)),
+    "worker-gpu": ("worker-gpu", "worker-gpu", dict(NODE_IMAGE_FILES, **_node_files("oci_run.py"))),
     "jail-gpu": ("populate_jail", "populate", dict(JAIL_PROGRAM, **{"jail-rootfs.tar": "{jail_gpu_rootfs}"})),
     "jail": ("populate_jail", "populate", dict(JAIL_PROGRAM, **{"jail-rootfs.tar": "{jail_rootfs}"})),
 }

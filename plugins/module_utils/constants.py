@@ -50,6 +50,10 @@ POPULATE_JAIL_PROGRAM = "/opt/soperator/bin/jail.py"
 POPULATE_JAIL_SOURCE = "/opt/soperator/jail-rootfs.tar"
 # The same program in the login and worker images: their init container waits with it until the jail is populated.
 NODE_JAIL_PROGRAM = "/opt/soperator/lib/jail.py"
+# oci.conf's RunTimeRun wrapper (node/oci_run.py) as a container step sees it: the jail's copy (images/build.py
+# JAIL_LIB), at the same path in the worker images; run by the jail's python3.
+OCI_RUN_PROGRAM = "/usr/local/lib/soperator/oci_run.py"
+OCI_RUN_PYTHON = "/usr/bin/python3"
 SSH_HOST_KEY_DIR = "/etc/ssh/host-keys"
 # spec.rest's HS256 key as slurmctld and slurmdbd read it: SlurmUser's copy (0600) the entrypoint makes of the
 # Secret's file (render/rest_kube.py).

@@ -21,6 +21,8 @@ sys.path.insert(0, IMAGES)
 
 import build  # noqa: E402  (images/build.py)
 
+from ansible_collections.soperator.slurm.plugins.module_utils.constants import OCI_RUN_PROGRAM  # noqa: E402
+
 REGISTRY = os.environ.get("REGISTRY") or build.DEFAULT_REGISTRY
 ENV = dict(os.environ, CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF") or os.path.join(IMAGES, "containers.conf"))
 
@@ -117,14 +119,16 @@ def test_an_image_copies_every_node_file_its_programs_import_and_they_run_from_t
 
 def test_the_jail_carries_soperator_bundle_with_what_it_imports(tmp_path):
     """soperator-bundle in the jail is node/oci_bundle.py with the node files it imports, uploaded into one folder
-    by the jail's hooks; it starts from such a copy alone (python3 -I) and its wrapper passes the arguments on."""
-    files = set(name + ".py" for name in build.BUNDLE_TOOL)
-    assert _node_imports("oci_bundle.py") <= files
+    by the jail's hooks; it starts from such a copy alone (python3 -I) and its wrapper passes the arguments on.
+    oci_run.py (oci.conf's RunTimeRun wrapper) lies there too, at the path render/oci_conf.py names."""
+    files = set(name + ".py" for name in build.JAIL_LIB)
+    assert _node_imports("oci_bundle.py") <= files and _node_imports("oci_run.py") <= files
+    assert "/usr/local/lib/soperator/oci_run.py" == OCI_RUN_PROGRAM
     hooks = build.ROOTFS["jail-rootfs"]["hooks"]
     assert all(h in build.ROOTFS["jail-rootfs-gpu"]["hooks"] for h in hooks)
     assert "skopeo" in build.ROOTFS["jail-rootfs"]["packages"]
     inputs, subs = build.jail_substitutions("/plugin", "plugin-key")
-    assert set(inputs) == {"plugin"} | set(build.BUNDLE_TOOL)
+    assert set(inputs) == {"plugin"} | set(build.JAIL_LIB)
     lib = tmp_path / "usr" / "local" / "lib" / "soperator"
     (tmp_path / "usr" / "local" / "bin").mkdir(parents=True)
     for hook in hooks[hooks.index('install -d "$1"/usr/local/lib/soperator'):]:
@@ -140,6 +144,9 @@ def test_the_jail_carries_soperator_bundle_with_what_it_imports(tmp_path):
     proc = subprocess.run([sys.executable, "-I", str(lib / "oci_bundle.py"), "--help"], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False, cwd=str(tmp_path))
     assert proc.returncode == 0 and proc.stdout.startswith("usage: soperator-bundle"), proc.stderr
+    proc = subprocess.run([sys.executable, "-I", str(lib / "oci_run.py"), "--help"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False, cwd=str(tmp_path))
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: oci_run"), proc.stderr
 
 
 # --- the built images ---------------------------------------------------------------------------------------------

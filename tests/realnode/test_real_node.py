@@ -137,7 +137,7 @@ def _container_step_as_a_user(node, tmp_path):
     os-release: not the jail's Debian) becomes a bundle in the jail, made by oci_bundle.py in the login pod as a
     regular user; that user's `srun -N2 --container` runs in it on both workers, rootless: the process is root of a
     user namespace that maps only the user's uid, and a file it writes to the bind-mounted jail /home is the
-    user's."""
+    user's; run from a folder under /home, the container starts in it."""
     name, uid, gid = OCI_USER
     with open("/etc/os-release", "rb") as f:
         os_release = f.read()
@@ -192,6 +192,17 @@ def _container_step_as_a_user(node, tmp_path):
     written = _exec(node, "small-login-0", "sh", "-c", "stat -c '%%u %%g' /mnt/jail/home/%s/from-container && "
                     "cat /mnt/jail/home/%s/from-container" % (name, name), container="sshd")
     assert written.stdout.split("\n")[:3] == ["%d %d" % (uid, gid), "written", "written"], written.stdout
+    # the job's working directory: from a folder under the user's /home in the jail (where a login session is; a
+    # space in its name), the container starts there on both workers (oci.conf's RunTimeRun: oci_run.py with 26.05's
+    # %Z, the jail's copy, then runc); sh's own pwd: the image has no /bin/pwd
+    work = "/home/%s/run 1" % name
+    made = _exec(node, "small-login-0", "install", "-d", "-o", str(uid), "-g", str(gid), "/mnt/jail" + work,
+                 container="sshd")
+    assert made.returncode == 0, made.stderr
+    out = _exec(node, "small-login-0", "chroot", "--userspec=%d:%d" % (uid, gid), "/mnt/jail", "sh", "-c",
+                'cd "%s" && srun -N2 -l --container=%s sh -c pwd' % (work, bundle), container="sshd", timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sorted(out.stdout.splitlines()) == ["0: " + work, "1: " + work], out.stdout + out.stderr
     # a bundle that is not there: the step fails, and srun says so (printed: what a user reads)
     missing = _exec(node, "small-login-0", *as_user, "srun", "-N1", "--container=/home/%s/no-such-bundle" % name,
                     "true", container="sshd")

@@ -2,13 +2,15 @@
 (render/oci_conf.py: runc, rootless), and its slurmds run each task of a step in a bundle node/oci_bundle.py made from
 an image of two layers built here (tests/oci_helpers.host_layer: this machine's sh, cat and their libraries).
 
-The local cluster's jobs run as root; a user's rootless run (user namespaces on the workers) is not shown here."""
+Steps run as root and, where the machine has a user with uid >= 1000, as that user (rootless: user namespaces).
+RunTimeRun runs node/oci_run.py first (installed in <state_dir>/bin): the container starts in srun's directory."""
 import os
 import shutil
 import tempfile
 
 import pytest
 
+from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import node_python
 from ansible_collections.soperator.slurm.plugins.module_utils.node import oci_bundle
 from ci_skips import environmental
 from local_helpers import JOB_WAIT
@@ -37,7 +39,9 @@ def test_srun_runs_each_task_in_the_bundle_on_both_workers(local_cluster, tmp_pa
         pytest.skip(environmental("runc is not installed (Debian package runc; make deps installs it)"))
     cluster = local_cluster(SPEC)
     with open(os.path.join(cluster.layout.etc, "oci.conf")) as f:
-        assert "RunTimeRun=\"runc --rootless=true --root=/tmp run %n.%u.%j.%s.%t -b %b\"" in f.read()
+        # through the wrapper the backend installed; 22.05 has no %Z (the wrapper takes the step's PWD)
+        assert "RunTimeRun=\"%s %s --bundle %%b -- runc --rootless=true --root=/tmp run %%n.%%u.%%j.%%s.%%t -b %%b\"" \
+            % (node_python(), os.path.join(cluster.layout.bin, "oci_run.py")) in f.read()
     layout = str(tmp_path / "layout")
     upper = [(oci_helpers.member("etc/os-release", mode=0o644), b'PRETTY_NAME="soperator test image"\nID=upper\n'),
              (oci_helpers.member("etc/.wh.gone", mode=0o644), b"")]
@@ -123,19 +127,17 @@ def test_a_regular_users_step_runs_rootless_and_writes_its_files_as_the_user(loc
         shutil.rmtree(top)
 
 
-OCI_RUN = os.path.join(os.path.dirname(oci_bundle.__file__), "oci_run.py")
-SYSTEM_PYTHON = "/usr/bin/python3"
-
-
-def test_the_wrapper_gives_a_regular_users_step_the_directory_srun_ran_in(local_cluster):
-    """node/oci_run.py before runc in RunTimeRun (set here by hand: oci_conf.py does not render it yet): the step's
-    bundle copy in slurmd's spool is the user's folder, its config.json is replaced with process.cwd set; without
-    the wrapper the container starts in the image's / (22.05 never sets process.cwd)."""
+def test_a_regular_users_step_starts_in_the_directory_srun_ran_in(local_cluster):
+    """The rendered RunTimeRun runs node/oci_run.py (the backend's copy in <state_dir>/bin) before runc: the step's
+    bundle copy in slurmd's spool is the user's folder, its config.json is replaced with process.cwd set to the
+    directory srun ran in, seen in the container through the bundle's same-path bind mount (22.05 never sets
+    process.cwd: without the wrapper the container starts in the image's /). A wrapper that fails says so in one
+    line on the job's stderr."""
     if shutil.which("runc") is None and shutil.which("runc", path="/usr/sbin:/sbin") is None:
         pytest.skip(environmental("runc is not installed (Debian package runc; make deps installs it)"))
     user = _regular_user()
-    if user is None or os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK):
-        pytest.skip(environmental("needs root, a user with uid >= 1000 and %s on this machine" % SYSTEM_PYTHON))
+    if user is None or os.geteuid() != 0:
+        pytest.skip(environmental("needs root and a user with uid >= 1000 on this machine"))
     uid, gid = user
     cluster = local_cluster(SPEC)
     top = tempfile.mkdtemp(prefix="sop-oci-", dir="/tmp")
@@ -143,26 +145,23 @@ def test_the_wrapper_gives_a_regular_users_step_the_directory_srun_ran_in(local_
         bundle, data = _users_bundle(top, uid, gid)
         srun = "cd %s && exec setpriv --reuid %d --regid %d --clear-groups srun -N2 -l --container=%s sh -c pwd" \
             % (data, uid, gid, bundle)
-        before = cluster.run(["sh", "-c", srun], timeout=JOB_WAIT, check=False)
-        assert before.returncode == 0 and sorted(before.stdout.splitlines()) == ["0: /", "1: /"], before
-        conf = os.path.join(cluster.layout.etc, "oci.conf")
-        with open(conf) as f:
-            lines = f.read().splitlines()
-        run = [i for i, line in enumerate(lines) if line.startswith("RunTimeRun=\"")]
-        assert len(run) == 1, lines
-        # the user runs it: the system's Python and a copy the user can read
-        wrapper = os.path.join(top, "oci_run.py")
-        shutil.copy(OCI_RUN, wrapper)
-        os.chmod(wrapper, 0o755)
-        lines[run[0]] = "RunTimeRun=\"%s %s --bundle %%b -- %s" % (SYSTEM_PYTHON, wrapper,
-                                                                   lines[run[0]][len("RunTimeRun=\""):])
-        with open(conf, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        after = cluster.run(["sh", "-c", srun], timeout=JOB_WAIT, check=False)
-        assert after.returncode == 0, after.stderr
-        assert sorted(after.stdout.splitlines()) == ["0: %s" % data, "1: %s" % data], after.stdout
+        done = cluster.run(["sh", "-c", srun], timeout=JOB_WAIT, check=False)
+        assert done.returncode == 0, done.stderr
+        assert sorted(done.stdout.splitlines()) == ["0: %s" % data, "1: %s" % data], done.stdout
         # slurmstepd removed its copies afterwards: the wrapper left nothing beside config.json
         spool = os.path.join(cluster.state_dir, "spool")
         assert [p for p, _d, _f in os.walk(spool) if "oci-job" in p] == []
+        # the wrapper refusing (here: pointed at a bundle copy that is not there; slurmstepd reads oci.conf anew for
+        # each step): the step fails, the wrapper's line on the job's stderr
+        conf = os.path.join(cluster.layout.etc, "oci.conf")
+        with open(conf) as f:
+            text = f.read()
+        assert text.count(" --bundle %b ") == 1, text
+        with open(conf, "w") as f:
+            f.write(text.replace(" --bundle %b ", " --bundle %b/gone "))
+        failed = cluster.run(["sh", "-c", srun.replace("-N2 -l", "-N1")], timeout=JOB_WAIT, check=False)
+        print("22.05, the wrapper failing: rc %d\n%s" % (failed.returncode, failed.stderr))
+        assert failed.returncode != 0 and failed.stdout == "", failed
+        assert "soperator oci_run: cannot open the step's bundle " in failed.stderr, failed.stderr
     finally:
         shutil.rmtree(top)

@@ -132,7 +132,7 @@ def test_adaptation_points_everything_local(path):
     assert set(settings["CommunicationParameters"].split(",")) >= {"NoInAddrAny", "NoCtldInAddrAny"}
     assert settings["ProctrackType"] == "proctrack/linuxproc" and settings["TaskPlugin"] == "task/none"
     if model.health_checks.passive.enabled and model.health_checks.passive.interval:
-        assert settings["HealthCheckProgram"] == STATE + "/bin/health-check"      # install_health_programs
+        assert settings["HealthCheckProgram"] == STATE + "/bin/health-check"      # install_node_programs
     if model.mpi.default.startswith("pmix"):
         assert settings["MpiDefault"] == "none"
         _m, _r, with_pmix = _render_and_adapt(path, have_pmix=True)

@@ -42,7 +42,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.local.ports import
 from ansible_collections.soperator.slurm.plugins.module_utils.local.rest import RestServer
 from ansible_collections.soperator.slurm.plugins.module_utils.local.processes import (
     Daemons, _record_alive, _tail, find_binary, munge_ready, munged_argv, munged_digest, slurmd_name)
-from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_health_programs
+from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import install_node_programs
 from ansible_collections.soperator.slurm.plugins.module_utils.local.rollout import Rollout, RolloutFailed
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import StateDir, _own_dir, _saved_base
 from ansible_collections.soperator.slurm.plugins.module_utils.node.safe_tree import link_refusal
@@ -190,7 +190,7 @@ class LocalCluster(object):
         self.config_files.ensure_secrets(model, changes)
         configs = self.config_files.write(model, base_port, changes)
         slurm_hash = slurm_digest(configs)
-        for name in install_health_programs(self.layout):
+        for name in install_node_programs(self.layout):
             changes.append("installed %s" % os.path.join(self.layout.bin, name))
         # Power saving's programs start and stop the CLOUD nodes' slurmds (local/power.py), with what the backend
         # writes here; slurmctld checks the programs when it starts.

@@ -22,7 +22,7 @@ slurm.conf
   * MpiDefault=pmix* becomes none when the PMIx library is not installed (Debian: libpmix2): otherwise every
     srun fails with "Invalid MPI type".
   * HealthCheckProgram=<state_dir>/bin/health-check: the program the images install, copied there by
-    LocalCluster (install_health_programs).
+    LocalCluster (install_node_programs).
   * AccountingStorageHost=localhost, AccountingStoragePort=<local slurmdbd port> and AccountingStoragePass=<our
     munge socket> (the socket slurmctld authenticates to slurmdbd with) when accounting is on.
   * One slurmctld: a ControlAddr/BackupAddr from spec.slurmConfig is left out. With spec.controller.replicas 2:
@@ -41,6 +41,8 @@ slurmdbd.conf: DbdHost/DbdAddr/DbdPort on loopback, SlurmUser, AuthInfo, LogFile
 health.json: the munge socket is ours; the jail path of the disk check is `jail_dir`, or left out without one;
   check jobs write under the jail, or without one under state_dir/checks; the checks record their last results in
   state_dir/status (the pods: in the jail).
+oci.conf (spec.containers): RunTimeRun runs <state_dir>/bin/oci_run.py (copied there like the health check) with
+  the host's python3; with `jail_dir` the jail's /usr/bin/python3, and bin/ is bound into the jail at its host path.
 cgroup.conf, mpi.conf, topology.conf: as in the pods.
 """
 
@@ -59,6 +61,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils import constants a
 from ansible_collections.soperator.slurm.plugins.module_utils.render.slurm_conf import render_slurm_configs
 from ansible_collections.soperator.slurm.plugins.module_utils.render.target import AccountingStorage, SlurmTarget
 from ansible_collections.soperator.slurm.plugins.module_utils.local import controllers
+from ansible_collections.soperator.slurm.plugins.module_utils.local.programs import node_python
 from ansible_collections.soperator.slurm.plugins.module_utils.local.layout import (
     CTLD_OFFSET, DBD_OFFSET, DB_NAME, DB_OFFSET, DB_USER, LOCAL_HOST, LOCAL_JOBACCT, LOCAL_PROCTRACK, LOCAL_TASK_PLUGIN,
     LOOPBACK, Layout, LocalClusterError, check_path, node_ports, _current_user)
@@ -118,6 +121,9 @@ def local_target(model, state_dir, base_port, user=None, db_password=None, have_
         if model.identity is not None:
             # SSSD's pipes (in slurmstepd's identity namespace: this cluster's sssd, local/identity.py)
             binds += (SSS_PIPES_DIR,)
+        if model.containers is not None and model.containers.enabled:
+            # oci.conf's RunTimeRun wrapper in bin/ (install_node_programs): a container step runs it in the jail
+            binds += (lay.bin,)
     # the host's Slurm (unknown: the oldest we support, which reads only keys every version knows)
     version = slurm_version or host_slurm_version() or OLDEST_SLURM
     return SlurmTarget(
@@ -153,6 +159,9 @@ def local_target(model, state_dir, base_port, user=None, db_password=None, have_
         resume_program=os.path.join(lay.bin, "power-resume"),
         suspend_program=os.path.join(lay.bin, "power-suspend"),
         resume_fail_program=os.path.join(lay.bin, "power-resume-fail"),
+        oci_run_program=os.path.join(lay.bin, "oci_run.py"),
+        # in a jail its own python3; on the host the one the health check wrapper runs (programs.py)
+        oci_run_python=c.OCI_RUN_PYTHON if jail else node_python(),
         munge_socket=lay.munge_socket,
         jwt_key=lay.jwt_key,
         proctrack=LOCAL_PROCTRACK,

@@ -84,7 +84,7 @@ class Layout:
         def j(*parts):
             return os.path.join(self.state_dir, *parts)
         self.etc = j("etc")                        # rendered + adapted configs (SLURM_CONF lives here)
-        self.bin = j("bin")                        # the health check programs (install_health_programs)
+        self.bin = j("bin")                        # the node programs (install_node_programs)
         self.secrets = j("secrets")                # munge key, DB password, munged seed (0700)
         self.run = j("run")                        # sockets, pid files, process records (0755: munged wants o+x)
         self.log = j("log")

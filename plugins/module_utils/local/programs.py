@@ -16,7 +16,7 @@ import sys
 from ansible_collections.soperator.slurm.plugins.module_utils import files
 from ansible_collections.soperator.slurm.plugins.module_utils.local.state import _own_dir, current_text
 from ansible_collections.soperator.slurm.plugins.module_utils.node import (
-    active_check, health_check, health_status, nccl_probe)
+    active_check, health_check, health_status, nccl_probe, oci_run)
 
 
 # The program slurmd runs: it gets only SLURMD_NODENAME from slurmd, so this wrapper tells it SLURM_CONF (which
@@ -30,15 +30,21 @@ exec %(python)s %(program)s "$@"
 """
 
 
-def install_health_programs(lay, python=None):
-    """<state_dir>/bin: health_check.py, health_status.py, active_check.py and nccl_probe.py (copies of the
-    module_utils files the images install) and `health-check`, the HealthCheckProgram. Returns the names of the files it (re)wrote."""
+def node_python():
+    """The python3 the node programs run with on this host."""
+    return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def install_node_programs(lay, python=None):
+    """<state_dir>/bin: health_check.py, health_status.py, active_check.py, nccl_probe.py and oci_run.py (oci.conf's
+    RunTimeRun wrapper) (copies of the module_utils files the images install) and `health-check`, the
+    HealthCheckProgram. Returns the names of the files it (re)wrote."""
     _own_dir(lay.bin)
-    python = python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
+    python = python or node_python()
     programs = {}
     # Their source through the import system: in a module run they live inside Ansible's payload zip, not on disk
     # (importing them here is also what puts them into that payload).
-    for program in (health_check, health_status, active_check, nccl_probe):
+    for program in (health_check, health_status, active_check, nccl_probe, oci_run):
         programs[program.__name__.rsplit(".", 1)[-1] + ".py"] = (inspect.getsource(program), 0o644)
     programs["health-check"] = (_HEALTH_WRAPPER % {"slurm_conf": lay.slurm_conf, "python": python,
                                                    "program": os.path.join(lay.bin, "health_check.py")}, 0o755)

@@ -177,8 +177,11 @@ def main(argv=None):
     except (OciRunError, OSError) as e:
         sys.stderr.write("soperator oci_run: %s\n" % e)
         return 1
-    os.execvp(runtime[0], runtime)
-    return 1  # not reached: execvp raises on failure
+    try:
+        os.execvp(runtime[0], runtime)
+    except OSError as e:
+        sys.stderr.write("soperator oci_run: cannot run the OCI runtime %s: %s\n" % (runtime[0], e.strerror))
+    return 1
 
 
 if __name__ == "__main__":

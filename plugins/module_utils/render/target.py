@@ -71,6 +71,8 @@ class SlurmTarget:
     resume_program: str = c.RESUME_PROGRAM
     suspend_program: str = c.SUSPEND_PROGRAM
     resume_fail_program: str = c.RESUME_FAIL_PROGRAM
+    oci_run_program: str = c.OCI_RUN_PROGRAM         # oci.conf's RunTimeRun wrapper, as a container step sees it
+    oci_run_python: str = c.OCI_RUN_PYTHON
     munge_socket: Optional[str] = None             # pods: munge's default socket (no AuthInfo)
     jwt_key: str = c.JWT_KEY                       # spec.rest's token key (render/rest.py)
     # --- plugins: None keeps the rendered choice

@@ -72,3 +72,11 @@ def test_a_bundle_that_is_a_link_is_refused(tmp_path):
 def test_main_reports_a_missing_config_on_stderr(tmp_path, capsys):
     assert oci_run.main(["--bundle", str(tmp_path), "--", "true"]) == 1
     assert "soperator oci_run: cannot read the step's config.json" in capsys.readouterr().err
+
+
+def test_main_reports_a_runtime_it_cannot_run_in_one_line(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps(_config(["PWD=/"])))
+    missing = str(tmp_path / "no-such-runc")
+    assert oci_run.main(["--bundle", str(tmp_path), "--", missing, "run", "x"]) == 1
+    assert capsys.readouterr().err == (
+        "soperator oci_run: cannot run the OCI runtime %s: No such file or directory\n" % missing)

@@ -105,3 +105,21 @@ def test_local_target_checks_its_inputs_before_rendering(kwargs, error):
     state = STATE + " x" if error == "state_dir" else STATE
     with pytest.raises(LocalClusterError, match=error):
         lc.local_target(example("small-cpu.yml"), state, 20000, **kwargs)
+
+
+def test_local_oci_conf_runs_the_wrapper_the_backend_installs_in_bin():
+    def files(model, **kwargs):
+        target = lc.local_target(model, STATE, 20000, user="someone", have_pmix=False, slurm_version=(22, 5),
+                                 **kwargs)
+        return render_slurm_configs(model, target)
+    # gpu-accounting has GRES gpu, but the local target counts them without device files: no --gpus
+    model = example("gpu-accounting.yml", containers={"enabled": True})
+    run = single(files(model)["oci.conf"])["RunTimeRun"]
+    assert run.startswith("%s %s/bin/oci_run.py --bundle %%b -- runc " % (lc.node_python(), STATE)), run
+    # in a jail: the jail's python3, and bin/ bound into it at its host path (the chroot plugin's bind=)
+    jailed = files(model, jail_dir="/srv/jail")
+    run = single(jailed["oci.conf"])["RunTimeRun"]
+    assert run.startswith("/usr/bin/python3 %s/bin/oci_run.py --bundle %%b -- runc " % STATE), run
+    assert " bind=%s/bin " % STATE in jailed["plugstack.conf"].replace("\n", " "), jailed["plugstack.conf"]
+    plain = files(example("gpu-accounting.yml"), jail_dir="/srv/jail")
+    assert "oci.conf" not in plain and "bind=%s/bin" % STATE not in plain["plugstack.conf"]
