@@ -32,11 +32,12 @@ import threading
 import time
 
 try:
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
 except ImportError:  # the program needs it (requirements.txt); importing this file (local/exporter.py) does not
-    CollectorRegistry = start_http_server = None
+    CollectorRegistry = None
 
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import metrics, status
+from ansible_collections.soperator.slurm.plugins.module_utils.observe.exposition import start_http_server
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import DEFAULT_REASON_PREFIX, read_node_table
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, LocalTransport, SlurmError, SlurmRunner, SlurmUnavailable)
