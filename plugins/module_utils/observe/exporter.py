@@ -2,7 +2,8 @@
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Prometheus exporter: each scrape reads Slurm through the collection's one runner (scontrol show node,
-squeue, sdiag: three commands, whatever the cluster's size) and answers with observe/metrics.py's families.
+squeue, sdiag: three commands, whatever the cluster's size) and answers with observe/metrics.py's families, written
+by observe/exposition.py (prometheus_client's text, faster at thousands of nodes).
 
     python3 -m ansible_collections.soperator.slurm.plugins.module_utils.observe.exporter \\
         --port 9341 [--listen-address 127.0.0.1] [--slurm-conf PATH] [--reason-prefix 'soperator:'] \\

@@ -65,7 +65,8 @@ def _sample_lines(metric, numbers, escaped):
                 or getattr(sample, "native_histogram", None) is not None:
             return None
         value = sample.value
-        if type(value) is int:      # noqa: E721 - not bool, and not a float (0.0 and -0.0 are equal, not written alike)
+        # Ints only: 0.0 and -0.0 are equal keys but are not written alike; a bool is written as a float of it.
+        if isinstance(value, int) and not isinstance(value, bool):
             text = numbers.get(value)
             if text is None:
                 text = numbers[value] = floatToGoString(value)
