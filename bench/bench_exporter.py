@@ -8,7 +8,8 @@ registry in process as the HTTP server does (observe/exposition.py; the server a
 times in the text format, then SCRAPES times in OpenMetrics (what Prometheus asks for), and prints the median and
 worst scrape, the median per command, the Slurm share and the size of the exposition; --profile adds cProfile's top
 functions over the text scrapes; --library then scrapes as often with prometheus_client's own writers (what the
-exporter ran before its own writer), to compare on the same cluster. Goal: a scrape under 0.5 s (issue 32: 5,000 nodes in 4 NodeSets). Asserts nothing.
+exporter ran before its own writer), to compare on the same cluster. Goal: a scrape under 0.5 s (issue 32: 5,000
+nodes in 4 NodeSets). Asserts nothing.
 Needs the Slurm daemons and munge (Debian: slurmctld slurmd slurm-client munge).
 """
 import argparse
