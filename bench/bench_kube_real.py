@@ -10,11 +10,13 @@ ansible-playbook. Then (issue 32) the roll plan's inputs and plan over every wor
 NodeSet's StatefulSet and pods listed, slurm/rollout.py plan() over them with every node idle, as sinfo would say
 of a healthy cluster: Slurm records made here, no slurmctld), and the teardown (KubeCluster.absent()).
 `--workers 5000` is issue 32's size; `--profile` prints cProfile's top functions of the first apply and the roll plan.
+Each `site.yml` run also prints its slowest tasks (the json callback's start and end of each task).
 Prints numbers only.
 """
 import argparse
 import collections
 import cProfile
+import datetime
 import importlib.util
 import json
 import os
@@ -84,7 +86,18 @@ def playbook(argv):
     seconds = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit("ansible-playbook failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
-    return seconds, json.loads(proc.stdout)["stats"].get("localhost", {}).get("changed", 0)
+    result = json.loads(proc.stdout)
+    return seconds, result["stats"].get("localhost", {}).get("changed", 0), slowest_tasks(result)
+
+
+def slowest_tasks(result, count=4):
+    """'name s, ...' of the playbook's slowest tasks, from the json callback's start and end of each task."""
+    def seconds(duration):
+        start, end = (datetime.datetime.strptime(duration[k], "%Y-%m-%dT%H:%M:%S.%fZ") for k in ("start", "end"))
+        return (end - start).total_seconds()
+    tasks = [(seconds(t["task"]["duration"]), t["task"]["name"]) for play in result.get("plays", [])
+             for t in play.get("tasks", []) if t.get("task", {}).get("duration", {}).get("end")]
+    return ", ".join("%s %.2f s" % (name, secs) for secs, name in sorted(tasks, reverse=True)[:count])
 
 
 def profiled(profile, call):
@@ -176,15 +189,17 @@ def main():
                 yaml.safe_dump_all(docs, f)
             for label in ("site.yml: no-op", "site.yml: no-op"):
                 mark = audit.mark()
-                seconds, changed = playbook([os.path.join(ROOT, "playbooks", "site.yml"), "-e", "spec_file=" + spec,
-                                             "-e", "kubeconfig=" + kubeconfig, "-e", "wait=false"])
+                seconds, changed, slowest = playbook([os.path.join(ROOT, "playbooks", "site.yml"), "-e",
+                                                      "spec_file=" + spec, "-e", "kubeconfig=" + kubeconfig, "-e",
+                                                      "wait=false"])
                 reads, most, writes = counted(audit, mark, user)
                 print("%-28s %-8.2f %-6d %-14d %-7d %s" % (label, seconds, reads, most, writes, changed))
+                print("  slowest tasks: " + slowest)
             empty = os.path.join(tmp, "empty.yml")
             with open(empty, "w") as f:
                 f.write("- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks: []\n")
             for label in ("empty ansible-playbook",) * 2:
-                seconds, changed = playbook([empty])
+                seconds, _changed, _slowest = playbook([empty])
                 print("%-28s %-8.2f" % (label, seconds))
             roll_plan(client, model, audit, user, profile)
             mark = audit.mark()

@@ -2,7 +2,8 @@
 # Copyright (c) soperator.slurm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Prometheus exporter: each scrape reads Slurm through the collection's one runner (scontrol show node,
-squeue, sdiag: three commands, whatever the cluster's size) and answers with observe/metrics.py's families.
+squeue, sdiag: three commands, whatever the cluster's size) and answers with observe/metrics.py's families, written
+by observe/exposition.py (prometheus_client's text, faster at thousands of nodes).
 
     python3 -m ansible_collections.soperator.slurm.plugins.module_utils.observe.exporter \\
         --port 9341 [--listen-address 127.0.0.1] [--slurm-conf PATH] [--reason-prefix 'soperator:'] \\
@@ -32,11 +33,12 @@ import threading
 import time
 
 try:
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
 except ImportError:  # the program needs it (requirements.txt); importing this file (local/exporter.py) does not
-    CollectorRegistry = start_http_server = None
+    CollectorRegistry = None
 
 from ansible_collections.soperator.slurm.plugins.module_utils.observe import metrics, status
+from ansible_collections.soperator.slurm.plugins.module_utils.observe.exposition import start_http_server
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.nodes import DEFAULT_REASON_PREFIX, read_node_table
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import (
     KubernetesTransport, LocalTransport, SlurmError, SlurmRunner, SlurmUnavailable)
