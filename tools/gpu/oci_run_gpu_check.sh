@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # A GPU check for node/oci_run.py (issue 29), for a machine with an NVIDIA GPU and python3 with torch (the device
 # machine): carry a folder build/gpucheck holding this script, Debian's runc and its libseccomp.so.2 (cp /usr/sbin/runc
 # /lib/x86_64-linux-gnu/libseccomp.so.2 build/gpucheck/), run `bash build/gpucheck/run.sh` there; it writes
