@@ -1,19 +1,13 @@
 """tools/acct_summary.py: the CPU of every ended process by command, from BSD process accounting (acct_v3)."""
-import importlib.util
-import os
 import struct
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from repo_root import load_script
 
 
 @pytest.fixture(name="acct")
 def fixture_acct():
-    spec = importlib.util.spec_from_file_location("acct_summary", os.path.join(ROOT, "tools", "acct_summary.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("acct_summary", "tools", "acct_summary.py")
 
 
 def _record(comm, utime, stime, version=3):

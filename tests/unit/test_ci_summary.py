@@ -1,18 +1,13 @@
 """tools/ci_summary.py: the stage table .ci/run ends with, with each stage's CPU time and the machine's use."""
-import importlib.util
 import os
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from repo_root import load_script
 
 
 @pytest.fixture(name="summary")
 def fixture_summary():
-    spec = importlib.util.spec_from_file_location("ci_summary", os.path.join(ROOT, "tools", "ci_summary.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ci_summary", "tools", "ci_summary.py")
 
 
 def test_stage_rows_carry_the_cpu_that_bash_times_printed(tmp_path, summary):

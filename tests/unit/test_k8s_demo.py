@@ -1,18 +1,13 @@
 """tools/k8s/demo.py's spec: examples/small-cpu.yml with two workers that fit the node (requests equal limits), the
 demo's SSH key on the login node; a spec the product accepts."""
-import importlib.util
-import os
-
 import pytest
 import yaml
+from repo_root import load_script
 
 from ansible_collections.soperator.slurm.plugins.module_utils.spec import validate as spec
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.documents import load_documents
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("soperator_k8s_demo", os.path.join(ROOT, "tools", "k8s", "demo.py"))
-demo = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(demo)
+demo = load_script("soperator_k8s_demo", "tools", "k8s", "demo.py")
 
 
 @pytest.mark.parametrize("cpus, per_worker", [(1, "1"), (2, "1"), (3.5, "1"), (4, "2"), (16, "8")])
