@@ -15,3 +15,10 @@ if _TESTS not in sys.path:
 # The hooks, by their names. pylint: disable=unused-import
 from ci_skips import pytest_runtest_makereport  # noqa: E402,F401
 from xdist_groups import pytest_collection_modifyitems, pytest_xdist_make_scheduler  # noqa: E402,F401
+
+
+def pytest_configure(config):
+    """tests/cpu_use.py: a plugin of its own (its makereport hook beside ci_skips')."""
+    import cpu_use
+    if not config.pluginmanager.is_registered(cpu_use):
+        config.pluginmanager.register(cpu_use, "soperator_cpu_use")

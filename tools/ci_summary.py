@@ -1,5 +1,6 @@
-"""The end of a CI run (.ci/run): each stage's start and time, the slowest test files, and one closing line with the
-totals of every pytest stage (its --junitxml under the log folder).
+"""The end of a CI run (.ci/run): each stage's start and time, the slowest test files, the test files that used the
+most CPU (tests/cpu_use.py's junit property), and one closing line with the totals of every pytest stage (its
+--junitxml under the log folder).
 
     python3 tools/ci_summary.py build/ci
 """
@@ -42,7 +43,7 @@ def machine_busy(folder):
 
 
 def test_cases(folder):
-    """(file, seconds, outcome) of every test case of every stage's junit XML."""
+    """(file, seconds, outcome, CPU seconds or None) of every test case of every stage's junit XML."""
     for name in sorted(os.listdir(folder)):
         if not name.endswith(".xml"):
             continue
@@ -52,7 +53,8 @@ def test_cases(folder):
             where = "/".join(module[:tests[0] + 1]) + ".py" if tests else case.get("classname", "?")
             kinds = {child.tag for child in case}
             outcome = ("failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed")
-            yield where, float(case.get("time") or 0), outcome
+            cpu = [p.get("value") for p in case.iter("property") if p.get("name") == "cpu_seconds"]
+            yield where, float(case.get("time") or 0), outcome, float(cpu[0]) if cpu else None
 
 
 def main(folder):
@@ -67,13 +69,20 @@ def main(folder):
     if busy:
         print("  the machine: %.1f of %.1f CPU minutes busy (%.0f%%; every process, daemons included)"
               % (busy[0] / 60, busy[1] / 60, 100 * busy[0] / busy[1] if busy[1] else 0))
-    per_file, counts = collections.Counter(), collections.Counter()
-    for where, seconds, outcome in test_cases(folder):
+    per_file, cpu_per_file, counts = collections.Counter(), collections.Counter(), collections.Counter()
+    for where, seconds, outcome, cpu in test_cases(folder):
         per_file[where] += seconds
+        if cpu is not None:
+            cpu_per_file[where] += cpu
         counts[outcome] += 1
     print("=== the slowest test files (seconds of their tests, summed; the workers run files side by side)")
     for where, seconds in per_file.most_common(25):
         print("  %7.0f  %s" % (seconds, where))
+    if cpu_per_file:
+        print("=== the test files that used the most CPU (seconds of pytest's own and its waited-for children's user "
+              "and system time; %.1f CPU minutes in all)" % (sum(cpu_per_file.values()) / 60))
+        for where, seconds in cpu_per_file.most_common(25):
+            print("  %7.0f  %s" % (seconds, where))
     print("tests: %d passed, %d failed, %d skipped" % (counts["passed"], counts["failed"], counts["skipped"]))
     return 1 if counts["failed"] else 0
 

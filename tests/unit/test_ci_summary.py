@@ -38,3 +38,23 @@ def test_the_table_prints_cpu_minutes_and_the_machine_line(tmp_path, summary, ca
     out = capsys.readouterr().out
     assert "lint                   start   0:00  took   1:00  CPU   1.0 min" in out
     assert "the machine: 1.5 of 2.0 CPU minutes busy (75%" in out
+
+
+def test_the_cpu_of_each_test_is_added_up_by_file(tmp_path, summary, capsys):
+    (tmp_path / "times").write_text("test-kube 0 60 0 0m45.000s 0m15.000s\n")
+    (tmp_path / "test-kube.xml").write_text(
+        '<testsuites><testsuite>'
+        '<testcase classname="tests.integration.test_a" name="t1" time="5"><properties>'
+        '<property name="cpu_seconds" value="30.50" /></properties></testcase>'
+        '<testcase classname="tests.integration.test_a" name="t2" time="5"><properties>'
+        '<property name="cpu_seconds" value="29.50" /></properties></testcase>'
+        '<testcase classname="tests.integration.test_b" name="t1" time="50"><properties>'
+        '<property name="cpu_seconds" value="1.00" /></properties></testcase>'
+        '<testcase classname="tests.integration.test_c" name="t1" time="1" />'
+        '</testsuite></testsuites>')
+    assert summary.main(str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    cpu = out[out.index("used the most CPU"):]
+    assert "1.0 CPU minutes in all" in cpu
+    assert cpu.splitlines()[1:3] == ["       60  tests/integration/test_a.py", "        1  tests/integration/test_b.py"]
+    assert "tests: 4 passed, 0 failed, 0 skipped" in out
