@@ -64,9 +64,9 @@ test-local:
 test-kube:
 	$(PYTEST) -n $(PART_WORKERS) $(XDIST) $(KUBE_SUITES)
 
-# The real node is one per machine (tests/xdist_groups.py): its files run in one worker.
+# The real node is one per machine: its files run in two lanes that share it (tests/xdist_groups.py).
 test-node:
-	$(PYTEST) -n 1 $(XDIST) $(NODE_SUITES)
+	$(PYTEST) -n 2 $(XDIST) $(NODE_SUITES)
 
 test-images:
 	$(PYTEST) -n $(PART_WORKERS) $(XDIST) $(IMAGE_SUITES)
@@ -175,9 +175,10 @@ images: images-deps
 	$(IMAGES_ENV) $(PYTHON) images/build.py $(if $(ONLY),--only $(ONLY)) $(if $(PUSH),--push)
 
 # The previous Slurm (24.11, trixie), only the images tests/realnode/test_upgrade_realnode.py starts its old cluster
-# from (its COMPONENTS): no runner image (its pip install is the slowest root filesystem).
+# from (its COMPONENTS): no runner image (its pip install is the slowest root filesystem), no login image (that
+# cluster has no login pod).
 images-trixie: images-deps
-	$(MAKE) images SUITE=trixie ONLY=controller,worker,login,accounting,jail,mariadb
+	$(MAKE) images SUITE=trixie ONLY=controller,worker,accounting,jail,mariadb
 
 images-save: images-deps
 	$(IMAGES_ENV) $(PYTHON) images/build.py --save build/images/oci

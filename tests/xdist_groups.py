@@ -3,8 +3,10 @@ are handed out.
 
 The suites that start daemons spend most of their time waiting (on slurmd, pods, CronJobs, timeouts), so `make test`
 runs them in parallel workers. What must stay together is one group, which one worker runs in order:
-- tests/realnode: one group. The real node is one per machine (kubelet, containerd, kube-proxy on this host), and its
-  session fixture starts it once for all its files.
+- tests/realnode: two groups (REALNODE_LANES), run by two workers that share the node (one per machine: kubelet,
+  containerd, kube-proxy on this host; tests/realnode/conftest.py starts it once for both). Its files spend their time
+  waiting on Slurm's timers and pods, so two lanes of them take about half the time of one; the lanes are balanced by
+  the files' measured times (README, "CI time"), the 24.11 upgrade last in its lane (it waits for images-trixie).
 - a file with a module- or class-scoped fixture (a local cluster, an API server's namespace, the images' podman
   cluster made once for its tests): a group of its own.
 - any other test: no group; any worker takes it. A session-scoped fixture (tests/integration's control plane) is
@@ -23,6 +25,8 @@ import pytest
 # Longest-running suites first (README's "CI time" says why).
 SUITE_ORDER = ("realnode", "integration", "images", "slurm", "ansible", "unit")
 _TESTS = os.path.dirname(os.path.abspath(__file__))
+# The real node's lanes: a file named here runs in lane "a", any other in lane "b".
+REALNODE_LANES = {"a": ("test_exec_real.py", "test_exec_slurm_real.py", "test_upgrade_realnode.py")}
 _SHARED_FIXTURE = re.compile(r"""scope\s*=\s*["'](module|class|package)["']""")
 
 
@@ -47,7 +51,8 @@ def group_of(nodeid, rootdir):
     path = os.path.join(rootdir, nodeid.split("::", 1)[0])
     suite = _suite(path)
     if suite == "realnode":
-        return os.path.join(_TESTS, "realnode")
+        lane = "a" if os.path.basename(path) in REALNODE_LANES["a"] else "b"
+        return os.path.join(_TESTS, "realnode", "lane-" + lane)
     if suite not in ("", "unit") and _has_shared_fixture(path):
         return path
     return None

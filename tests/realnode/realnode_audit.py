@@ -39,19 +39,23 @@ class Exec:
 
 
 class Audit:
-    """mark() before a run, execs(mark) / writes(mark) after it. Requests of the node's and the control plane's
-    own users (the kubelet, the controllers, ServiceAccounts, CoreDNS, the volume provisioner) are left out: a run of
-    ours is the admin's."""
+    """mark() before a run, execs(mark) / writes(mark) after it, in one test file's namespace. Requests of the node's
+    and the control plane's own users (the kubelet, the controllers, ServiceAccounts, CoreDNS, the volume provisioner)
+    are left out: a run of ours is the admin's. So are other namespaces' and cluster-scoped requests (but the
+    namespace itself): the suite's two workers share the node and its API server (conftest.py), and the other
+    worker's runs are the same admin's."""
 
-    def __init__(self, path):
+    def __init__(self, path, namespace):
         self.log = k8s_audit.AuditLog(path)
+        self.namespace = namespace
 
     def mark(self):
         return self.log.mark()
 
     def _ours(self, since, stage):
         return [r for r in self.log.requests(since, stages=(stage,))
-                if not r.user.startswith(("system:", "soperator:"))]
+                if not r.user.startswith(("system:", "soperator:")) and (
+                    r.namespace == self.namespace or (r.resource == "namespaces" and r.name == self.namespace))]
 
     def execs(self, since, pod=None):
         # An exec is a long-running request: its ResponseStarted event is written before the client hears anything,

@@ -44,7 +44,7 @@ spec:
   clusterName: eph
   maxReplicas: 2
   ephemeral: {enabled: true, suspendTime: %(suspend)d, resumeTimeout: %(resume)d, suspendTimeout: 10}
-  resources: {cpu: 500m, memory: 512Mi}
+  resources: {cpu: 250m, memory: 512Mi}
   slurmNode: {cpus: 1}
 ---
 apiVersion: slurm.soperator.dev/v1alpha1
@@ -55,7 +55,7 @@ spec:
   maxReplicas: 1
   image: localhost/soperator-test/no-such-image:0
   ephemeral: {enabled: true, suspendTime: %(suspend)d, resumeTimeout: %(resume)d, suspendTimeout: 10}
-  resources: {cpu: 500m, memory: 512Mi}
+  resources: {cpu: 250m, memory: 512Mi}
   slurmNode: {cpus: 1}
 """ % {"suspend": SUSPEND_TIME, "resume": RESUME_TIMEOUT}
 
@@ -142,7 +142,7 @@ def test_a_job_starts_two_worker_pods_and_idle_ones_go_away(cluster):
         (_burst_pods(node), _sinfo(node))), SUSPEND_TIME + 120, poll=2, context=lambda: _power_log(node))
 
     # site.yml again: no pod of the NodeSet is created or deleted, the nodes stay powered down
-    audit = Audit(node.info["audit_log"])
+    audit = Audit(node.info["audit_log"], NS)
     mark = audit.mark()
     site(node, path)
     touched = [r for r in audit.writes(mark)
@@ -174,8 +174,8 @@ def test_a_powered_up_worker_on_an_older_template_is_powered_down_once_idle_and_
     worker = _job_state(node, job)["NodeList"]
     old = json.loads(node.kubectl("-n", NS, "get", "pod", worker, "-o", "json").stdout)
     newer = path.parent / "eph-newer.yml"
-    newer.write_text(path.read_text().replace("resources: {cpu: 500m, memory: 512Mi}\n  slurmNode: {cpus: 1}\n---",
-                                              "resources: {cpu: 400m, memory: 512Mi}\n  slurmNode: {cpus: 1}\n---", 1))
+    newer.write_text(path.read_text().replace("resources: {cpu: 250m, memory: 512Mi}\n  slurmNode: {cpus: 1}\n---",
+                                              "resources: {cpu: 200m, memory: 512Mi}\n  slurmNode: {cpus: 1}\n---", 1))
     assert newer.read_text() != path.read_text()
     site(node, newer)
     # drained with our reason, powering down once idle; the job runs on

@@ -65,7 +65,7 @@ def core(real_node):
 
 @pytest.fixture(scope="module")
 def audit(real_node):
-    return Audit(real_node.info["audit_log"])
+    return Audit(real_node.info["audit_log"], NS)
 
 
 def _transport(core, pod="p", container="a", **kw):

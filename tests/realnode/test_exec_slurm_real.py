@@ -62,14 +62,15 @@ metadata: {name: cpu, namespace: slurm-exec}
 spec:
   clusterName: ex
   replicas: 1
-  resources: {cpu: "1", memory: 1Gi}
+  resources: {cpu: 500m, memory: 1Gi}   # the other lane's pods share the 2-CPU node (conftest.py)
+  slurmNode: {cpus: 1}
 """ % FAULT
 
 
 class Cluster:
     def __init__(self, node, docs):
         self.node, self.docs = node, docs     # docs: the definition last applied
-        self.audit = Audit(node.info["audit_log"])
+        self.audit = Audit(node.info["audit_log"], NS)
 
 
 @pytest.fixture(scope="module")
@@ -392,7 +393,11 @@ def test_the_backup_takes_control_when_the_primary_pod_goes_and_jobs_run_on(clus
     node.kubectl("cordon", name)
     try:
         started = time.monotonic()
+        old_uid = _pod(node, CONTROLLER)["metadata"]["uid"]
         node.kubectl("-n", NS, "delete", "pod", CONTROLLER, "--wait=false")
+        # gone, not terminating: until its slurmctld has stopped, sbatch and the runner still reach the primary (seen)
+        _until("the primary's pod gone", lambda: (
+            (_pod(node, CONTROLLER) or {}).get("metadata", {}).get("uid") != old_uid, _pod(node, CONTROLLER)))
 
         def submitted():
             done = _in_pod(node, "cpu-0", "slurmd", "sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true")

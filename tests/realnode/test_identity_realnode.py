@@ -54,8 +54,9 @@ def _spec(tmp_path, root_key, uri):
     cluster, nodeset = docs
     for doc in docs:
         doc["metadata"]["namespace"] = NS
-    # two workers with their sssd sidecars (100m each, Guaranteed) on a 2-CPU node: half a CPU each, Slurm sees 1
-    nodeset["spec"]["resources"] = {"cpu": "500m", "memory": "512Mi"}
+    # two workers with their sssd sidecars (100m each, Guaranteed) on a 2-CPU node shared with the suite's other
+    # lane (conftest.py): 300m and the sidecar's 100m each, Slurm sees 1
+    nodeset["spec"]["resources"] = {"cpu": "300m", "memory": "512Mi"}
     nodeset["spec"]["slurmNode"] = {"cpus": 1}
     cluster["spec"]["login"]["sshRootPublicKeys"] = [root_key]
     cluster["spec"]["identity"] = {"ldap": {"uri": uri, "searchBase": SUFFIX, "bindDN": SSSD_DN,

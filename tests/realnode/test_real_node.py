@@ -1,8 +1,9 @@
 """examples/small-cpu.yml on a real node: site.yml makes pods that run slurmctld, slurmd and sshd from the images of
 `make images`; users run jobs in the jail through kubectl exec and through ssh to the login Service.
 
-The one change to the example: 1 CPU per worker instead of 2. The kubelet offers what the machine has (2 CPUs on
-CI's VMs), and requests equal limits; with 2 CPUs each the second worker could never be scheduled.
+The one change to the example: 400m CPU per worker (Slurm sees 1 CPU) instead of 2. The kubelet offers what the
+machine has (2 CPUs on CI's VMs), requests equal limits, and the suite's other lane has its pods on the same node
+(conftest.py): two workers of 400m leave it room.
 """
 import base64
 import functools
@@ -29,7 +30,8 @@ def _spec(tmp_path, public_key):
     docs = list(yaml.safe_load_all(open(os.path.join(ROOT, "examples", "small-cpu.yml"))))
     cluster, nodeset = docs
     assert nodeset["spec"]["resources"]["cpu"] == "2"
-    nodeset["spec"]["resources"]["cpu"] = "1"
+    nodeset["spec"]["resources"]["cpu"] = "400m"
+    nodeset["spec"]["slurmNode"] = {"cpus": 1}
     cluster["spec"]["login"]["sshRootPublicKeys"] = [public_key]
     # srun --container (issue 29): oci.conf and the jail's /home on the workers; the rest of the test is unchanged
     cluster["spec"]["containers"] = {"enabled": True}
@@ -234,7 +236,8 @@ def test_new_worker_image_rolls_slurm_aware_in_real_pods(real_node, tmp_path):
     docs = list(yaml.safe_load_all(open(os.path.join(ROOT, "examples", "small-cpu.yml"))))
     for doc in docs:
         doc["metadata"]["namespace"] = ROLL
-    docs[1]["spec"]["resources"]["cpu"] = "1"       # two workers on CI's 2 CPUs (see the module's docstring)
+    docs[1]["spec"]["resources"]["cpu"] = "400m"    # two workers beside the other lane (the module's docstring)
+    docs[1]["spec"]["slurmNode"] = {"cpus": 1}
     spec = tmp_path / "roll.yml"
     spec.write_text(yaml.safe_dump_all(docs))
     try:
@@ -345,7 +348,8 @@ spec:
   clusterName: acct
   replicas: 1
   maxReplicas: 4
-  resources: {cpu: "1", memory: 1Gi}
+  resources: {cpu: 400m, memory: 1Gi}
+  slurmNode: {cpus: 1}
 """
 
 
