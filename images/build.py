@@ -381,7 +381,8 @@ class Builder(object):
             return ref
         log("%s: building" % ref)
         started = time.time()
-        ctx = os.path.join(self.out, "context", component)
+        # per suite: the 24.11 images build beside a run that may rebuild a 26.05 one (.ci/run's images lane)
+        ctx = os.path.join(self.out, "context", "%s-%s" % (self.args.suite, component))
         shutil.rmtree(ctx, ignore_errors=True)
         os.makedirs(ctx)
         link_or_copy(rootfs_path, os.path.join(ctx, "rootfs.tar"))
