@@ -14,7 +14,8 @@ cd "$here"
 . ../cached_build.sh
 . ./versions.env
 
-flags="CGO_ENABLED=0 -trimpath -ldflags=-s -w"
+gcflags="all=-dwarf=false"   # as tools/k8s/build.sh compiles: CoreDNS's packages then come from its build cache
+flags="CGO_ENABLED=0 -trimpath -gcflags=$gcflags -ldflags=-s -w"
 mirror=${MIRROR:-http://deb.debian.org/debian}
 binaries=(containerd containerd-shim-runc-v2 ctr coredns pause)
 key=$( { cat versions.env ../k8s/go.mod ../k8s/go.sum ../k8s/coredns/main.go pause.c; go version; gcc --version | head -1
@@ -44,7 +45,7 @@ rm -rf "$apt_dir"
 
 export CGO_ENABLED=0
 echo "building coredns (../k8s/coredns, in the k8s module)" >&2
-(cd ../k8s && go build -p "${K8S_BUILD_JOBS:-2}" -trimpath -ldflags "-s -w" -o "$staging/coredns" ./coredns) >&2
+(cd ../k8s && go build -p "${K8S_BUILD_JOBS:-2}" -trimpath -gcflags "$gcflags" -ldflags "-s -w" -o "$staging/coredns" ./coredns) >&2
 gcc -Os -static -o "$staging/pause" pause.c >&2
 strip "$staging/pause"
 
