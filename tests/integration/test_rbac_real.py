@@ -22,7 +22,7 @@ def deployed(real_cluster):
     for d in docs:
         d["metadata"]["namespace"] = namespace
     args = dict(state="present", target="kubernetes", definition=docs, kubeconfig=real_cluster.kubeconfig)
-    ansible_run.module("slurm_cluster", args)
+    ansible_run.module("slurm_cluster", args, cli=True)   # the suite's module run through the `ansible` CLI
     yield namespace, "system:serviceaccount:%s:small-remediation" % namespace
     ansible_run.module("slurm_cluster", dict(args, state="absent", purge_volumes=True), expect_failed=None)
     real_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)

@@ -1,5 +1,6 @@
-"""slurm_drain / slurm_node_info against real slurmctld + slurmd (the local backend), run the way Ansible runs them:
-`ansible localhost -m soperator.slurm.slurm_drain` and the drain/resume playbooks."""
+"""slurm_drain / slurm_node_info against real slurmctld + slurmd (the local backend), run the way Ansible runs them
+(tests/ansible_run.py's module(): the module's own process, some through `ansible localhost -m`) and the drain/resume
+playbooks."""
 import json
 import os
 import shutil
@@ -10,6 +11,7 @@ import time
 
 import pytest
 
+import ansible_run
 from specs import spec_text
 from waiting import wait_for
 
@@ -30,24 +32,11 @@ def _env(cluster):
     return env
 
 
-def module(cluster, name, check=False, diff=False, expect_failed=False, **args):
-    """Run soperator.slurm.<name> through `ansible localhost -m`; return its result."""
-    argv = ["ansible", "localhost", "-m", "soperator.slurm.%s" % name, "-a", json.dumps(args)]
-    if check:
-        argv.append("--check")
-    if diff:
-        argv.append("--diff")
-    proc = subprocess.run(argv, cwd=ROOT, env=_env(cluster), capture_output=True, text=True, timeout=300,
-                          check=False)
-    try:
-        out = json.loads(proc.stdout)
-        result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    except (ValueError, KeyError, IndexError):
-        raise AssertionError("no result from ansible (rc %d): %s %s"
-                             % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
-    assert bool(result.get("failed")) == expect_failed, json.dumps(result, indent=1)[-4000:]
-    assert proc.returncode == (2 if expect_failed else 0), proc.stderr[-2000:]
-    return result
+def module(cluster, name, check=False, diff=False, expect_failed=False, cli=None, **args):
+    """Run soperator.slurm.<name> (tests/ansible_run.py: without the `ansible` CLI unless cli=True); return its
+    result."""
+    return ansible_run.module(name, args, check=check, diff=diff, expect_failed=expect_failed, cli=cli,
+                              env=_env(cluster), timeout=300)
 
 
 def drain(cluster, **args):
@@ -97,7 +86,8 @@ def test_drain_waits_for_jobs_then_resume(local_cluster):
     job = sbatch_sleep(cluster, "cpu-0", 600)
 
     # Check mode: the command is listed, nothing changes.
-    checked = drain(cluster, check=True, diff=True, nodes="cpu-[0-1]", reason="maintenance")
+    # through the `ansible` CLI: one of this suite's module runs the way a user makes it
+    checked = drain(cluster, check=True, diff=True, nodes="cpu-[0-1]", reason="maintenance", cli=True)
     assert checked["changed"] and checked["commands"] == [
         "scontrol update 'NodeName=cpu-[0-1]' State=DRAIN 'Reason=soperator: maintenance'"]
     assert after(checked) == {"cpu-0": "DRAINING", "cpu-1": "DRAINED"}
