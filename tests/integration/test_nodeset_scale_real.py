@@ -4,10 +4,13 @@ Slurm daemons (a local cluster, reached with slurm_transport=local: the drained 
 slurm_nodeset drains the highest ordinals, waits while one of them runs a job - the StatefulSet keeps its pods all
 that time - then sets them FUTURE in Slurm and only then shrinks the StatefulSet, whose controller removes the pods.
 Removing a NodeSet from the spec (slurm_cluster) drains it and prunes its objects, never the volume claims.
+A scale-up is staggered (spec.workers.maxStartingPods): a watch of the pods sees never more than the bound of
+workers not Ready at once.
 """
 import copy
 import json
 import subprocess
+import threading
 import time
 
 import yaml
@@ -156,3 +159,67 @@ def test_removing_a_nodeset_drains_it_and_prunes_its_objects_but_not_volumes(
     assert "small-jail" in claims
     # node definitions changed: the controller rolls (its pod template carries their digest)
     assert ("StatefulSet", "small-controller", "updated") in objects
+
+
+class NotReadyWatch:
+    """A watch of a NodeSet's pods (kubernetes' watch, in a thread): `most` is the most pods that existed and were
+    not Ready at once, as the API server told them."""
+
+    def __init__(self, api, namespace, nodeset):
+        from kubernetes import watch
+        self.api, self.namespace, self.selector = api, namespace, "slurm.soperator.dev/nodeset=%s" % nodeset
+        self.watch = watch.Watch()
+        self.ready = {}
+        self.most = 0
+        self.events = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        for event in self.watch.stream(self.api.core.list_namespaced_pod, self.namespace,
+                                       label_selector=self.selector, timeout_seconds=BOUND):
+            pod = event["object"]
+            self.events += 1
+            if event["type"] == "DELETED" or pod.metadata.deletion_timestamp is not None:
+                self.ready.pop(pod.metadata.name, None)
+            else:
+                self.ready[pod.metadata.name] = any(cond.type == "Ready" and cond.status == "True"
+                                                    for cond in (pod.status.conditions or []))
+            self.most = max(self.most, sum(1 for ready in self.ready.values() if not ready))
+
+    def __enter__(self):
+        self.thread.start()
+        until("the watch to list the pods", lambda: self.events > 0)
+        return self
+
+    def __exit__(self, *exc):
+        self.watch.stop()
+        self.thread.join(timeout=BOUND)
+
+
+def test_a_scale_up_starts_at_most_max_starting_pods_workers_at_once(namespaced, api, volumes, audit):
+    ns = namespaced.name
+    docs = namespaced.docs()
+    docs[0]["spec"]["workers"] = {"maxStartingPods": 4}
+    docs[1]["spec"].update(replicas=1, maxReplicas=12)
+    volumes(ns, CLAIMS)
+    first = module("slurm_cluster", state="present", target="kubernetes", definition=namespaced.applied(docs),
+                   wait=True, wait_timeout=BOUND, kubeconfig=namespaced.kubeconfig)
+    assert first["status"]["phase"] == "Ready" and first["scale_up"] is None, first["scale_up"]
+    nodeset = dict(name="cpu", namespace=ns, cluster_name="small", replicas=12, wait=True, wait_timeout=BOUND,
+                   kubeconfig=namespaced.kubeconfig)
+    planned = module("slurm_nodeset", check=True, **nodeset)
+    assert planned["scale_up"]["steps"] == [{"cpu": 5}, {"cpu": 9}, {"cpu": 12}], planned["scale_up"]
+    assert api.statefulset("cpu", ns).spec.replicas == 1
+    user = admin_user(namespaced.kubeconfig)
+    mark = audit.mark()
+    with NotReadyWatch(api, ns, "cpu") as watched:
+        done = module("slurm_nodeset", **nodeset)
+        until("12 Ready worker pods", lambda: sorted(watched.ready.values()) == [True] * 12)
+    assert done["scale_up"]["steps"] == planned["scale_up"]["steps"] and done["scale_up"]["step_count"] == 3
+    assert 0 < watched.most <= 4, watched.most
+    assert api.statefulset("cpu", ns).spec.replicas == 12
+    sts_writes = [r for r in audit.requests(mark, user=user) if r.write and r.resource == "statefulsets"
+                  and r.name == "cpu" and not r.dry_run]
+    assert len(sts_writes) == 3, sts_writes
+    again = module("slurm_nodeset", **nodeset)
+    assert not again["changed"] and again["scale_up"] is None
