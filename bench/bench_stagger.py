@@ -1,7 +1,7 @@
 """The staggered worker start (issue 32, spec.workers.maxStartingPods) on a real kube-apiserver with kwok nodes
 (tools/k8s: needs `make k8s-build`; started in a temporary directory with the hostPath provisioner, so claims bind,
-and stopped at the end): a cluster of one worker (examples/small-cpu.yml, workers of 500m and 1Gi, kwok nodes of 110
-pods each, enough for all) scaled up to --workers by KubeCluster.present() with wait=true, once per bound: the default
+and stopped at the end): a cluster of one worker (examples/small-cpu.yml, workers of 1 CPU and 1Gi, kwok nodes of 64
+CPUs, enough for all) scaled up to --workers by KubeCluster.present() with wait=true, once per bound: the default
 and 0 (no bound). A watch of the worker pods counts the most that existed and were not Ready at once; the audit log
 counts the backend's requests during the scale-up. Each cluster is torn down (its pods gone) before the next.
 Prints numbers only.
@@ -39,37 +39,43 @@ def docs_for(namespace, replicas, workers, bound):
     for doc in docs:
         doc["metadata"]["namespace"] = namespace
     docs[0]["spec"]["workers"] = {"maxStartingPods": bound}
-    docs[1]["spec"].update(replicas=replicas, maxReplicas=workers, resources={"cpu": "500m", "memory": "1Gi"})
+    docs[1]["spec"].update(replicas=replicas, maxReplicas=workers, resources={"cpu": "1", "memory": "1Gi"})
     return docs
 
 
 class Watch:
-    """The most worker pods that existed and were not Ready at once, from a watch (one thread)."""
+    """The most worker pods that existed and were not Ready at once, from a watch (one thread, renewed every 2 s)."""
 
     def __init__(self, kubeconfig, namespace):
-        from kubernetes import client, config, watch
+        from kubernetes import client, config
         self.api = config.new_client_from_config(config_file=kubeconfig)
         self.core = client.CoreV1Api(self.api)
-        self.watch = watch.Watch()
         self.namespace = namespace
         self.ready = {}
         self.most = 0
+        self.stopped = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self):
-        for event in self.watch.stream(self.core.list_namespaced_pod, self.namespace,
-                                       label_selector="%s=cpu" % c.LABEL_NODESET, timeout_seconds=3600):
-            pod = event["object"]
-            if event["type"] == "DELETED" or pod.metadata.deletion_timestamp is not None:
-                self.ready.pop(pod.metadata.name, None)
-            else:
-                self.ready[pod.metadata.name] = any(cd.type == "Ready" and cd.status == "True"
-                                                    for cd in (pod.status.conditions or []))
-            self.most = max(self.most, sum(1 for r in self.ready.values() if not r))
+        from kubernetes import watch
+        version = None
+        while not self.stopped:
+            since = {"resource_version": version} if version else {}
+            for event in watch.Watch().stream(self.core.list_namespaced_pod, self.namespace,
+                                              label_selector="%s=cpu" % c.LABEL_NODESET, timeout_seconds=2,
+                                              **since):
+                pod = event["object"]
+                version = pod.metadata.resource_version
+                if event["type"] == "DELETED" or pod.metadata.deletion_timestamp is not None:
+                    self.ready.pop(pod.metadata.name, None)
+                else:
+                    self.ready[pod.metadata.name] = any(cd.type == "Ready" and cd.status == "True"
+                                                        for cd in (pod.status.conditions or []))
+                self.most = max(self.most, sum(1 for r in self.ready.values() if not r))
 
     def stop(self):
-        self.watch.stop()
+        self.stopped = True
         self.thread.join(timeout=60)
         self.api.close()
 
@@ -92,7 +98,7 @@ def main():
     bin_dir = k8s.cached_bin()
     if not bin_dir:
         raise SystemExit("no control plane built: run `make k8s-build` first")
-    nodes = args.workers // 100 + 2        # 110 pods each: room for every worker and the cluster's other pods
+    nodes = args.workers // 60 + 2         # 64 CPUs each: room for every worker and the cluster's other pods
     with tempfile.TemporaryDirectory() as tmp:
         state = os.path.join(tmp, "k8s")
         try:

@@ -165,7 +165,7 @@ rollout:
             steps: [drained, replaced, rechecked, resumed]}]
 scale_up:
   description:
-    - With O(target=kubernetes) and O(wait=true), the worker StatefulSets this run raised in steps so that at most
+    - With O(wait=true), the worker StatefulSets this run raised in steps so that at most
       C(spec.workers.maxStartingPods) worker pods of the cluster (all NodeSets) were asked for and not Ready at once;
       V(null) when the room held the whole scale-up (one apply, as without a bound), with O(wait=false) (the replicas
       are applied at once) and with a bound of 0.

@@ -160,22 +160,8 @@ class ScaleUp(object):
             return 0.0
         waited = 0.0
         while True:
-            last = self.steps[-1] if self.steps else {}
             found = {}
-
-            def probe(last=last, found=found):
-                statefulsets = self.client.list("StatefulSet", self.namespace, self.selector)
-                sets = found["sets"] = worker_sets(statefulsets)
-                by_name = dict((s["metadata"]["name"], s) for s in statefulsets)
-                waiting = ["%s %d/%d ready" % (name, sets.get(name, (0, 0))[1], replicas)
-                           for name, replicas in sorted(last.items())
-                           if name not in sets or not observed(by_name[name]) or sets[name][1] < replicas]
-                if waiting:
-                    return False, "step %d: %s" % (len(self.steps), ", ".join(waiting))
-                if reached(sets, self.targets) or next_step(sets, self.targets, self.bound):
-                    return True, ""
-                return False, "room for no worker: %d asked for and not Ready (bound %d)" % (
-                    sum(not_ready(r, ready) for r, ready in sets.values()), self.bound)
+            probe = self._probe(self.steps[-1] if self.steps else {}, found)
             kw = dict((k, v) for k, v in (("sleep", self.sleep), ("clock", self.clock)) if v is not None)
             waited += wait_for(probe, "step %d of the workers' scale-up to be Ready" % len(self.steps),
                                self.timeout, poll=self.poll, timeout_error=self._timed_out, **kw)
@@ -192,6 +178,24 @@ class ScaleUp(object):
                     raise BackendError("scaling StatefulSet %s/%s up to %d (step %d): %s; a re-run continues from "
                                        "the live replicas" % (self.namespace, name, replicas, len(self.steps) + 1, e))
             self.steps.append(step)
+
+    def _probe(self, last, found):
+        """wait_for's probe: one list of the StatefulSets (kept in found["sets"]); true once the step `last` is
+        Ready and there is room for the next (or none is needed)."""
+        def probe():
+            statefulsets = self.client.list("StatefulSet", self.namespace, self.selector)
+            sets = found["sets"] = worker_sets(statefulsets)
+            by_name = dict((s["metadata"]["name"], s) for s in statefulsets)
+            waiting = ["%s %d/%d ready" % (name, sets.get(name, (0, 0))[1], replicas)
+                       for name, replicas in sorted(last.items())
+                       if name not in sets or not observed(by_name[name]) or sets[name][1] < replicas]
+            if waiting:
+                return False, "step %d: %s" % (len(self.steps), ", ".join(waiting))
+            if reached(sets, self.targets) or next_step(sets, self.targets, self.bound):
+                return True, ""
+            return False, "room for no worker: %d asked for and not Ready (bound %d)" % (
+                sum(not_ready(r, ready) for r, ready in sets.values()), self.bound)
+        return probe
 
     def _timed_out(self, text):
         return BackendError("timed out after %ds waiting for the workers' scale-up (spec.workers.maxStartingPods %d) "
