@@ -170,7 +170,7 @@ options:
         and the jobs on a node being scaled down to finish.
       - With O(target=kubernetes) and O(wait=true), the longest wait for the cluster to become ready; with
         O(target=kubernetes), also the longest wait for a changed slurm.conf to reach the controller pod before
-        C(scontrol reconfigure) (see O(reconfigure)).
+        C(scontrol reconfigure) (see O(reconfigure)), and for each step of a staggered scale-up (RV(scale_up)).
     type: int
     default: 300
   jail_dir:
@@ -538,6 +538,19 @@ rollout:
             steps: [drained, replaced, rechecked, resumed]},
            {node: cpu-0, node_set: cpu, batch: 3, step: waiting, steps: [drained],
             reason: "drained (soperator: upgrade); jobs still run on it after 600s: ..."}]
+scale_up:
+  description:
+    - With O(target=kubernetes) and O(wait=true), the worker StatefulSets this run raised in steps so that at most
+      C(spec.workers.maxStartingPods) worker pods of the cluster (all NodeSets) were asked for and not Ready at once;
+      V(null) when the room held the whole scale-up (one apply, as without a bound), with O(wait=false) (the replicas
+      are applied at once) and with a bound of 0.
+    - C(targets) the replicas wanted per StatefulSet, C(steps) the replicas each step set (in check mode the steps
+      the real run would take if each step became Ready before the next; the diff shows the final replicas),
+      C(step_count) how many. Each step after the first waits (up to O(wait_timeout)) until the step's pods are
+      Ready; a timed-out run leaves the replicas of its last step, and a re-run continues from them.
+  returned: when O(target=kubernetes) and O(state=present)
+  type: dict
+  sample: {max_starting_pods: 100, targets: {gpu: 250}, steps: [{gpu: 100}, {gpu: 200}, {gpu: 250}], step_count: 3}
 topology:
   description:
     - With O(target=kubernetes) and C(spec.topology.nodeLabels), the topology this run computed from the labels of

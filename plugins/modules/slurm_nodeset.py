@@ -74,7 +74,8 @@ options:
     type: int
   wait_timeout:
     description:
-      - With O(wait=true), the longest wait in seconds for the NodeSet's workers to become ready.
+      - With O(wait=true), the longest wait in seconds for the NodeSet's workers to become ready, and for each step
+        of a staggered scale-up (RV(scale_up), C(spec.workers.maxStartingPods) of the SlurmCluster).
       - Also the longest wait for a changed slurm.conf to reach the controller pod before C(scontrol reconfigure)
         (see O(reconfigure)).
     type: int
@@ -162,6 +163,19 @@ rollout:
   elements: dict
   sample: [{node: gpu-1, node_set: gpu, batch: 1, step: resumed, reason: "checks pass after the replacement",
             steps: [drained, replaced, rechecked, resumed]}]
+scale_up:
+  description:
+    - With O(wait=true), the worker StatefulSets this run raised in steps so that at most
+      C(spec.workers.maxStartingPods) worker pods of the cluster (all NodeSets) were asked for and not Ready at once;
+      V(null) when the room held the whole scale-up (one apply, as without a bound), with O(wait=false) (the replicas
+      are applied at once) and with a bound of 0.
+    - C(targets) the replicas wanted per StatefulSet, C(steps) the replicas each step set (in check mode the steps
+      the real run would take if each step became Ready before the next; the diff shows the final replicas),
+      C(step_count) how many. Each step after the first waits (up to O(wait_timeout)) until the step's pods are
+      Ready; a timed-out run leaves the replicas of its last step, and a re-run continues from them.
+  returned: always
+  type: dict
+  sample: {max_starting_pods: 100, targets: {gpu: 250}, steps: [{gpu: 100}, {gpu: 200}, {gpu: 250}], step_count: 3}
 reservations:
   description:
     - With C(spec.updateStrategy.type=scheduled), what became of this NodeSet's maintenance reservation, as

@@ -4,10 +4,13 @@ Slurm daemons (a local cluster, reached with slurm_transport=local: the drained 
 slurm_nodeset drains the highest ordinals, waits while one of them runs a job - the StatefulSet keeps its pods all
 that time - then sets them FUTURE in Slurm and only then shrinks the StatefulSet, whose controller removes the pods.
 Removing a NodeSet from the spec (slurm_cluster) drains it and prunes its objects, never the volume claims.
+A scale-up is staggered (spec.workers.maxStartingPods): a watch of the pods sees never more than the bound of
+workers not Ready at once (the first test's deploy, bound 1).
 """
 import copy
 import json
 import subprocess
+import threading
 import time
 
 import yaml
@@ -40,21 +43,68 @@ def _deploy(namespaced, api, volumes, local_cluster, docs):
     first = module("slurm_cluster", state="present", target="kubernetes", definition=namespaced.applied(docs),
                    wait=True, wait_timeout=BOUND, **slurm)
     assert first["status"]["phase"] == "Ready", first["status"]
-    return cluster, slurm
+    return cluster, slurm, first
 
 
 def _worker_pods(api, namespace, nodeset="cpu"):
     return sorted(name for name in api.pods(namespace) if name.startswith(nodeset + "-"))
 
 
+class NotReadyWatch:
+    """A watch of a NodeSet's pods (kubernetes' watch, in a thread, renewed every 2 s so that it ends soon after
+    stop()): `most` is the most pods that existed and were not Ready at once, as the API server told them."""
+
+    def __init__(self, api, namespace, nodeset):
+        self.api, self.namespace, self.selector = api, namespace, "slurm.soperator.dev/nodeset=%s" % nodeset
+        self.ready = {}
+        self.most = 0
+        self.events = 0
+        self.stopped = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        from kubernetes import watch
+        version = None
+        while not self.stopped:
+            since = {"resource_version": version} if version else {}
+            for event in watch.Watch().stream(self.api.core.list_namespaced_pod, self.namespace,
+                                              label_selector=self.selector, timeout_seconds=2, **since):
+                pod = event["object"]
+                version = pod.metadata.resource_version
+                self.events += 1
+                if event["type"] == "DELETED" or pod.metadata.deletion_timestamp is not None:
+                    self.ready.pop(pod.metadata.name, None)
+                else:
+                    self.ready[pod.metadata.name] = any(cond.type == "Ready" and cond.status == "True"
+                                                        for cond in (pod.status.conditions or []))
+                self.most = max(self.most, sum(1 for ready in self.ready.values() if not ready))
+
+    def __enter__(self):
+        self.thread.start()     # the pods it lists first come as events too: a late start misses nothing made
+        return self
+
+    def __exit__(self, *exc):
+        self.stopped = True
+        self.thread.join(timeout=30)
+
+
 def test_scale_down_drains_waits_for_the_busy_node_then_shrinks(namespaced, api, volumes, audit, local_cluster):
     ns = namespaced.name
     docs = namespaced.docs()
     docs[1]["spec"]["replicas"] = 3
-    cluster, slurm = _deploy(namespaced, api, volumes, local_cluster, docs)
+    # The 3 workers start one at a time (spec.workers.maxStartingPods 1): the run raises the StatefulSet's replicas
+    # in 3 steps, each once the one before is Ready, as a watch of the pods sees.
+    docs[0]["spec"]["workers"] = {"maxStartingPods": 1}
+    user = admin_user(namespaced.kubeconfig)
+    mark = audit.mark()
+    with NotReadyWatch(api, ns, "cpu") as watched:
+        cluster, slurm, first = _deploy(namespaced, api, volumes, local_cluster, docs)
+    assert first["scale_up"]["steps"] == [{"cpu": 1}, {"cpu": 2}, {"cpu": 3}], first["scale_up"]
+    assert watched.most == 1, watched.most
+    assert len([r for r in audit.requests(mark, user=user) if r.write and r.resource == "statefulsets"
+                and r.name == "cpu" and not r.dry_run]) == 3
     assert api.statefulset("cpu", ns).spec.replicas == 3
     until("3 worker pods", lambda: _worker_pods(api, ns) == ["cpu-0", "cpu-1", "cpu-2"])
-    user = admin_user(namespaced.kubeconfig)
 
     job = cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "-w", "cpu-2", "--wrap", "sleep 600"]).stdout.strip()
     until("the job to run", lambda: _job_state(cluster, job) == "RUNNING")
@@ -136,7 +186,7 @@ def test_removing_a_nodeset_drains_it_and_prunes_its_objects_but_not_volumes(
     extra["metadata"]["name"] = "big"
     extra["spec"].update(replicas=1, maxReplicas=2, features=["big"])
     docs.append(extra)
-    cluster, slurm = _deploy(namespaced, api, volumes, local_cluster, docs)
+    cluster, slurm, _first = _deploy(namespaced, api, volumes, local_cluster, docs)
     assert api.statefulset("big", ns) is not None
     until("the pod big-0", lambda: _worker_pods(api, ns, "big") == ["big-0"])
     claims = sorted(c.metadata.name for c in api.core.list_namespaced_persistent_volume_claim(ns).items)

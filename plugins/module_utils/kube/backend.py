@@ -13,6 +13,8 @@ One run, in order:
 5. reload Slurm: a changed slurm.conf reaches slurmctld with `scontrol reconfigure`, once the controller pod sees the
    new file (the kubelet updates mounted ConfigMaps late); changed node definitions roll the controller through its
    pod template instead (render/kube_objects.node_definitions_hash); kube/reconfigure.py;
+   then, with wait=true, a scale-up of worker StatefulSets beyond spec.workers.maxStartingPods goes on in steps,
+   each waited for (kube/stagger.py; step 4 applied its first);
 6. roll the workers of NodeSets with updateStrategy slurmAware onto their new pod template, Slurm-aware: in batches
    of at most maxUnavailable, idle nodes first, busy ones drained and replaced only once they run no job, each new
    slurmd re-checked before it is resumed (slurm/rollout.py plans and executes, kube/rollout.py reads the revisions);
@@ -36,6 +38,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.kube.reconfigure i
     CONFIG_DIGEST_FIELD, SlurmConfigReload)
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.status import cluster_status, node_set_status
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import rollout as kube_rollout
+from ansible_collections.soperator.slurm.plugins.module_utils.kube.stagger import ScaleUp
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import topology as kube_topology
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.identity_refs import check_identity_refs
 from ansible_collections.soperator.slurm.plugins.module_utils.kube import upgrade as kube_upgrade
@@ -147,6 +150,7 @@ class KubeCluster(SlurmConfigReload):
         self._runner = None
         self.upgrade = None         # this run's Slurm version change (kube/upgrade.py), if any
         self.rollout_steps = []
+        self.scale_up = None        # this run's staggered scale-up of worker StatefulSets (kube/stagger.py), if any
         self.reservations = []                      # scheduled NodeSets: what became of their reservation
         self.now = time.time                        # the wall clock of maintenance windows
         self.changes = []
@@ -360,6 +364,23 @@ class KubeCluster(SlurmConfigReload):
         except SlurmError as e:
             raise BackendError("powering down outdated ephemeral workers %s: %s" % (", ".join(stale), e))
 
+    def _stagger(self, rest, live):
+        """Plan the staggered scale-up (kube/stagger.py) of the worker StatefulSets `rest` grows: only in a run that
+        waits (wait=false applies the replicas at once). -> the changes to apply, the growing ones held at the
+        first step."""
+        opts = self.options
+        bound = self.model.workers.max_starting_pods if opts.wait else 0
+        self.scale_up = ScaleUp(self.client, self.model.namespace, ka.owner_selector(self.model.name), bound,
+                                opts.wait_timeout, check_mode=opts.check_mode, force_conflicts=opts.force_conflicts,
+                                poll=opts.poll, sleep=self.sleep, clock=self.clock)
+        return self.scale_up.plan(rest, [o for key, o in sorted(live.items()) if key[0] == "StatefulSet"])
+
+    def _scale_up_steps(self):
+        if self.scale_up.staggered and not self.options.check_mode:
+            seconds = self.scale_up.run()
+            self.waited.append({"for": "the workers' scale-up in %d steps" % len(self.scale_up.steps),
+                                "seconds": seconds})
+
     def _change(self, changes, kind, name):
         found = [ch for ch in changes if ch.kind == kind and ch.name == name]
         return found[0] if found else None
@@ -417,8 +438,11 @@ class KubeCluster(SlurmConfigReload):
                                self.options.wait_timeout)
         if self.upgrade is not None:
             rest = self.upgrade.apply_in_order(rest)     # slurmdbd, then slurmctld, each waited for
+        rest = self._stagger(rest, live)
         self.apply_changes(rest)
+        self.scale_up.after_apply(rest)
         self.reload_slurm(changes)
+        self._scale_up_steps()
         self.roll_workers(changes)
         self.roll_ephemeral(desired)
         return self._finish(desired)
@@ -556,6 +580,7 @@ class KubeCluster(SlurmConfigReload):
             "topology": tree.report() if tree is not None else None,
             "upgrade": self.upgrade.report() if self.upgrade is not None else None,
             "rollout": list(self.rollout_steps),
+            "scale_up": self.scale_up.report() if self.scale_up is not None else None,
             "reservations": list(self.reservations),
             "changed": changed,
             "objects": [ch.result() for ch in self.changes],
@@ -567,4 +592,12 @@ class KubeCluster(SlurmConfigReload):
         }
 
     def diff(self):
-        return [ch.diff() for ch in self.changes if ch.action != ka.UNCHANGED and ch.action != ka.KEEP]
+        out = [ch.diff() for ch in self.changes if ch.action != ka.UNCHANGED and ch.action != ka.KEEP]
+        report = self.scale_up.report() if self.scale_up is not None else None
+        if report:
+            header = "worker StatefulSets scaled up in %d steps (spec.workers.maxStartingPods %d)" % (
+                report["step_count"], report["max_starting_pods"])
+            lines = ["step %d: %s\n" % (i + 1, ", ".join("%s replicas %d" % kv for kv in sorted(step.items())))
+                     for i, step in enumerate(report["steps"])]
+            out.append({"before_header": header, "after_header": header, "before": "", "after": "".join(lines)})
+        return out

@@ -28,6 +28,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec import topolo
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.containers import containers_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.rest import rest_schema
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.workers import workers_schema
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.quantity import (
     QUANTITY_PATTERN,
     QuantityError,
@@ -528,6 +529,7 @@ CLUSTER_SPEC = Obj("SlurmClusterSpec: the whole Slurm cluster but its NodeSets."
     "identity": identity_schema(),
     "containers": containers_schema(),
     "rest": rest_schema(),
+    "workers": workers_schema(),
 })
 NODESET_SPEC = Obj("NodeSetSpec: a group of identical Slurm worker nodes.", dict({
     "clusterName": Str("The SlurmCluster this NodeSet belongs to.", pattern=DNS_LABEL, pattern_help=DNS_LABEL_HELP),

@@ -419,6 +419,15 @@ class Rest:
     max_token_lifespan: int     # seconds (AuthAltParameters max_token_lifespan; slurm_token's bound)
 
 
+DEFAULT_MAX_STARTING_PODS = 100     # spec/workers.py says why
+
+
+@dataclass(frozen=True)
+class Workers:
+    """spec.workers (spec/workers.py): what holds for all NodeSets' workers together."""
+    max_starting_pods: int = DEFAULT_MAX_STARTING_PODS  # pods asked for, not Ready at once (kube/stagger.py); 0: none
+
+
 @dataclass(frozen=True)
 class ClusterModel:
     name: str
@@ -444,6 +453,7 @@ class ClusterModel:
     identity: Optional[Identity] = None         # spec.identity (spec/identity.py); None: jail users only
     containers: Optional[Containers] = None     # spec.containers (spec/containers.py); None: as disabled
     rest: Optional[Rest] = None                 # spec.rest (spec/rest.py); None: as disabled
+    workers: Workers = Workers()                # spec.workers (spec/workers.py)
 
     @property
     def rest_api(self) -> Optional[Rest]:

@@ -26,6 +26,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.spec.topology impo
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.identity import identity_issues, identity_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.containers import containers_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.rest import rest_model
+from ansible_collections.soperator.slurm.plugins.module_utils.spec.workers import workers_model
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.fields import (
     CLUSTER_DOCUMENT,
     GRES_PATTERN,
@@ -462,6 +463,7 @@ def _model(cluster, node_set_docs):
         identity=identity_model(spec),
         containers=containers_model(spec["containers"]),
         rest=rest_model(spec["rest"]),
+        workers=workers_model(spec["workers"]),
     )
 
 
