@@ -51,9 +51,10 @@ class KubeReplacer(Replacer):
             pods = self._pods(nodes)
         except KubeError as e:
             return dict((node, RemediationError("reading pods %s: %s" % (", ".join(nodes), e))) for node in nodes)
+        cordoned = set()       # each Kubernetes node once, however many of its pods go
         for node in nodes:
             try:
-                info = self._delete(node, pods.get(node), check_mode)
+                info = self._delete(node, pods.get(node), check_mode, cordoned)
             except RemediationError as e:
                 out[node] = e
                 continue
@@ -75,7 +76,7 @@ class KubeReplacer(Replacer):
                 found[node] = self.client.get("Pod", node, self.namespace)
         return found
 
-    def _delete(self, node, pod, check_mode):
+    def _delete(self, node, pod, check_mode, cordoned):
         """Cordon (when asked) and delete one node's pod -> its report (with the uid deleted)."""
         if EPHEMERAL_LABEL in (((pod or {}).get("metadata") or {}).get("labels") or {}):
             # No StatefulSet makes it again: Slurm's power saving owns this worker (docs/ephemeral-workers.md).
@@ -86,9 +87,10 @@ class KubeReplacer(Replacer):
         if host:
             info["kubernetes_node"] = host
         if self.cordon and host:
-            if not check_mode:
+            if not check_mode and host not in cordoned:
                 self.client.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": host},
                                    "spec": {"unschedulable": True}}, force=True)
+                cordoned.add(host)
             info["cordoned"] = host
         if check_mode:
             info["would"] = "delete pod %s/%s" % (self.namespace, node) if pod else \
