@@ -39,11 +39,12 @@ RECREATED = {"ConfigMap", "Secret", "Service", "ServiceAccount", "StatefulSet", 
              "PodDisruptionBudget"}
 # Grants of the Role a pass like this one does not use, and what uses them: the prunes of a reconcile after a
 # NodeSet (or a part: the exporter...) left the spec; the exec of slurm_transport=kubernetes (its websocket: a get
-# before Kubernetes 1.31, a create since); the list of a slurmAware NodeSet's pods in a rolling upgrade; the create
-# of a volume claim deleted by hand (the ones here are mounted: they cannot go, the pass edits one instead).
+# before Kubernetes 1.31, a create since); the list of a slurmAware NodeSet's pods in a rolling upgrade (this pass
+# lists the pods it replaces); the get of a pod that list lacks (an ephemeral worker's: made by no StatefulSet); the
+# create of a volume claim deleted by hand (the ones here are mounted: they cannot go, the pass edits one instead).
 OTHER_PASSES = set([(group, resource, "delete") for group, resource in DELETED] + [
     ("slurm.soperator.dev", "nodesets", "delete"), ("", "pods/exec", "create"), ("", "pods/exec", "get"),
-    ("", "pods", "list"), ("", "persistentvolumeclaims", "create")])
+    ("", "pods", "list"), ("", "pods", "get"), ("", "persistentvolumeclaims", "create")])
 
 
 def granted(role):

@@ -139,7 +139,25 @@ class KubeChecker(LocalChecker):
 
 # --- replacing a node --------------------------------------------------------------------------------------------
 
-class LocalReplacer(object):
+class Replacer(object):
+    """What a pass replaces nodes with: replace(node) one, replace_all(nodes) several (here: one after the other;
+    a backend that can start them together, and wait for them together, does so)."""
+
+    def replace(self, node, check_mode=False):
+        raise NotImplementedError
+
+    def replace_all(self, nodes, check_mode=False):
+        """-> {node: the replacement's report, or the RemediationError that left it drained}."""
+        out = {}
+        for node in nodes:
+            try:
+                out[node] = self.replace(node, check_mode=check_mode)
+            except RemediationError as e:
+                out[node] = e
+        return out
+
+
+class LocalReplacer(Replacer):
     """Local backend: replacing a node is restarting its slurmd (LocalCluster.restart_node)."""
 
     def __init__(self, cluster):
@@ -285,17 +303,26 @@ class Remediator(object):
         """restore() of several nodes, [(record, entry, replace)]: every replacement first, then one wait for all
         new slurmds (one Slurm read per poll, whatever the number of nodes; one wait after the other made 50
         replacements 50 registration times long), then each node's place, re-check and resume."""
-        ready, replaced = [], []
+        ready, replaced, started = [], [], []
         for record, entry, replace in items:
             if not replace:
                 ready.append((record, entry))
                 continue
             try:
                 self._hold(record, entry)
-                entry["replacement"] = self.replacer.replace(record.name, check_mode=self.check_mode)
             except RemediationError as e:
                 self._replace_failed(entry, record.name, e)
                 continue
+            started.append((record, entry))
+        # all together: on Kubernetes one read of the pods, the deletes, one read per poll (not one wait per node)
+        outcomes = self.replacer.replace_all([record.name for record, _entry in started],
+                                             check_mode=self.check_mode) if started else {}
+        for record, entry in started:
+            outcome = outcomes[record.name]
+            if isinstance(outcome, RemediationError):
+                self._replace_failed(entry, record.name, outcome)
+                continue
+            entry["replacement"] = outcome
             entry["steps"].append(REPLACED)
             if self.check_mode:
                 entry["action"] = REPLACED

@@ -7,7 +7,7 @@ from test_slurm_removal import FakeSlurmWithJobs
 
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm import rollout
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.node_records import NodeRecord
-from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation import Remediator
+from ansible_collections.soperator.slurm.plugins.module_utils.slurm.remediation import Remediator, Replacer
 from ansible_collections.soperator.slurm.plugins.module_utils.slurm.runner import SlurmRunner
 
 PREFIX = "soperator:"
@@ -137,7 +137,7 @@ class Checker(object):
         return healthy, {"healthy": healthy, "failed": [] if healthy else [{"check": "munge", "detail": "x"}]}
 
 
-class Pods(object):
+class Pods(Replacer):
     """The Kubernetes side: each node's pod revision; replacing a node gives its pod the update revision and
     restarts its (fake) slurmd, so it registers again with a newer start time."""
 
