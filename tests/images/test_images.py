@@ -450,7 +450,7 @@ def _free_port():
 def test_the_login_images_sshd_keeps_one_sources_failures_from_locking_out_the_next_user(tag, tmp_path):
     """The login pods' sshd_config (render/kube_objects.py login_sshd_config: PerSourcePenalties no) read by the
     login image's OpenSSH (10.x, where per-source penalties are on by default): `sshd -T` prints it back. Then sshd
-    runs it on loopback (the host's network, a free port): after four clients from 127.0.0.1 failed with a wrong key
+    runs it on loopback (the host's network, a free port): after six clients from 127.0.0.1 failed with a wrong key
     (behind a NodePort or LoadBalancer Service every user arrives from the node's address), the next client's right
     key is accepted. With the same file less that line (sshd's default), the right key is refused: the lockout the
     line prevents."""
@@ -505,10 +505,13 @@ def test_the_login_images_sshd_keeps_one_sources_failures_from_locking_out_the_n
                     assert time.monotonic() < deadline and server.poll() is None, "sshd did not listen"
                     time.sleep(0.5)
             time.sleep(1)     # the probe above is a connection without authentication, as a kubelet's would be
-            failed = [subprocess.run(ssh + ["-i", str(tmp_path / "wrong"), "root@127.0.0.1", "true"],
-                                     capture_output=True, text=True, timeout=60, check=False).returncode
-                      for _attempt in range(4)]
-            assert failed == [255] * 4, failed
+            # At once, not one after another: each failure adds 5 s to the source's penalty, which runs out in real
+            # time, and it must reach 15 s to refuse anyone; on a loaded machine (a cold CI run) four clients in a
+            # row took 5 s or more each, so the penalty never did and the right key got in with penalties on.
+            clients = [subprocess.Popen(ssh + ["-i", str(tmp_path / "wrong"), "root@127.0.0.1", "true"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _client in range(6)]
+            failed = [client.wait(timeout=60) for client in clients]
+            assert failed == [255] * 6, failed
             right = subprocess.run(ssh + ["-v", "-i", str(tmp_path / "right"), "root@127.0.0.1", "true"],
                                    capture_output=True, text=True, timeout=60, check=False)
             seen[mode] = (penalties, "Authenticated to 127.0.0.1" in right.stderr, right.stderr[-1500:])
