@@ -12,14 +12,15 @@ import importlib.util
 import os
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 
+from kubernetes import client as kube_client, config  # noqa: E402
 from k8s_audit import AuditLog  # noqa: E402
+from pod_watch import NotReadyWatch  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils import constants as c  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.backend import KubeCluster, KubeOptions  # noqa: E402
 from ansible_collections.soperator.slurm.plugins.module_utils.kube.client import (  # noqa: E402
@@ -41,43 +42,6 @@ def docs_for(namespace, replicas, workers, bound):
     docs[0]["spec"]["workers"] = {"maxStartingPods": bound}
     docs[1]["spec"].update(replicas=replicas, maxReplicas=workers, resources={"cpu": "1", "memory": "1Gi"})
     return docs
-
-
-class Watch:
-    """The most worker pods that existed and were not Ready at once, from a watch (one thread, renewed every 2 s)."""
-
-    def __init__(self, kubeconfig, namespace):
-        from kubernetes import client, config
-        self.api = config.new_client_from_config(config_file=kubeconfig)
-        self.core = client.CoreV1Api(self.api)
-        self.namespace = namespace
-        self.ready = {}
-        self.most = 0
-        self.stopped = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        from kubernetes import watch
-        version = None
-        while not self.stopped:
-            since = {"resource_version": version} if version else {}
-            for event in watch.Watch().stream(self.core.list_namespaced_pod, self.namespace,
-                                              label_selector="%s=cpu" % c.LABEL_NODESET, timeout_seconds=2,
-                                              **since):
-                pod = event["object"]
-                version = pod.metadata.resource_version
-                if event["type"] == "DELETED" or pod.metadata.deletion_timestamp is not None:
-                    self.ready.pop(pod.metadata.name, None)
-                else:
-                    self.ready[pod.metadata.name] = any(cd.type == "Ready" and cd.status == "True"
-                                                        for cd in (pod.status.conditions or []))
-                self.most = max(self.most, sum(1 for r in self.ready.values() if not r))
-
-    def stop(self):
-        self.stopped = True
-        self.thread.join(timeout=60)
-        self.api.close()
 
 
 def pods_gone(client, namespace, timeout=900):
@@ -105,6 +69,7 @@ def main():
             info = k8s.up(state, bin_dir, nodes=nodes, provisioner=True, timeout=300)
             kubeconfig, audit = info["kubeconfig"], AuditLog(info["audit_log"])
             client = KubeClient(api_client_from_params({"kubeconfig": kubeconfig}), c.FIELD_MANAGER)
+            core = kube_client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))  # the watch's own
             print("scale-up of 1 to %d workers, %d kwok nodes, control plane from %s" % (
                 args.workers, nodes, bin_dir))
             print("%-16s %-8s %-6s %-16s %-8s %s" % ("maxStartingPods", "wall s", "steps", "most not Ready",
@@ -114,13 +79,12 @@ def main():
                 small = build_model(docs_for(namespace, 1, args.workers, bound))
                 KubeCluster(client, small, KubeOptions(wait=True, wait_timeout=600, poll=1.0)).present()
                 model = build_model(docs_for(namespace, args.workers, args.workers, bound))
-                watch = Watch(kubeconfig, namespace)
-                time.sleep(1)
-                mark = audit.mark()
-                started = time.perf_counter()
-                result = KubeCluster(client, model, KubeOptions(wait=True, wait_timeout=1800, poll=1.0)).present()
-                seconds = time.perf_counter() - started
-                watch.stop()
+                with NotReadyWatch(core, namespace, "cpu") as watch:
+                    time.sleep(1)
+                    mark = audit.mark()
+                    started = time.perf_counter()
+                    result = KubeCluster(client, model, KubeOptions(wait=True, wait_timeout=1800, poll=1.0)).present()
+                    seconds = time.perf_counter() - started
                 reqs = audit.requests(mark, user="soperator-admin")
                 # the watch of this bench (the same user) is left out: its verb is watch
                 reads = collections.Counter(r.resource for r in reqs if r.read and r.verb != "watch")

@@ -10,12 +10,12 @@ workers not Ready at once (the first test's deploy, bound 1).
 import copy
 import json
 import subprocess
-import threading
 import time
 
 import yaml
 
 import ansible_run
+from pod_watch import NotReadyWatch
 from slurm_kube import BOUND, until
 from slurm_specs import ROOT, actions, admin_user, module
 from slurm_specs import SMALL_CLAIMS as CLAIMS
@@ -50,44 +50,6 @@ def _worker_pods(api, namespace, nodeset="cpu"):
     return sorted(name for name in api.pods(namespace) if name.startswith(nodeset + "-"))
 
 
-class NotReadyWatch:
-    """A watch of a NodeSet's pods (kubernetes' watch, in a thread, renewed every 2 s so that it ends soon after
-    stop()): `most` is the most pods that existed and were not Ready at once, as the API server told them."""
-
-    def __init__(self, api, namespace, nodeset):
-        self.api, self.namespace, self.selector = api, namespace, "slurm.soperator.dev/nodeset=%s" % nodeset
-        self.ready = {}
-        self.most = 0
-        self.events = 0
-        self.stopped = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        from kubernetes import watch
-        version = None
-        while not self.stopped:
-            since = {"resource_version": version} if version else {}
-            for event in watch.Watch().stream(self.api.core.list_namespaced_pod, self.namespace,
-                                              label_selector=self.selector, timeout_seconds=2, **since):
-                pod = event["object"]
-                version = pod.metadata.resource_version
-                self.events += 1
-                if event["type"] == "DELETED" or pod.metadata.deletion_timestamp is not None:
-                    self.ready.pop(pod.metadata.name, None)
-                else:
-                    self.ready[pod.metadata.name] = any(cond.type == "Ready" and cond.status == "True"
-                                                        for cond in (pod.status.conditions or []))
-                self.most = max(self.most, sum(1 for ready in self.ready.values() if not ready))
-
-    def __enter__(self):
-        self.thread.start()     # the pods it lists first come as events too: a late start misses nothing made
-        return self
-
-    def __exit__(self, *exc):
-        self.stopped = True
-        self.thread.join(timeout=30)
-
-
 def test_scale_down_drains_waits_for_the_busy_node_then_shrinks(namespaced, api, volumes, audit, local_cluster):
     ns = namespaced.name
     docs = namespaced.docs()
@@ -97,7 +59,7 @@ def test_scale_down_drains_waits_for_the_busy_node_then_shrinks(namespaced, api,
     docs[0]["spec"]["workers"] = {"maxStartingPods": 1}
     user = admin_user(namespaced.kubeconfig)
     mark = audit.mark()
-    with NotReadyWatch(api, ns, "cpu") as watched:
+    with NotReadyWatch(api.core, ns, "cpu") as watched:
         cluster, slurm, first = _deploy(namespaced, api, volumes, local_cluster, docs)
     assert first["scale_up"]["steps"] == [{"cpu": 1}, {"cpu": 2}, {"cpu": 3}], first["scale_up"]
     assert watched.most == 1, watched.most
