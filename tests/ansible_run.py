@@ -51,9 +51,27 @@ class AnsibleRun:
         self.argv, self.rc, self.stdout, self.stderr = argv, proc.returncode, proc.stdout, proc.stderr
 
     def output(self, limit=4000):
-        """The ends of stdout and stderr, for assertion messages."""
-        return "rc %s of %s\n--- stdout\n%s\n--- stderr\n%s" % (
-            self.rc, " ".join(self.argv[:3]), self.stdout[-limit:], self.stderr[-limit:])
+        """The failed tasks' messages, then the ends of stdout and stderr, for assertion messages (a CI log may keep
+        only the message's first lines: the JSON output's tail is seldom the task that failed)."""
+        return "rc %s of %s\n%s--- stdout\n%s\n--- stderr\n%s" % (
+            self.rc, " ".join(self.argv[:3]), self.failures(), self.stdout[-limit:], self.stderr[-limit:])
+
+    def failures(self, limit=2000):
+        """'--- failed: <task>' and the start of its result's msg (and stderr) for each failed or unreachable host
+        result in the JSON output; '' when there is none or the output is no JSON."""
+        try:
+            plays = json.loads(self.stdout)["plays"]
+        except (ValueError, KeyError, TypeError):
+            return ""
+        lines = []
+        for play in plays:
+            for task in play.get("tasks", []):
+                for host, result in task.get("hosts", {}).items():
+                    if not (result.get("failed") or result.get("unreachable")):
+                        continue
+                    text = "\n".join(str(result[key]) for key in ("msg", "stderr") if result.get(key))
+                    lines.append("--- failed: %s (%s)\n%s\n" % (task["task"]["name"], host, text[:limit]))
+        return "".join(lines)
 
     def json(self):
         try:

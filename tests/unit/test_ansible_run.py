@@ -108,3 +108,14 @@ def test_no_json_output_is_an_assertion_with_the_output(tmp_path):
     assert "ansible" in done.stdout
     with pytest.raises(AssertionError, match="no JSON output"):
         done.result()
+
+
+def test_a_failed_playbook_names_its_failed_task_first(tmp_path):
+    play = tmp_path / "fail.yml"
+    play.write_text(PLAYS.replace("ansible.builtin.set_fact: {answer: 42}",
+                                  "ansible.builtin.fail: {msg: the reason it stopped}"))
+    with pytest.raises(AssertionError) as raised:
+        ansible_run.playbook(play)
+    head = str(raised.value).split("--- stdout", 1)[0]
+    assert "--- failed: second (localhost)\nthe reason it stopped" in head, head
+    assert ansible_run.playbook(play, expect_rc=None).failures().count("--- failed:") == 1
