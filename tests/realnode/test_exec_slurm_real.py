@@ -108,6 +108,20 @@ def _sinfo(node):
     return dict((line.split("|")[0], tuple(line.split("|")[1:])) for line in out.splitlines() if "|" in line)
 
 
+def _slurm_views(node):
+    """What each controller and the worker say, for a failed wait: both slurmctld's node view and log ends, slurmd's."""
+    out = []
+    for pod, container, argv in ((CONTROLLER, "slurmctld", ("scontrol", "show", "node")),
+                                 (BACKUP, "slurmctld", ("scontrol", "show", "node")),
+                                 (CONTROLLER, "slurmctld", ("scontrol", "ping"))):
+        done = _in_pod(node, pod, container, *argv)
+        out.append("--- %s: %s (rc %s)\n%s%s" % (pod, " ".join(argv), done.returncode, done.stdout, done.stderr))
+    for pod, container in ((CONTROLLER, "slurmctld"), (BACKUP, "slurmctld"), ("cpu-0", "slurmd")):
+        logs = node.kubectl("-n", NS, "logs", pod, "-c", container, "--tail=40", check=False)
+        out.append("--- %s log\n%s%s" % (pod, logs.stdout, logs.stderr))
+    return "\n".join(out)
+
+
 def _back_in_service(node):
     # slurmctld marks a resumed node not responding ("idle*") until its next ping of the slurmd answers
     _until("cpu-0 idle again", lambda: (_sinfo(node).get("cpu-0") == ("idle", "none"), _sinfo(node)), timeout=60)
@@ -437,7 +451,7 @@ def test_the_backup_takes_control_when_the_primary_pod_goes_and_jobs_run_on(clus
     done = _in_pod(node, "cpu-0", "slurmd", "sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true")
     assert done.returncode == 0, done.stderr
     last = done.stdout.strip()
-    _until("job %s completed with the primary back in control" % last, lambda: (
+    wait("job %s completed with the primary back in control" % last, lambda: (
         _job_state(node, CONTROLLER, last).get("JobState") == "COMPLETED",
-        (_job_state(node, CONTROLLER, last), _sinfo(node))), timeout=240)
+        (_job_state(node, CONTROLLER, last), _sinfo(node))), timeout=240, poll=1, context=lambda: _slurm_views(node))
     assert _sinfo(node) == {"cpu-0": ("idle", "none")}

@@ -374,6 +374,15 @@ def _suspend_remediation(node, suspend):
     node.kubectl("-n", HPC, "patch", "cronjob", "acct-remediation", "-p", json.dumps({"spec": {"suspend": suspend}}))
 
 
+def _quiet_remediation(node):
+    """Suspend the CronJob and wait until no pass of it runs: a pass reconciles from the SlurmCluster it read when it
+    started, so one that overlaps a site.yml run with a changed spec applies the older spec while site.yml waits."""
+    _suspend_remediation(node, True)
+    _wait("no remediation pass running", lambda: (not node.kubectl(
+        "-n", HPC, "get", "cronjob", "acct-remediation", "-o", "jsonpath={.status.active}").stdout.strip(), None),
+        timeout=300)
+
+
 _hpc_exec = functools.partial(_exec, namespace=HPC)
 _acct_sinfo = functools.partial(_sinfo, cluster="acct", namespace=HPC)
 
@@ -599,7 +608,7 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, hpc_namespac
     first = ansible_run.playbook("site.yml", "-e", "spec_file=%s" % spec, "-e", "kubeconfig=" + real_node.kubeconfig,
                                  timeout=900)
     kc = real_node.kubectl
-    _suspend_remediation(real_node, True)
+    _quiet_remediation(real_node)
 
     # Accounting: sacct in the login pod lists a job.
     out = _hpc_exec(real_node, "acct-login-0", "srun", "-N1", "hostname", container="sshd")
@@ -621,7 +630,7 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, hpc_namespac
     kc("-n", HPC, "scale", "nodeset", "cpu", "--replicas=2")
     _suspend_remediation(real_node, False)
     _wait("cpu-1 idle after the CronJob's pass", lambda: _idle(real_node, ("cpu-1",), "acct", HPC), timeout=300)
-    _suspend_remediation(real_node, True)
+    _quiet_remediation(real_node)
     controller = _pod(real_node, "acct-controller-0")["status"]["containerStatuses"][0]
     assert controller["state"]["running"]["startedAt"] == started and controller["restartCount"] == 0
 
@@ -667,6 +676,7 @@ def test_accounting_scaling_and_remediation_in_real_pods(real_node, hpc_namespac
         steps = json.loads(data)["actions"] if data else {}
         return all(steps.get(step, {}).get("success", 0) >= 1 for step in ("replace", "recheck", "resume")), steps
     _wait("the remediation record of the pass", record, timeout=120)
+    _quiet_remediation(real_node)
     began = time.monotonic()
     _rest_off_in_real_pods(real_node, spec, key)
     print("spec.rest off: %.0f s" % (time.monotonic() - began))
