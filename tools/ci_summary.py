@@ -42,6 +42,16 @@ def machine_busy(folder):
     return (sum(used) - used[3] - used[4]) / hertz, sum(used) / hertz
 
 
+def cpu_reference(folder):
+    """The line tools/cpu_ref.py wrote at the run's start (the CPU's speed then), or None."""
+    try:
+        with open(os.path.join(folder, "cpu-ref")) as f:
+            line = f.read().strip()
+    except OSError:
+        return None
+    return line if line.startswith("cpu-ref ") else None
+
+
 def test_cases(folder):
     """(file, seconds, outcome, CPU seconds or None) of every test case of every stage's junit XML."""
     for name in sorted(os.listdir(folder)):
@@ -69,6 +79,9 @@ def main(folder):
     if busy:
         print("  the machine: %.1f of %.1f CPU minutes busy (%.0f%%; every process, daemons included)"
               % (busy[0] / 60, busy[1] / 60, 100 * busy[0] / busy[1] if busy[1] else 0))
+    reference = cpu_reference(folder)
+    if reference:
+        print("  the CPU's speed at the start: %s (tools/cpu_ref.py, one core; lower is faster)" % reference)
     per_file, cpu_per_file, counts = collections.Counter(), collections.Counter(), collections.Counter()
     for where, seconds, outcome, cpu in test_cases(folder):
         per_file[where] += seconds

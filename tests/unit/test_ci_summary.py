@@ -58,3 +58,19 @@ def test_the_cpu_of_each_test_is_added_up_by_file(tmp_path, summary, capsys):
     assert "1.0 CPU minutes in all" in cpu
     assert cpu.splitlines()[1:3] == ["       60  tests/integration/test_a.py", "        1  tests/integration/test_b.py"]
     assert "tests: 4 passed, 0 failed, 0 skipped" in out
+
+
+def test_the_cpu_reference_of_the_start_is_printed_when_there(tmp_path, summary, capsys):
+    (tmp_path / "times").write_text("lint 0 60 0 0m45.000s 0m15.000s\n")
+    assert summary.cpu_reference(str(tmp_path)) is None
+    (tmp_path / "cpu-ref").write_text("Traceback (most recent call last):\n")
+    assert summary.cpu_reference(str(tmp_path)) is None
+    (tmp_path / "cpu-ref").write_text("cpu-ref 0.812 s (python 0.402, zlib 0.410)\n")
+    summary.main(str(tmp_path))
+    assert "the CPU's speed at the start: cpu-ref 0.812 s (python 0.402, zlib 0.410)" in capsys.readouterr().out
+
+
+def test_the_cpu_reference_prints_its_line():
+    cpu_ref = load_script("cpu_ref", "tools", "cpu_ref.py")
+    assert cpu_ref.best_of(lambda: None, runs=2) >= 0
+    assert cpu_ref.python_loop(13) == sum((i * 7) % 13 for i in range(13))
