@@ -44,6 +44,26 @@ class Accounting(object):
         self.daemons = daemons
         self.slurm = slurm
 
+    def _install_db(self, attempts=2):
+        """mariadb-install-db into an empty database folder of ours, tried again once from an empty folder: its
+        bootstrap server has crashed here (a segmentation fault under a loaded CI run) where the same command then
+        worked. A failure that repeats is reported with the end of each attempt's output."""
+        lay = self.layout
+        argv = [find_binary("mariadb-install-db"), "--no-defaults", "--datadir=%s" % lay.db,
+                "--auth-root-authentication-method=socket", "--skip-test-db"]
+        argv += ["--user=root"] if os.getuid() == 0 else ["--auth-root-socket-user=%s" % self.user]
+        outputs = []
+        for _attempt in range(attempts):
+            if _is_real_dir(lay.db):          # a half-made database of ours; a link there fails in _own_dir
+                shutil.rmtree(lay.db)
+            _own_dir(lay.db, 0o700)
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                                  timeout=max(self.timeout, 120), check=False)
+            if proc.returncode == 0:
+                return
+            outputs.append("attempt %d (exit %d): %s" % (len(outputs) + 1, proc.returncode, proc.stdout[-2000:]))
+        raise LocalClusterError("mariadb-install-db failed: %s" % "\n".join(outputs))
+
     def _mariadb_argv(self, base_port):
         lay = self.layout
         argv = [find_binary("mariadbd"), "--no-defaults", "--datadir=%s" % lay.db, "--socket=%s" % lay.db_socket,
@@ -79,16 +99,7 @@ class Accounting(object):
         of `model` registered."""
         lay = self.layout
         if not os.path.isdir(os.path.join(lay.db, "mysql")):
-            if _is_real_dir(lay.db):          # a half-made database of ours; a link there fails in _own_dir
-                shutil.rmtree(lay.db)
-            _own_dir(lay.db, 0o700)
-            argv = [find_binary("mariadb-install-db"), "--no-defaults", "--datadir=%s" % lay.db,
-                    "--auth-root-authentication-method=socket", "--skip-test-db"]
-            argv += ["--user=root"] if os.getuid() == 0 else ["--auth-root-socket-user=%s" % self.user]
-            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                                  timeout=max(self.timeout, 120), check=False)
-            if proc.returncode != 0:
-                raise LocalClusterError("mariadb-install-db failed: %s" % proc.stdout[-2000:])
+            self._install_db()
             changes.append("initialized the accounting database")
         self.daemons.ensure("mariadbd", self._mariadb_argv(base_port), changes,
                             digest=_digest(*self._mariadb_argv(base_port)), ready=self._db_ready,
