@@ -20,13 +20,13 @@ def python_loop(n=1_500_000):
 
 def compress(rounds=12):
     """Compiled code over memory: what the Go builds and the image tar/gzip steps are closer to."""
-    for _ in range(rounds):
+    for _round in range(rounds):
         zlib.compress(DATA, 6)
 
 
 def best_of(work, runs=3):
     best = None
-    for _ in range(runs):
+    for _run in range(runs):
         started = time.perf_counter()
         work()
         took = time.perf_counter() - started
