@@ -113,7 +113,10 @@ def _slurm_views(node):
     out = []
     for pod, container, argv in ((CONTROLLER, "slurmctld", ("scontrol", "show", "node")),
                                  (BACKUP, "slurmctld", ("scontrol", "show", "node")),
-                                 (CONTROLLER, "slurmctld", ("scontrol", "ping"))):
+                                 (CONTROLLER, "slurmctld", ("scontrol", "ping")),
+                                 # sinfo's own errors, and the nodes it hides (FUTURE: a node no slurmd registered)
+                                 (CONTROLLER, "slurmctld", ("sinfo", "-N")),
+                                 (CONTROLLER, "slurmctld", ("sinfo", "-N", "--future"))):
         done = _in_pod(node, pod, container, *argv)
         out.append("--- %s: %s (rc %s)\n%s%s" % (pod, " ".join(argv), done.returncode, done.stdout, done.stderr))
     for pod, container in ((CONTROLLER, "slurmctld"), (BACKUP, "slurmctld"), ("cpu-0", "slurmd")):
