@@ -93,8 +93,8 @@ def _params(node, **extra):
                 retry_delay=0.5, command_timeout=30, **extra)
 
 
-def _until(what, probe, timeout=120):
-    return wait(what, probe, timeout, poll=1)
+def _until(what, probe, timeout=120, context=None):
+    return wait(what, probe, timeout, poll=1, context=context)
 
 
 def _in_pod(node, pod, container, *argv):
@@ -454,7 +454,7 @@ def test_the_backup_takes_control_when_the_primary_pod_goes_and_jobs_run_on(clus
     done = _in_pod(node, "cpu-0", "slurmd", "sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true")
     assert done.returncode == 0, done.stderr
     last = done.stdout.strip()
-    wait("job %s completed with the primary back in control" % last, lambda: (
+    _until("job %s completed with the primary back in control" % last, lambda: (
         _job_state(node, CONTROLLER, last).get("JobState") == "COMPLETED",
-        (_job_state(node, CONTROLLER, last), _sinfo(node))), timeout=240, poll=1, context=lambda: _slurm_views(node))
+        (_job_state(node, CONTROLLER, last), _sinfo(node))), timeout=240, context=lambda: _slurm_views(node))
     assert _sinfo(node) == {"cpu-0": ("idle", "none")}

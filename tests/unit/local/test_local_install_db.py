@@ -31,18 +31,18 @@ def _accounting(tmp_path, monkeypatch, failures):
     monkeypatch.setenv("PATH", "%s%s%s" % (bindir, os.pathsep, os.environ["PATH"]))
     state = tmp_path / "state"
     state.mkdir()
-    return Accounting(Layout(str(state)), "root", 10, daemons=None, slurm=None), Layout(str(state))
+    return Accounting(Layout(str(state)), "root", 10, daemons=None, slurm=None)
 
 
 def test_a_crashed_bootstrap_is_tried_once_more_from_an_empty_folder(tmp_path, monkeypatch):
-    accounting, layout = _accounting(tmp_path, monkeypatch, failures=1)
+    accounting = _accounting(tmp_path, monkeypatch, failures=1)
     accounting._install_db()
-    assert sorted(os.listdir(layout.db)) == ["mysql"]          # the first attempt's leftovers were removed
+    assert sorted(os.listdir(accounting.layout.db)) == ["mysql"]          # the first attempt's leftovers were removed
     assert (tmp_path / "count").read_text().strip() == "2"
 
 
 def test_a_failure_that_repeats_names_both_attempts(tmp_path, monkeypatch):
-    accounting, layout = _accounting(tmp_path, monkeypatch, failures=2)
+    accounting = _accounting(tmp_path, monkeypatch, failures=2)
     with pytest.raises(LocalClusterError, match="(?s)attempt 1 \\(exit 1\\): Segmentation fault.*attempt 2"):
         accounting._install_db()
     assert (tmp_path / "count").read_text().strip() == "2"
