@@ -15,6 +15,7 @@ from ansible_collections.soperator.slurm.plugins.module_utils.node import oci_bu
 from ci_skips import environmental
 from local_helpers import JOB_WAIT
 import oci_helpers
+from waiting import wait_for
 
 SPEC = """\
 apiVersion: slurm.soperator.dev/v1alpha1
@@ -148,9 +149,11 @@ def test_a_regular_users_step_starts_in_the_directory_srun_ran_in(local_cluster)
         done = cluster.run(["sh", "-c", srun], timeout=JOB_WAIT, check=False)
         assert done.returncode == 0, done.stderr
         assert sorted(done.stdout.splitlines()) == ["0: %s" % data, "1: %s" % data], done.stdout
-        # slurmstepd removed its copies afterwards: the wrapper left nothing beside config.json
+        # slurmstepd removes its copies afterwards: the wrapper left nothing beside config.json. It does so in its
+        # own clean-up, after it told srun the step ended (CI saw cpu-1's copy still there when srun returned)
         spool = os.path.join(cluster.state_dir, "spool")
-        assert [p for p, _d, _f in os.walk(spool) if "oci-job" in p] == []
+        wait_for(lambda: [p for p, _d, _f in os.walk(spool) if "oci-job" in p], "slurmstepd to remove its bundle copies",
+                 JOB_WAIT, poll=0.3, done=lambda left: left == [])
         # the wrapper refusing (here: pointed at a bundle copy that is not there; slurmstepd reads oci.conf anew for
         # each step): the step fails, the wrapper's line on the job's stderr
         conf = os.path.join(cluster.layout.etc, "oci.conf")
