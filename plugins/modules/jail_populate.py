@@ -280,8 +280,6 @@ from ansible_collections.soperator.slurm.plugins.module_utils.errors import Sope
 from ansible_collections.soperator.slurm.plugins.module_utils.module_base import SoperatorModule
 from ansible_collections.soperator.slurm.plugins.module_utils.node import jail
 from ansible_collections.soperator.slurm.plugins.module_utils.local import jail_use
-from ansible_collections.soperator.slurm.plugins.module_utils.kube import jail as jk
-from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
 
 OPTIONS = dict(
     target=dict(type="str", required=True, choices=args.TARGETS),
@@ -322,13 +320,11 @@ def _local(module):
     return result
 
 
-def _model(params, client):
-    if not params["name"]:
-        return ms.model_from_options(params)
-    return jk.model_from_cluster(client, params["name"], params["namespace"])
-
-
 def _kubernetes(module):
+    # The Kubernetes backend is imported where it runs: a module run compiles what it imports anew (AnsiballZ's zip
+    # keeps no bytecode), and the local target needs none of it.
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube import jail as jk
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
     params = module.params
     if not (params["name"] or params["src"] or params["definition"] is not None):
         raise SoperatorError("target=kubernetes needs the cluster: name (read from the cluster), src or definition")
@@ -336,7 +332,8 @@ def _kubernetes(module):
     kube = None
     try:
         client = km.make_client(params)
-        model = _model(params, client)
+        model = (jk.model_from_cluster(client, params["name"], params["namespace"]) if params["name"]
+                 else ms.model_from_options(params))
         kube = jk.KubeJail(client, model, overwrite=params["overwrite"], force=params["force"],
                            check_mode=module.check_mode, wait=params["wait"], wait_timeout=params["wait_timeout"],
                            timeout=params["timeout"])

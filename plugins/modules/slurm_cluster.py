@@ -593,8 +593,6 @@ from operator import methodcaller
 from ansible_collections.soperator.slurm.plugins.module_utils import args
 from ansible_collections.soperator.slurm.plugins.module_utils import module_support as ms
 from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
-from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km
-from ansible_collections.soperator.slurm.plugins.module_utils.local import operations as local_ops
 from ansible_collections.soperator.slurm.plugins.module_utils.module_base import SoperatorModule
 from ansible_collections.soperator.slurm.plugins.module_utils.render.cluster import (
     RenderDestError, read_secret_material, render_cluster, write_rendered)
@@ -627,7 +625,7 @@ def _rendered(module):
     except RenderDestError as e:
         raise SoperatorError("dest: %s" % e)
     changed = any(f["action"] != "unchanged" for f in files)
-    result = dict(changed=changed, files=files, cluster=local_ops.cluster_summary(model),
+    result = dict(changed=changed, files=files, cluster=model.summary(),
                   generated_secrets=sorted(rendered.generated_secrets) if changed else [])
     if module._diff:
         result["diff"] = diffs
@@ -644,6 +642,9 @@ def _local(module):
     elif params["state"] == "present" or not params["state_dir"]:
         raise SoperatorError("state=%s needs the cluster: pass src or definition%s"
                              % (params["state"], "" if params["state"] == "present" else " (or state_dir)"))
+    # Each target's backend is imported where it runs: a module run compiles what it imports anew (AnsiballZ's zip
+    # keeps no bytecode), and the other backend is a quarter of that.
+    from ansible_collections.soperator.slurm.plugins.module_utils.local import operations as local_ops
     return local_ops.run(model, params, check_mode=module.check_mode, diff=module._diff)
 
 
@@ -657,8 +658,9 @@ def _kubernetes(module):
     args.require_positive(params, "drain_timeout", "api_timeout", "wait_sleep")
     args.require_non_negative(params, "rollout_timeout")
     present_or_absent = methodcaller(params["state"])
+    from ansible_collections.soperator.slurm.plugins.module_utils.kube import module as km  # as in _local
     return km.result_of(module, lambda: km.make_cluster(module, model), present_or_absent,
-                        {"cluster": local_ops.cluster_summary(model)})
+                        {"cluster": model.summary()})
 
 
 def _run(module):

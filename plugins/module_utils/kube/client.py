@@ -14,26 +14,29 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import importlib.util
 import json
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
-
-try:
-    from kubernetes.client.exceptions import ApiException
-    import urllib3
-    HAS_KUBERNETES = True
-    KUBERNETES_IMPORT_ERROR = None
-except ImportError as e:  # the modules report it with missing_required_lib
-    HAS_KUBERNETES = False
-    KUBERNETES_IMPORT_ERROR = e
-
-    class ApiException(Exception):  # type: ignore[no-redef]
-        """Stands in for kubernetes' ApiException, which nothing raises without the client."""
 
 from ansible_collections.soperator.slurm.plugins.module_utils.errors import SoperatorError
 from ansible_collections.soperator.slurm.plugins.module_utils.retry import (
     KUBE_CONFLICT_STATUS, KUBE_RETRIES, KUBE_RETRY_DELAY, KUBE_RETRY_STATUSES, Retry)
 from ansible_collections.soperator.slurm.plugins.module_utils.spec.model import API_GROUP
+
+# Only looked up here: the kubernetes package is imported where a request is made (_kubernetes_errors, and
+# kubernetes.core's get_api_client). Importing it costs about 0.6 s of CPU, which every module run paid, though the
+# runs that reach no API server (the local target, state=rendered, a spec refused) never use it.
+HAS_KUBERNETES = importlib.util.find_spec("kubernetes") is not None
+
+
+def _kubernetes_errors():
+    """(kubernetes' ApiException, urllib3's HTTPError): what a request through the client raises. Imported once a
+    client exists (it is made by the kubernetes package), so this costs a lookup in sys.modules."""
+    from kubernetes.client.exceptions import ApiException
+    import urllib3
+    return ApiException, urllib3.exceptions.HTTPError
+
 
 # A Kubernetes object as the API sends and takes it (decoded JSON).
 KubeObject = Dict[str, Any]
@@ -160,18 +163,19 @@ class KubeClient(object):
         query = list((query or {}).items())
         dry = ("dryRun", "All") in query
         error = None
+        api_error, http_error = _kubernetes_errors()
         for attempt in Retry(max(self.retries, 0), self.retry_delay, self.sleep):
             self.calls["reads" if method == "GET" else "dry_run_writes" if dry else "writes"] += 1
             try:
                 return self._send(method, path, query, headers, body)
-            except ApiException as e:
+            except api_error as e:
                 message, reason = _status_message(e)
                 retriable = e.status in KUBE_RETRY_STATUSES or (retry_conflict and e.status == KUBE_CONFLICT_STATUS)
                 error = KubeError("%s: %s %s: %s" % (what, e.status, reason or e.reason, message), status=e.status,
                                   reason=reason, attempts=attempt)
                 if e.status == 404:
                     raise NotFound(str(error), status=404, reason=reason, attempts=attempt)
-            except (urllib3.exceptions.HTTPError, OSError) as e:
+            except (http_error, OSError) as e:
                 # connection refused/reset, read timeout: the request may not have reached the server
                 retriable = True
                 error = KubeError("%s: %s" % (what, _connection_message(e)), attempts=attempt)
@@ -237,6 +241,7 @@ class KubeClient(object):
         # The API server negotiates the log's media type against its serializers (JSON, YAML, protobuf): a bare
         # text/plain is refused (406), though what it sends is the log as text/plain. kubectl asks for anything too.
         accept = "text/plain, */*"
+        api_error, http_error = _kubernetes_errors()
         try:
             self.calls["reads"] += 1
             if hasattr(self.api, "param_serialize"):
@@ -259,7 +264,7 @@ class KubeClient(object):
                     reason = None
                 return "(log unavailable: HTTP %s%s)" % (response.status, ": %s" % reason if reason else "")
             return text
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+        except (api_error, http_error, OSError) as e:
             return "(log unavailable: %s)" % e
 
     # --- writes ----------------------------------------------------------------------------------------------

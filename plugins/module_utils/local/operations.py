@@ -25,18 +25,6 @@ class LocalOperationError(SoperatorError):
         self.result = result
 
 
-def cluster_summary(model):
-    return {
-        "name": model.name,
-        "namespace": model.namespace,
-        "node_sets": [{"name": n.name, "replicas": n.replicas, "max_replicas": n.max_replicas,
-                       "nodes": n.node_range} for n in model.node_sets],
-        "partitions": [{"name": p.name, "node_sets": list(p.node_sets), "default": p.default}
-                       for p in model.partitions],
-        "accounting": model.accounting.enabled,
-    }
-
-
 def run(model, params, check_mode=False, diff=False):
     """params: the module's state, state_dir, wait_timeout, jail_dir, spank_chroot, login, login_authorized_keys,
     purge, rollout_timeout and identity_secrets. -> the result; LocalOperationError (with the partial result) on failure."""
@@ -49,7 +37,7 @@ def run(model, params, check_mode=False, diff=False):
                            identity_secrets=params.get("identity_secrets"))
     result = dict(changed=False, actions=[], state_dir=cluster.state_dir, env=cluster.env())
     if model is not None:
-        result["cluster"] = cluster_summary(model)
+        result["cluster"] = model.summary()
     try:
         if state == "present":
             cluster.check_inputs()           # before any write, in check mode too

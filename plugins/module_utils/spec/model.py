@@ -12,7 +12,7 @@ __metaclass__ = type
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
 
 if TYPE_CHECKING:   # not at run time: the local exporter's lib carries this file without spec/accounting.py
     from ansible_collections.soperator.slurm.plugins.module_utils.spec.accounting import AccountingPolicy
@@ -459,6 +459,19 @@ class ClusterModel:
     def rest_api(self) -> Optional[Rest]:
         """spec.rest when it is enabled (slurmrestd runs, the daemons take tokens), else None."""
         return self.rest if self.rest is not None and self.rest.enabled else None
+
+    def summary(self) -> Dict[str, Any]:
+        """What a module's result says of the cluster (its `cluster` key): NodeSets with their node ranges,
+        partitions, whether accounting is on."""
+        return {
+            "name": self.name,
+            "namespace": self.namespace,
+            "node_sets": [{"name": n.name, "replicas": n.replicas, "max_replicas": n.max_replicas,
+                           "nodes": n.node_range} for n in self.node_sets],
+            "partitions": [{"name": p.name, "node_sets": list(p.node_sets), "default": p.default}
+                           for p in self.partitions],
+            "accounting": self.accounting.enabled,
+        }
 
     def node_set(self, name: str) -> NodeSet:
         for ns in self.node_sets:
