@@ -70,7 +70,11 @@ def test_the_cpu_reference_of_the_start_is_printed_when_there(tmp_path, summary,
     assert "the CPU's speed at the start: cpu-ref 0.812 s (python 0.402, zlib 0.410)" in capsys.readouterr().out
 
 
-def test_the_cpu_reference_prints_its_line():
+def test_the_cpu_reference_prints_its_line(monkeypatch, capsys):
     cpu_ref = load_script("cpu_ref", "tools", "cpu_ref.py")
     assert cpu_ref.best_of(lambda: None, runs=2) >= 0
     assert cpu_ref.python_loop(13) == sum((i * 7) % 13 for i in range(13))
+    # the line cpu_reference() reads back: the workloads' best times (stood in for here) and their sum
+    monkeypatch.setattr(cpu_ref, "best_of", {cpu_ref.python_loop: 0.221, cpu_ref.compress: 0.108}.get)
+    cpu_ref.main()
+    assert capsys.readouterr().out == "cpu-ref 0.329 s (python 0.221, zlib 0.108)\n"

@@ -10,9 +10,11 @@ import sys
 import pytest
 
 MODULES = "ansible_collections.soperator.slurm.plugins.modules"
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "small-cpu.yml")
-ALL = ("jail_populate", "slurm_cluster", "slurm_cluster_info", "slurm_drain", "slurm_node_info", "slurm_nodeset",
-       "slurm_remediate", "slurm_account", "slurm_user", "slurm_qos", "slurm_token", "container_bundle")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+EXAMPLE = os.path.join(ROOT, "examples", "small-cpu.yml")
+# every module of the collection, a new one included
+ALL = sorted(name[:-3] for name in os.listdir(os.path.join(ROOT, "plugins", "modules"))
+             if name.endswith(".py") and name != "__init__.py")
 
 SCRIPT = """
 import json, sys
