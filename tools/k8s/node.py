@@ -322,37 +322,6 @@ def node_ready(node):
     return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
 
 
-# The cgroup (v1, cgroupfs driver) the kubelet puts every pod below; it sets its cpu.shares once, at its start.
-KUBEPODS_CPU_SHARES = "/sys/fs/cgroup/cpu/kubepods/cpu.shares"
-
-
-def pod_cpu_shares(nice, cpus):
-    """The weight of the node's pods together when the kubelet runs at `nice`: that of `cpus` processes at that nice
-    value (the kernel's scale, 1.25 a step; the kubelet gives 1024 a CPU, the weight of one at nice 0). None at nice
-    0 or more: the kubelet's own value stands."""
-    return round(cpus * 1024 * 1.25 ** -nice) if nice < 0 else None
-
-
-def raise_pod_cpu_weight():
-    """Gives the pods the weight of the suite that started the node, when that runs at a raised priority (.ci/run's
-    test-node, nice -5). With cgroup v1 the kubepods cgroup competes as one with every process outside a cgroup, as
-    a nice-0 process weighs: the node's 2 CPUs weigh 2048, as two of the other suites' processes, so under load its
-    pods got a small share while the processes of the suite that waits on them ran at nice -5. Returns the value
-    written, or None."""
-    shares = pod_cpu_shares(os.nice(0), os.cpu_count() or 1)
-    if shares is None or not os.path.isfile(KUBEPODS_CPU_SHARES):
-        return None
-    parts = KUBEPODS_CPU_SHARES.split("/")
-    if any(os.path.islink("/".join(parts[:i])) for i in range(2, len(parts) + 1)):
-        raise NodeError("%s: a link on the way; not written" % KUBEPODS_CPU_SHARES)
-    with open(KUBEPODS_CPU_SHARES) as f:
-        if int(f.read()) >= shares:
-            return None
-    with open(KUBEPODS_CPU_SHARES, "w") as f:
-        f.write("%d\n" % shares)
-    return shares
-
-
 def unmount_below(path):
     """Unmounts every mount point at or below path, deepest first (the kubelet's volumes, containerd's rootfs and
     shm, the network namespaces); our own tree only."""
@@ -434,7 +403,6 @@ def up(cp, timeout):
         "--node-labels=soperator.dev/real-node=true"], env=env)
     cp.wait("node %s Ready" % NODE_NAME, lambda: node_ready(json.loads(cp.get("/api/v1/nodes/" + NODE_NAME)[1])),
             timeout, "kubelet")
-    pod_shares = raise_pod_cpu_weight()   # after Ready: the kubelet has set its own value by then
 
     proxy_healthz, proxy_metrics = cp.free_port(), cp.free_port()
     _write_json(os.path.join(node, "config", "kube-proxy.json"), kube_proxy_config(
@@ -455,7 +423,6 @@ def up(cp, timeout):
                              "--root", os.path.join(node, "volumes"), "--provisioner", PROVISIONER])
     return {"name": NODE_NAME, "ip": NODE_IP, "images": images, "images_seconds": images_seconds,
             "storage_class": STORAGE_CLASS, "startup_seconds": round(time.monotonic() - started, 1),
-            "pod_cpu_shares": pod_shares,
             # for tests that name an image the node already has anew (ctr images tag): pods pull nothing
             "ctr": [os.path.join(bins, "ctr"), "--address", sock, "-n", "k8s.io"]}
 
