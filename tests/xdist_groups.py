@@ -25,10 +25,11 @@ import pytest
 # Longest-running suites first (README's "CI time" says why).
 SUITE_ORDER = ("realnode", "integration", "images", "slurm", "ansible", "unit")
 _TESTS = os.path.dirname(os.path.abspath(__file__))
-# The real node's lanes: a file named here runs in lane "a", any other in lane "b". From the cold run of 56049ba
-# (each file's time, the node's start in both lanes' first): exec_real 325 s, exec_slurm_real 428, identity 202 and
-# upgrade 283 against ephemeral 773 and real_node 444 (identity was in lane b: 1,036 s against 1,419). Any file's pods
-# fit the 2-CPU node beside any other's (tests/realnode/conftest.py).
+# The real node's lanes: a file named here runs in lane "a", any other in lane "b". Any file's pods fit the 2-CPU
+# node beside any other's (tests/realnode/conftest.py). A file's time depends on what runs beside it: with
+# test_identity_realnode.py in lane b (cold run of 56049ba) the lanes took 1,036 and 1,419 s, test_real_node.py 444 s
+# last and mostly alone; with it in lane a (9f400d4, 9592c8f) 1,182 and 1,448-1,501 s, test_real_node.py 709-798 s
+# beside lane a's files (README, "CI time").
 REALNODE_LANES = {"a": ("test_exec_real.py", "test_exec_slurm_real.py", "test_identity_realnode.py",
                         "test_upgrade_realnode.py")}
 _SHARED_FIXTURE = re.compile(r"""scope\s*=\s*["'](module|class|package)["']""")
